@@ -1,0 +1,274 @@
+"""The ``gpulab`` command line: serve, migrate, manage users, sync and check the bank, grade, run a worker.
+
+Contract: every command reads ``Settings`` from ``GPULAB_*`` variables and has ``--help``. ``gpulab grade``
+uses exactly the grading pipeline the server uses and exits 0 (passed), 1 (graded, not passed) or
+2 (could not grade).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+from pathlib import Path
+
+import click
+
+from app.config import get_settings
+from app.errors import GpulabError
+
+EXIT_PASSED, EXIT_NOT_PASSED, EXIT_CANNOT_GRADE = 0, 1, 2
+DEMO_USERS = (
+    ("learner@example.com", "learner", "learner-demo"),
+    ("instructor@example.com", "instructor", "instructor-demo"),
+    ("admin@example.com", "admin", "admin-demo"),
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """gpulab: auto-graded multi-GPU training exercises."""
+
+
+def main() -> None:
+    """Run the CLI, turning configuration and domain errors into one clear line."""
+    try:
+        cli()
+    except GpulabError as exc:
+        click.echo(f"gpulab: {exc.message}", err=True)
+        sys.exit(EXIT_CANNOT_GRADE)
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", default=8000, show_default=True, type=int, help="TCP port.")
+def serve(host: str, port: int) -> None:
+    """Serve the web app and API (grading in-process, or via Celery when GPULAB_BROKER_URL is set)."""
+    _serve(host, port)
+
+
+def _serve(host: str, port: int) -> None:
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = get_settings()
+    try:
+        settings.session_secret()
+        if not settings.broker_url:
+            from worker.sandbox import get_sandbox
+
+            get_sandbox(settings).check()
+    except GpulabError as exc:
+        raise click.ClickException(exc.message) from exc
+    mode = f"Celery via {settings.broker_url}" if settings.broker_url else "in-process"
+    click.echo(f"gpulab: grading {mode}, sandbox {settings.sandbox.value}, database {_safe_url(settings.database_url)}")
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", proxy_headers=False)
+
+
+def _safe_url(url: str) -> str:
+    """Hide a password in a database URL before printing it."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else f"{scheme}://{user}@{host}"
+    return url
+
+
+@cli.group()
+def db() -> None:
+    """Database schema commands."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+def db_upgrade(revision: str) -> None:
+    """Apply Alembic migrations to GPULAB_DATABASE_URL (SQLite or PostgreSQL)."""
+    from app.migrate import upgrade
+
+    upgrade(revision)
+    click.echo(f"database at {_safe_url(get_settings().database_url)} is at {revision}")
+
+
+@cli.group()
+def user() -> None:
+    """User accounts."""
+
+
+@user.command("add")
+@click.argument("email")
+@click.option("--role", type=click.Choice(["learner", "instructor", "admin"]), default="learner", show_default=True)
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input (first line).")
+def user_add(email: str, role: str, password_stdin: bool) -> None:
+    """Create a user; the password comes from stdin, or a random one is printed."""
+    from app.db import session_scope
+    from app.models import Role
+    from app.security import create_user
+
+    password = sys.stdin.readline().rstrip("\r\n") if password_stdin else secrets.token_urlsafe(12)
+    try:
+        with session_scope() as session:
+            create_user(session=session, email=email, password=password, role=Role(role))
+    except GpulabError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo(f"created {role} {email}" + ("" if password_stdin else f" with password {password}"))
+
+
+@cli.group()
+def exercises() -> None:
+    """The exercise bank."""
+
+
+@exercises.command("sync")
+@click.argument("directory", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
+def exercises_sync(directory: Path | None) -> None:
+    """Load the bank folder into the database; a changed exercise becomes a new version."""
+    from app.db import session_scope
+    from app.exercises import sync_bank
+
+    root = directory or get_settings().exercises_dir
+    try:
+        with session_scope() as session:
+            report = sync_bank(session=session, root=root)
+    except GpulabError as exc:
+        raise click.ClickException(exc.message) from exc
+    for label, slugs in (("new", report.created), ("new version", report.updated), ("unpublished", report.unpublished)):
+        for slug in slugs:
+            click.echo(f"{label:>12}: {slug}")
+    click.echo(f"synced {len(report.created) + len(report.updated) + len(report.unchanged)} exercises from {root}")
+
+
+@exercises.command("check")
+@click.argument("slugs", nargs=-1)
+@click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None)
+def exercises_check(slugs: tuple[str, ...], directory: Path | None) -> None:
+    """Grade each reference solution (full marks) and wrong variant (must not pass) in the real sandbox."""
+    from app.bankcheck import check_bank
+    from worker.sandbox import get_sandbox
+
+    settings = get_settings()
+    try:
+        sandbox = get_sandbox(settings)
+        sandbox.check()
+        problems = check_bank(directory or settings.exercises_dir, slugs, sandbox=sandbox, echo=click.echo)
+    except GpulabError as exc:
+        raise click.ClickException(exc.message) from exc
+    if problems:
+        click.echo(f"{len(problems)} problem(s):", err=True)
+        for problem in problems:
+            click.echo(f"  - {problem}", err=True)
+        sys.exit(1)
+    click.echo("all exercises check out")
+
+
+@cli.command()
+@click.argument("slug")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the result object as JSON.")
+@click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None)
+def grade(slug: str, file: Path, as_json: bool, directory: Path | None) -> None:
+    """Grade FILE against exercise SLUG from the bank folder (no server or database needed)."""
+    from worker.grading import grade as grade_code
+    from worker.outcome import Verdict
+    from worker.sandbox import get_sandbox
+    from worker.spec import load_exercise
+
+    settings = get_settings()
+    folder = (directory or settings.exercises_dir) / slug
+    try:
+        if not (folder / "exercise.toml").is_file():
+            raise GpulabError(f"no exercise {slug!r} in {folder.parent}")
+        spec = load_exercise(folder)
+        code = file.read_text(encoding="utf-8")
+        sandbox = get_sandbox(settings)
+        sandbox.check()
+        outcome = grade_code(spec, code, sandbox=sandbox)
+    except (GpulabError, UnicodeDecodeError, OSError) as exc:
+        message = exc.message if isinstance(exc, GpulabError) else str(exc)
+        if as_json:
+            click.echo(json.dumps({"verdict": None, "error": message}))
+        else:
+            click.echo(f"cannot grade: {message}", err=True)
+        sys.exit(EXIT_CANNOT_GRADE)
+    if as_json:
+        click.echo(json.dumps(outcome.to_json(), indent=2))
+    else:
+        click.echo(
+            f"{spec.slug}: {outcome.verdict.value}  {outcome.score:g}/{outcome.max_score:g}  on {outcome.device}"
+        )
+        for test in outcome.tests:
+            click.echo(f"  [{test.outcome.value:>7}] {test.name} ({test.points:g}/{test.max_points:g})")
+            if test.message and test.outcome.value != "passed":
+                click.echo("            " + test.message.replace("\n", "\n            "))
+        if outcome.message:
+            click.echo(outcome.message)
+    if outcome.verdict is Verdict.passed:
+        sys.exit(EXIT_PASSED)
+    sys.exit(EXIT_CANNOT_GRADE if outcome.verdict is Verdict.internal_error else EXIT_NOT_PASSED)
+
+
+@cli.command()
+@click.option("--queues", default="cpu,gpu", show_default=True, help="Comma-separated queues to consume.")
+@click.option("--concurrency", default=None, type=int, help="Parallel gradings (default: GPULAB_GRADING_WORKERS).")
+def worker(queues: str, concurrency: int | None) -> None:
+    """Run a Celery grading worker (needs GPULAB_BROKER_URL)."""
+    settings = get_settings()
+    if not settings.broker_url:
+        raise click.ClickException("set GPULAB_BROKER_URL (e.g. redis://127.0.0.1:6379/0) to run a worker")
+    from worker.celery_app import QUEUES, celery_app
+    from worker.sandbox import get_sandbox
+
+    wanted = [q.strip() for q in queues.split(",") if q.strip()]
+    unknown = set(wanted) - set(QUEUES)
+    if unknown or not wanted:
+        raise click.ClickException(f"unknown queue(s) {', '.join(sorted(unknown)) or '(none)'}; choose from cpu,gpu")
+    try:
+        get_sandbox(settings).check()
+    except GpulabError as exc:
+        raise click.ClickException(exc.message) from exc
+    celery_app.worker_main(
+        [
+            "worker",
+            f"--queues={','.join(wanted)}",
+            f"--concurrency={concurrency or settings.grading_workers}",
+            "--pool=threads",
+            "--loglevel=INFO",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+def demo(host: str, port: int) -> None:
+    """Migrate, load the bank, create demo accounts, print them, and serve."""
+    from sqlalchemy import select
+
+    from app.db import session_scope
+    from app.exercises import sync_bank
+    from app.migrate import upgrade
+    from app.models import Role, User
+    from app.security import create_user
+
+    settings = get_settings()
+    upgrade("head")
+    with session_scope() as session:
+        report = sync_bank(session=session, root=settings.exercises_dir)
+        for email, role, password in DEMO_USERS:
+            if session.scalar(select(User).where(User.email == email)) is None:
+                create_user(session=session, email=email, password=password, role=Role(role))
+    count = len(report.created) + len(report.updated) + len(report.unchanged)
+    click.echo("")
+    click.echo(f"  gpulab demo: {count} exercises loaded, data in {settings.data_dir}")
+    click.echo(f"  open http://{host}:{port}/  and log in as one of:")
+    for email, role, password in DEMO_USERS:
+        click.echo(f"    {role:<10} {email:<24} password: {password}")
+    click.echo("")
+    _serve(host, port)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

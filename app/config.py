@@ -1,0 +1,98 @@
+"""One ``Settings`` object for app, worker and CLI, read from ``GPULAB_*`` environment variables.
+
+Contract:
+- ``mode`` is ``production`` unless set; ``dev`` and ``demo`` relax the secret-key rule and allow the
+  ``unsafe`` sandbox (no isolation, labelled on every result). Production refuses weak secrets and ``unsafe``.
+- ``database_url`` defaults to a SQLite file under ``data_dir``; ``broker_url`` unset means the in-process
+  dispatcher, set means Celery on that Redis.
+- ``get_settings()`` is cached; tests call ``get_settings.cache_clear()`` after changing the environment.
+"""
+
+from __future__ import annotations
+
+import enum
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.errors import ConfigError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+WEAK_SECRETS = {"", "secret", "changeme", "change-me", "dev", "password", "gpulab"}
+MIN_SECRET_LENGTH = 32
+
+
+class Mode(enum.StrEnum):
+    production = "production"
+    dev = "dev"
+    demo = "demo"
+
+
+class SandboxKind(enum.StrEnum):
+    local = "local"
+    docker = "docker"
+    unsafe = "unsafe"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPULAB_", extra="ignore")
+
+    mode: Mode = Mode.production
+    data_dir: Path = Field(default=REPO_ROOT / ".data")
+    database_url: str = ""
+    broker_url: str = ""
+    secret_key: str = ""
+    sandbox: SandboxKind = SandboxKind.local
+    exercises_dir: Path = Field(default=REPO_ROOT / "exercises")
+    sandbox_user: str = "gpulab-sandbox"
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    cgroup_name: str = "gpulab"
+    grading_workers: int = Field(default=2, ge=1, le=64)
+    max_code_bytes: int = Field(default=64 * 1024, ge=1024)
+    max_attempts: int = Field(default=3, ge=1, le=10)
+    timeout_margin_s: float = Field(default=5.0, ge=0.5)
+    # How long a running grading may hold its submission before another delivery may take it over.
+    grading_lease_s: float = Field(default=900.0, ge=30.0)
+    login_max_failures: int = Field(default=5, ge=1)
+    login_window_s: int = Field(default=300, ge=1)
+    session_max_age_s: int = Field(default=7 * 24 * 3600, ge=60)
+    cookie_secure: bool = False
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_defaults(self) -> Settings:
+        relaxed = self.mode in (Mode.dev, Mode.demo)
+        if not self.database_url:
+            self.database_url = f"sqlite:///{self.data_dir / 'gpulab.db'}"
+        if not relaxed:
+            if self.sandbox is SandboxKind.unsafe:
+                raise ConfigError("GPULAB_SANDBOX=unsafe runs learner code without isolation; only dev/demo allow it")
+            if self.secret_key and self.secret_is_weak:
+                raise ConfigError(f"GPULAB_SECRET_KEY is weak: use at least {MIN_SECRET_LENGTH} random characters")
+        return self
+
+    @property
+    def relaxed(self) -> bool:
+        return self.mode in (Mode.dev, Mode.demo)
+
+    @property
+    def secret_is_weak(self) -> bool:
+        return self.secret_key.lower() in WEAK_SECRETS or len(self.secret_key) < MIN_SECRET_LENGTH
+
+    def session_secret(self) -> str:
+        """Return the key that signs cookies; refuse a missing or weak one outside dev/demo."""
+        if self.secret_key and not self.secret_is_weak:
+            return self.secret_key
+        if self.relaxed:
+            return self.secret_key or "gpulab-dev-only-secret-never-use-in-production"
+        raise ConfigError(f"set GPULAB_SECRET_KEY to at least {MIN_SECRET_LENGTH} random characters")
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

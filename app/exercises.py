@@ -1,0 +1,102 @@
+"""Exercises in the database: sync the bank folder into immutable versions, and look them up.
+
+Contract: ``sync_bank`` creates an ``Exercise`` for each new slug and a new ``ExerciseVersion`` whenever a
+folder's content hash differs from the current version's; unchanged folders are left alone, so syncing is
+idempotent. Exercises that vanished from the folder are unpublished, never deleted (their submissions stay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.errors import NotFound
+from app.models import Exercise, ExerciseVersion
+from worker.spec import ExerciseSpec, load_bank
+
+
+@dataclass
+class SyncReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    unpublished: list[str] = field(default_factory=list)
+
+
+def spec_of(version: ExerciseVersion) -> ExerciseSpec:
+    """Rebuild the grading spec stored in a version."""
+    return ExerciseSpec.from_files(version.exercise.slug, dict(version.files))
+
+
+def upsert_exercise(*, session: Session, spec: ExerciseSpec) -> tuple[Exercise, bool]:
+    """Store ``spec`` as the current version of its exercise; return it and whether a version was added."""
+    exercise = session.scalar(select(Exercise).where(Exercise.slug == spec.slug))
+    if exercise is None:
+        exercise = Exercise(slug=spec.slug)
+        session.add(exercise)
+        session.flush()
+    current = exercise.current_version
+    if current is not None and current.content_hash == spec.content_hash:
+        if not exercise.is_published:
+            exercise.is_published = True
+        return exercise, False
+    last = session.scalar(select(func.max(ExerciseVersion.number)).where(ExerciseVersion.exercise_id == exercise.id))
+    version = ExerciseVersion(
+        exercise_id=exercise.id,
+        number=(last or 0) + 1,
+        content_hash=spec.content_hash,
+        title=spec.title,
+        kind=spec.kind,
+        topic=spec.topic,
+        difficulty=spec.difficulty,
+        framework=spec.framework,
+        queue=spec.queue,
+        max_score=spec.max_score,
+        files=dict(spec.files),
+    )
+    session.add(version)
+    session.flush()
+    exercise.current_version = version
+    exercise.is_published = True
+    return exercise, True
+
+
+def sync_bank(*, session: Session, root: Path) -> SyncReport:
+    """Load every exercise below ``root`` (all must be valid) and upsert them."""
+    specs = load_bank(root)
+    report = SyncReport()
+    for spec in specs:
+        known = session.scalar(select(Exercise.id).where(Exercise.slug == spec.slug)) is not None
+        _, added = upsert_exercise(session=session, spec=spec)
+        if not added:
+            report.unchanged.append(spec.slug)
+        elif known:
+            report.updated.append(spec.slug)
+        else:
+            report.created.append(spec.slug)
+    slugs = {s.slug for s in specs}
+    for exercise in session.scalars(select(Exercise).where(Exercise.is_published.is_(True))):
+        if exercise.slug not in slugs:
+            exercise.is_published = False
+            report.unpublished.append(exercise.slug)
+    return report
+
+
+def list_published(*, session: Session) -> list[Exercise]:
+    stmt = (
+        select(Exercise)
+        .where(Exercise.is_published.is_(True), Exercise.current_version_id.is_not(None))
+        .order_by(Exercise.slug)
+    )
+    return list(session.scalars(stmt))
+
+
+def get_published(*, session: Session, slug: str) -> Exercise:
+    """Return the published exercise ``slug`` or raise ``NotFound``."""
+    exercise = session.scalar(select(Exercise).where(Exercise.slug == slug))
+    if exercise is None or not exercise.is_published or exercise.current_version is None:
+        raise NotFound(f"no exercise called {slug!r}")
+    return exercise

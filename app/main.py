@@ -1,0 +1,89 @@
+"""Build the web application: JSON API under ``/api``, server-rendered pages, static files, OpenAPI at ``/docs``.
+
+Contract:
+- ``create_app(settings)`` has no side effects until it serves: the database, the dispatcher and the grading
+  code are touched only by requests and by the lifespan.
+- The lifespan re-dispatches unfinished submissions at start (unless ``app.state.recover_on_start`` is False)
+  and shuts the dispatcher down at stop. ``app.dispatch`` is imported there, lazily.
+- Middleware, outermost first: security headers, request-body size limit (twice ``max_code_bytes`` + slack,
+  answered 413 before anything is parsed), CSRF rule for ``/api``, signed session cookie.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy.orm import sessionmaker
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware.sessions import SessionMiddleware
+
+from app.config import Settings, get_settings
+from app.db import engine_for
+from app.errors import install_error_handlers
+from app.routes import api_auth, api_exercises, api_submissions, pages
+from app.security import (
+    SESSION_COOKIE,
+    BodySizeLimitMiddleware,
+    CSRFMiddleware,
+    LoginLimiter,
+    RevokedSessions,
+    SecurityHeadersMiddleware,
+)
+
+log = logging.getLogger(__name__)
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+BODY_SLACK_BYTES = 4096  # JSON framing around the code field
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Recover unfinished submissions at start; stop the dispatcher at the end."""
+    if getattr(app.state, "recover_on_start", True):
+        from app.dispatch import get_dispatcher, recover_unfinished
+
+        app.state.dispatcher = get_dispatcher()
+        count = await run_in_threadpool(recover_unfinished, app.state.dispatcher)
+        if count:
+            log.info("re-dispatched %d unfinished submissions", count)
+    try:
+        yield
+    finally:
+        if app.state.dispatcher is not None:
+            app.state.dispatcher.shutdown()
+            app.state.dispatcher = None
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Return the gpulab ASGI application configured by ``settings`` (default: the environment)."""
+    settings = settings or get_settings()
+    app = FastAPI(title="gpulab", docs_url="/docs", redoc_url=None, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.recover_on_start = True
+    app.state.dispatcher = None
+    app.state.sessionmaker = sessionmaker(bind=engine_for(settings.database_url), expire_on_commit=False)
+    app.state.login_limiter = LoginLimiter(settings.login_max_failures, settings.login_window_s)
+    app.state.revoked_sessions = RevokedSessions(settings.session_max_age_s)
+
+    install_error_handlers(app)
+    for router in (api_auth.router, api_exercises.router, api_submissions.router, pages.router):
+        app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+
+    # add_middleware wraps: the last one added is the outermost.
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=settings.session_secret(),
+        session_cookie=SESSION_COOKIE,
+        max_age=settings.session_max_age_s,
+        same_site="lax",
+        https_only=settings.cookie_secure,
+    )
+    app.add_middleware(CSRFMiddleware)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES)
+    app.add_middleware(SecurityHeadersMiddleware)
+    return app

@@ -1,0 +1,85 @@
+"""``/api/submissions`` and ``/api/me/submissions``: a submission's result, its live status stream, my list.
+
+Contract: learners see only their own submissions (others' are 404); staff see all. The events stream is
+``text/event-stream``: an ``event: status`` whose data is the ``SubmissionOut`` JSON, sent first and then at
+every change of status or verdict, a ``: keep-alive`` comment every ``KEEPALIVE_S`` without change, and it ends
+after the first graded/error event, when the client goes away, or after ``MAX_STREAM_S``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from app.deps import CurrentUser, SessionDep, SessionFactory, SessionFactoryDep, SubmissionDep
+from app.models import Submission
+from app.schemas import SETTLED, SubmissionOut
+from app.submissions import list_for_user
+
+POLL_INTERVAL_S = 0.3
+KEEPALIVE_S = 15.0
+MAX_STREAM_S = 15 * 60.0
+
+router = APIRouter(tags=["submissions"])
+
+
+@router.get("/api/submissions/{submission_id}")
+def submission_detail(submission: SubmissionDep) -> SubmissionOut:
+    """Return one submission with its verdict and per-test results."""
+    return SubmissionOut.of(submission)
+
+
+@router.get("/api/me/submissions")
+def my_submissions(user: CurrentUser, session: SessionDep) -> list[SubmissionOut]:
+    """List my submissions, newest first."""
+    return [SubmissionOut.of(s) for s in list_for_user(session=session, user=user)]
+
+
+def _snapshot(factory: SessionFactory, submission_id: str) -> SubmissionOut | None:
+    """Read the submission in a short session of its own (runs in a worker thread)."""
+    with factory() as session:
+        session.expire_all()  # a reused session must not answer from its identity map
+        submission = session.get(Submission, submission_id)
+        return SubmissionOut.of(submission) if submission is not None else None
+
+
+def _event(out: SubmissionOut) -> str:
+    return f"event: status\ndata: {out.model_dump_json()}\n\n"
+
+
+async def _status_events(request: Request, factory: SessionFactory, submission_id: str) -> AsyncIterator[str]:
+    """Yield SSE frames until the submission settles, the client leaves, or the stream is too old."""
+    started = last_frame = time.monotonic()
+    last_key: tuple[str, str | None] | None = None
+    while time.monotonic() - started < MAX_STREAM_S:
+        if await request.is_disconnected():
+            return
+        out = await run_in_threadpool(_snapshot, factory, submission_id)
+        if out is None:
+            return
+        key = (out.status.value, out.verdict)
+        if key != last_key:
+            yield _event(out)
+            last_key, last_frame = key, time.monotonic()
+            if out.status in SETTLED:
+                return
+        elif time.monotonic() - last_frame >= KEEPALIVE_S:
+            yield ": keep-alive\n\n"
+            last_frame = time.monotonic()
+        await anyio.sleep(POLL_INTERVAL_S)
+
+
+@router.get("/api/submissions/{submission_id}/events", response_class=StreamingResponse)
+def submission_events(request: Request, submission: SubmissionDep, factory: SessionFactoryDep) -> StreamingResponse:
+    """Stream the submission's status as Server-Sent Events until it is graded."""
+    return StreamingResponse(
+        _status_events(request, factory, submission.id),
+        media_type="text/event-stream",
+        # no-transform and X-Accel-Buffering keep proxies from holding events back.
+        headers={"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"},
+    )

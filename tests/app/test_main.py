@@ -1,0 +1,44 @@
+"""``create_app``: the lifespan recovers unfinished work and stops the dispatcher; headers and docs."""
+
+from __future__ import annotations
+
+import pytest
+
+import app.dispatch
+from app.config import Settings
+from app.main import create_app
+from tests.conftest import RecordingDispatcher, make_test_client
+
+pytestmark = pytest.mark.postgres
+
+
+def test_lifespan_recovers_then_shuts_the_dispatcher_down(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = RecordingDispatcher()
+    recovered: list[object] = []
+    monkeypatch.setattr(app.dispatch, "get_dispatcher", lambda: fake)
+    monkeypatch.setattr(app.dispatch, "recover_unfinished", lambda d: recovered.append(d) or 0)
+    application = create_app(settings)
+    with make_test_client(application) as client:
+        assert recovered == [fake] and not fake.shut_down
+        assert client.get("/login").status_code == 200
+    assert fake.shut_down
+
+
+def test_recovery_can_be_turned_off(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(app.dispatch, "get_dispatcher", lambda: pytest.fail("no dispatcher wanted"))
+    application = create_app(settings)
+    application.state.recover_on_start = False
+    with make_test_client(application) as client:
+        assert client.get("/login").status_code == 200
+
+
+def test_security_headers_and_static_files(settings: Settings) -> None:
+    application = create_app(settings)
+    application.state.recover_on_start = False
+    with make_test_client(application) as client:
+        page = client.get("/login")
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert "content-security-policy" not in client.get("/docs").headers  # Swagger UI loads its own assets
+        script = client.get("/static/exercise.js")
+        assert script.status_code == 200 and "innerHTML" not in script.text.replace("never innerHTML", "")

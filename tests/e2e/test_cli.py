@@ -1,0 +1,151 @@
+"""The `gpulab` command as an operator uses it: help, grade, exercises check/sync, users, migrations."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import BANK, child_env
+
+SLUG = "python-split-batch"
+COMMANDS = [
+    [],
+    ["serve"],
+    ["demo"],
+    ["db"],
+    ["db", "upgrade"],
+    ["user"],
+    ["user", "add"],
+    ["exercises"],
+    ["exercises", "sync"],
+    ["exercises", "check"],
+    ["grade"],
+    ["worker"],
+]
+
+
+def gpulab(
+    *args: str, data_dir: Path, stdin: str | None = None, timeout_s: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["gpulab", *args],
+        env=child_env(mode="dev", data_dir=str(data_dir)),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "gpulab")
+def test_every_command_has_help(command: list[str], tmp_path: Path) -> None:
+    result = gpulab(*command, "--help", data_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Usage: gpulab" in result.stdout
+
+
+@pytest.mark.slow
+def test_grade_exit_codes_and_json(tmp_path: Path) -> None:
+    good = gpulab("grade", SLUG, str(BANK / SLUG / "solution.py"), "--json", data_dir=tmp_path)
+    assert good.returncode == 0, good.stderr
+    result = json.loads(good.stdout)
+    assert result["verdict"] == "passed" and result["score"] == result["max_score"] > 0
+    assert {"verdict", "score", "max_score", "tests", "stdout", "stderr", "runtime_ms", "device"} <= set(result)
+    assert all({"name", "outcome", "message", "points", "max_points"} <= set(t) for t in result["tests"])
+
+    bad = gpulab("grade", SLUG, str(BANK / SLUG / "wrong" / "round_robin.py"), data_dir=tmp_path)
+    assert bad.returncode == 1
+    assert "failed" in bad.stdout
+
+    missing = gpulab("grade", "no-such-exercise", str(BANK / SLUG / "solution.py"), data_dir=tmp_path)
+    assert missing.returncode == 2
+    assert "no exercise 'no-such-exercise'" in missing.stderr
+
+
+@pytest.mark.slow
+def test_exercises_check_passes_for_the_bank(tmp_path: Path) -> None:
+    result = gpulab("exercises", "check", data_dir=tmp_path, timeout_s=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "all exercises check out" in result.stdout
+    assert "BAD" not in result.stdout
+
+
+@pytest.mark.slow
+def test_exercises_check_catches_a_broken_reference(tmp_path: Path) -> None:
+    bank = tmp_path / "bank"
+    (bank / SLUG).mkdir(parents=True)
+    for path in (BANK / SLUG).rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            target = bank / SLUG / path.relative_to(BANK / SLUG)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    # Make the reference solution wrong: the check must notice and exit non-zero.
+    (bank / SLUG / "solution.py").write_text((BANK / SLUG / "wrong" / "round_robin.py").read_text())
+    result = gpulab("exercises", "check", SLUG, "--dir", str(bank), data_dir=tmp_path)
+    assert result.returncode == 1
+    assert f"{SLUG}/solution.py should pass" in result.stderr
+
+
+def test_db_upgrade_sync_and_user_add_on_sqlite(tmp_path: Path) -> None:
+    assert gpulab("db", "upgrade", data_dir=tmp_path).returncode == 0
+    first = gpulab("exercises", "sync", data_dir=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = gpulab("exercises", "sync", data_dir=tmp_path)
+    assert "new" not in again.stdout  # unchanged folders add no version
+
+    added = gpulab(
+        "user",
+        "add",
+        "Teacher@Example.com",
+        "--role",
+        "instructor",
+        "--password-stdin",
+        data_dir=tmp_path,
+        stdin="s3cret-enough-pass\n",
+    )
+    assert added.returncode == 0, added.stderr
+    duplicate = gpulab(
+        "user", "add", "teacher@example.com", "--password-stdin", data_dir=tmp_path, stdin="x" * 12 + "\n"
+    )
+    assert duplicate.returncode != 0
+
+    with sqlite3.connect(tmp_path / "gpulab.db") as db:
+        roles = db.execute("SELECT email, role FROM users").fetchall()
+        slugs = {row[0] for row in db.execute("SELECT slug FROM exercises")}
+        versions = db.execute("SELECT count(*) FROM exercise_versions").fetchone()[0]
+    assert roles == [("teacher@example.com", "instructor")]
+    assert {p.name for p in BANK.glob("*/exercise.toml") for p in [p.parent]} == slugs
+    assert versions == len(slugs)
+
+
+def test_changed_exercise_becomes_a_new_version(tmp_path: Path) -> None:
+    bank = tmp_path / "bank"
+    src = BANK / SLUG
+    for path in src.rglob("*"):
+        if path.is_file() and "__pycache__" not in path.parts:
+            target = bank / SLUG / path.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    assert gpulab("db", "upgrade", data_dir=tmp_path).returncode == 0
+    assert gpulab("exercises", "sync", str(bank), data_dir=tmp_path).returncode == 0
+    prompt = bank / SLUG / "prompt.md"
+    prompt.write_text(prompt.read_text() + "\nOne more hint.\n")
+    result = gpulab("exercises", "sync", str(bank), data_dir=tmp_path)
+    assert "new version" in result.stdout
+    with sqlite3.connect(tmp_path / "gpulab.db") as db:
+        numbers = [r[0] for r in db.execute("SELECT number FROM exercise_versions ORDER BY number")]
+    assert numbers == [1, 2]
+
+
+def test_bad_secret_is_refused_in_production(tmp_path: Path) -> None:
+    env = child_env(mode="production", data_dir=str(tmp_path), secret_key="short")
+    result = subprocess.run(
+        ["gpulab", "serve", "--port", "1"], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode != 0
+    assert "GPULAB_SECRET_KEY" in result.stderr

@@ -1,0 +1,230 @@
+"""The runner on its own: ``python -m runner JOB_DIR`` over temporary job directories, no sandbox."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from worker.spec import discover_test_ids
+
+WORKER_DIR = Path(__file__).resolve().parents[2] / "worker"
+
+
+def make_job(root: Path, code: str, tests: dict[str, str], *, timeout_s: float = 10.0) -> Path:
+    """Write a job directory the way the host does, with expected ids found by parsing the tests."""
+    job = root / "job"
+    (job / "submission").mkdir(parents=True)
+    (job / "tests").mkdir()
+    (job / "out").mkdir()
+    sources = {name: textwrap.dedent(text) for name, text in tests.items()}
+    ids = discover_test_ids("runner-test", sources)
+    expected = [{"id": i, "points": 1.0} for i in ids]
+    spec = {"version": 1, "timeout_s": timeout_s, "module": "submission", "tests": expected}
+    (job / "job.json").write_text(json.dumps(spec))
+    (job / "submission" / "submission.py").write_text(textwrap.dedent(code))
+    for name, text in sources.items():
+        (job / "tests" / name).write_text(text)
+    return job
+
+
+def run_runner(job: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+    """Run the runner as the sandbox would; return the process and the parsed result (or None)."""
+    full_env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(WORKER_DIR), "PYTHONDONTWRITEBYTECODE": "1", **env}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner", str(job)],
+        cwd=job,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    result_path = job / "out" / "result.json"
+    return proc, json.loads(result_path.read_text()) if result_path.exists() else None
+
+
+def by_id(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["id"]: t for t in result["tests"]}
+
+
+ADD_TESTS = {
+    "test_add.py": """
+        def test_small(submission):
+            assert submission.add(1, 2) == 3
+
+        def test_message(submission):
+            assert submission.add(2, 2) == 4, "add(2, 2) should be 4"
+
+        def test_plain_import():
+            import submission
+            assert submission.add(0, 0) == 0
+    """
+}
+
+
+def test_passing_and_failing_tests_report_teaching_messages(tmp_path: Path) -> None:
+    job = make_job(tmp_path, "def add(a, b):\n    return a + b + (a == 2)\n", ADD_TESTS)
+    proc, result = run_runner(job)
+    assert proc.returncode == 0, proc.stderr
+    assert result is not None and result["error"] is None
+    tests = by_id(result)
+    assert tests["test_add.py::test_small"]["outcome"] == "passed"
+    assert tests["test_add.py::test_plain_import"]["outcome"] == "passed"
+    failed = tests["test_add.py::test_message"]
+    assert failed["outcome"] == "failed"
+    assert failed["message"] == "add(2, 2) should be 4\nassert 5 == 4"
+    assert all(isinstance(t["duration_ms"], int) for t in result["tests"])
+    assert not list((job / "out").glob(".*tmp")), "the temporary result file must be renamed away"
+
+
+def test_exception_in_learner_code_names_type_and_line(tmp_path: Path) -> None:
+    code = "def add(a, b):\n    return a / 0\n"
+    job = make_job(tmp_path, code, {"test_x.py": "def test_div(submission):\n    submission.add(1, 2)\n"})
+    _, result = run_runner(job)
+    assert result is not None
+    message = by_id(result)["test_x.py::test_div"]["message"]
+    assert message == "ZeroDivisionError: division by zero (your code, line 2)"
+    assert "Traceback" not in message and "runner" not in message
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("x = 1\nprint(y)\n", "Your code raised NameError while being imported: name 'y' is not defined (line 2)"),
+        ("def add(a, b)\n    return a + b\n", "Your code has a syntax error on line 1: expected ':'"),
+        ("import sys\nsys.exit(3)\n", "Your code called exit() (exit code 3) while being imported"),
+    ],
+)
+def test_broken_submission_fails_every_test_with_the_reason(tmp_path: Path, code: str, expected: str) -> None:
+    tests = {
+        **ADD_TESTS,
+        "test_from.py": "from submission import add\n\ndef test_from():\n    assert add(1, 1) == 2\n",
+    }
+    job = make_job(tmp_path, code, tests)
+    proc, result = run_runner(job)
+    assert proc.returncode == 0, proc.stderr
+    assert result is not None and result["error"] is None
+    assert len(result["tests"]) == 4
+    for test in result["tests"]:
+        assert test["outcome"] == "failed", test
+        assert test["message"].startswith(expected), test
+
+
+def test_parametrized_cases_fold_into_their_base_id(tmp_path: Path) -> None:
+    tests = {
+        "test_p.py": """
+            import pytest
+
+            @pytest.mark.parametrize("n", [1, 2, 3])
+            def test_double(submission, n):
+                assert submission.double(n) == 2 * n
+
+            @pytest.mark.parametrize("n", [1, 2])
+            def test_positive(submission, n):
+                assert submission.double(n) > 0
+        """
+    }
+    job = make_job(tmp_path, "def double(n):\n    return 2 * n + (n == 2)\n", tests)
+    _, result = run_runner(job)
+    assert result is not None
+    assert [t["id"] for t in result["tests"]] == ["test_p.py::test_double", "test_p.py::test_positive"]
+    tests_by_id = by_id(result)
+    assert tests_by_id["test_p.py::test_double"]["outcome"] == "failed"
+    assert tests_by_id["test_p.py::test_double"]["message"].startswith("[2] assert 5 == (2 * 2)")
+    assert tests_by_id["test_p.py::test_positive"]["outcome"] == "passed"
+
+
+def test_broken_test_file_is_an_error_not_the_learners_failure(tmp_path: Path) -> None:
+    tests = {"test_ok.py": "def test_ok():\n    pass\n", "test_bad.py": "def test_bad():\n    pass\n"}
+    job = make_job(tmp_path, "x = 1\n", tests)
+    (job / "tests" / "test_bad.py").write_text("def test_bad(:\n")  # broken after the ids were known
+    _, result = run_runner(job)
+    assert result is not None
+    assert result["error"] is not None and "test_bad.py" in result["error"]
+    tests_by_id = by_id(result)
+    assert tests_by_id["test_ok.py::test_ok"]["outcome"] == "passed"
+    assert tests_by_id["test_bad.py::test_bad"]["outcome"] == "error"
+
+
+def test_skip_and_learner_output(tmp_path: Path) -> None:
+    tests = {
+        "test_s.py": """
+            import pytest
+
+            def test_skipped():
+                pytest.skip("not today")
+
+            def test_prints(submission):
+                submission.shout()
+        """
+    }
+    job = make_job(tmp_path, "def shout():\n    print('hello from the learner')\n", tests)
+    proc, result = run_runner(job)
+    assert result is not None
+    assert by_id(result)["test_s.py::test_skipped"] == {
+        "id": "test_s.py::test_skipped",
+        "outcome": "skipped",
+        "message": "not today",
+        "duration_ms": by_id(result)["test_s.py::test_skipped"]["duration_ms"],
+    }
+    assert proc.stdout == "hello from the learner\n", "pytest itself must print nothing on stdout"
+
+
+def test_pytest_environment_and_submission_conftest_are_ignored(tmp_path: Path) -> None:
+    job = make_job(tmp_path, "def add(a, b):\n    return a + b + (a == 2)\n", ADD_TESTS)
+    (job / "submission" / "conftest.py").write_text("raise RuntimeError('conftest from the submission ran')\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --collect-only\n")
+    proc, result = run_runner(job, PYTEST_ADDOPTS="--collect-only -x", PYTEST_PLUGINS="nonexistent_plugin")
+    assert proc.returncode == 0, proc.stderr
+    assert result is not None and result["error"] is None
+    assert [t["outcome"] for t in result["tests"]] == ["passed", "failed", "passed"]
+
+
+def test_inner_timeout_reports_the_running_test_and_stops(tmp_path: Path) -> None:
+    tests = {
+        "test_t.py": """
+            def test_first(submission):
+                assert submission.spin() is None
+
+            def test_second():
+                pass
+        """
+    }
+    job = make_job(tmp_path, "def spin():\n    while True:\n        pass\n", tests, timeout_s=1.0)
+    started = time.monotonic()
+    proc, result = run_runner(job)
+    assert time.monotonic() - started < 5
+    assert proc.returncode == 0, proc.stderr
+    assert result is not None and result["timed_out"] is True
+    tests_by_id = by_id(result)
+    assert tests_by_id["test_t.py::test_first"]["outcome"] == "failed"
+    assert "Time limit of 1 s" in tests_by_id["test_t.py::test_first"]["message"]
+    assert tests_by_id["test_t.py::test_second"]["outcome"] == "failed"
+    assert tests_by_id["test_t.py::test_second"]["message"].startswith("Not run")
+
+
+def test_hard_exit_leaves_no_result(tmp_path: Path) -> None:
+    job = make_job(tmp_path, "import os\nos._exit(0)\n", ADD_TESTS)
+    proc, result = run_runner(job)
+    assert proc.returncode == 0
+    assert result is None
+
+
+@pytest.mark.parametrize("job_json", [None, "not json", '{"version": 2, "timeout_s": 1}', '{"version": 1}'])
+def test_bad_job_file_exits_nonzero_without_result(tmp_path: Path, job_json: str | None) -> None:
+    job = make_job(tmp_path, "x = 1\n", {"test_a.py": "def test_a():\n    pass\n"})
+    if job_json is None:
+        (job / "job.json").unlink()
+    else:
+        (job / "job.json").write_text(job_json)
+    proc, result = run_runner(job)
+    assert proc.returncode != 0
+    assert result is None
+    assert "job.json" in proc.stderr

@@ -1,0 +1,155 @@
+"""The grading pipeline end to end through the real local sandbox (and the unsafe one)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from app.errors import SandboxUnavailable
+from worker.grading import NOT_REPORTED, grade
+from worker.outcome import GradeOutcome, TestOutcomeKind, Verdict
+from worker.sandbox import get_sandbox
+from worker.sandbox.local import LocalSandbox
+from worker.sandbox.unsafe import UnsafeSandbox
+from worker.spec import ExerciseSpec
+
+SpecFactory = Callable[..., ExerciseSpec]
+CORRECT = "def add(a, b):\n    return a + b\n"
+
+
+def outcomes(result: GradeOutcome) -> dict[str, tuple[TestOutcomeKind, str]]:
+    return {t.name: (t.outcome, t.message) for t in result.tests}
+
+
+def test_correct_code_passes(local_sandbox: LocalSandbox, tiny_spec: SpecFactory, tmp_path: Path) -> None:
+    result = grade(tiny_spec(timeout_s=5), CORRECT, sandbox=local_sandbox, work_root=tmp_path)
+    assert result.verdict is Verdict.passed, result
+    assert result.score == result.max_score == 3.0
+    assert result.sandbox == "local" and result.device == "CPU"
+    assert [t.points for t in result.tests] == [1.0, 2.0]
+    assert result.runtime_ms > 0
+    assert list(tmp_path.iterdir()) == [], "the job directory holds hidden tests and must be deleted"
+
+
+def test_incorrect_code_fails_with_messages(local_sandbox: LocalSandbox, tiny_spec: SpecFactory) -> None:
+    code = "def add(a, b):\n    print('adding', a, b)\n    return a + b if a > 0 else 0\n"
+    result = grade(tiny_spec(timeout_s=5), code, sandbox=local_sandbox)
+    assert result.verdict is Verdict.failed
+    assert result.score == 1.0
+    seen = outcomes(result)
+    assert seen["test_add.py::test_small"] == (TestOutcomeKind.passed, "")
+    kind, message = seen["test_add.py::test_negative"]
+    assert kind is TestOutcomeKind.failed
+    assert message.startswith("add(-1, -1) should be -2\nassert 0 == -2")
+    assert "adding 1 2" in result.stdout
+
+
+def test_crashing_import_fails_every_test(local_sandbox: LocalSandbox, tiny_spec: SpecFactory) -> None:
+    result = grade(tiny_spec(timeout_s=5), "def add(a, b):\n    return a + b\nundefined_name\n", sandbox=local_sandbox)
+    assert result.verdict is Verdict.failed and result.score == 0.0
+    for kind, message in outcomes(result).values():
+        assert kind is TestOutcomeKind.failed
+        assert message == (
+            "Your code raised NameError while being imported: name 'undefined_name' is not defined (line 3)"
+        )
+
+
+def test_endless_loop_times_out(local_sandbox: LocalSandbox, tiny_spec: SpecFactory) -> None:
+    code = "def add(a, b):\n    while True:\n        pass\n"
+    result = grade(tiny_spec(timeout_s=1), code, sandbox=local_sandbox)
+    assert result.verdict is Verdict.timeout
+    assert "time limit of 1 s" in result.message
+    assert result.runtime_ms < (1 + local_sandbox.timeout_margin_s + 2) * 1000
+
+
+def test_hard_exit_is_a_crash(local_sandbox: LocalSandbox, tiny_spec: SpecFactory) -> None:
+    code = "import os\n\ndef add(a, b):\n    os._exit(0)\n"
+    result = grade(tiny_spec(timeout_s=5), code, sandbox=local_sandbox)
+    assert result.verdict is Verdict.crashed
+    assert "exited with code 0" in result.message
+    assert result.score == 0.0
+    assert {message for _, message in outcomes(result).values()} == {NOT_REPORTED}
+
+
+def test_memory_bomb_is_memory_limit(local_sandbox: LocalSandbox, tiny_spec: SpecFactory) -> None:
+    code = "hog = [bytearray(16 * 1024 * 1024) for _ in range(64)]\n"
+    result = grade(tiny_spec(timeout_s=5, memory_mb=128), code, sandbox=local_sandbox)
+    assert result.verdict is Verdict.memory_limit
+    assert "128 MB" in result.message
+
+
+def test_output_flood_is_a_crash_with_truncated_output(local_sandbox: LocalSandbox, tiny_spec: SpecFactory) -> None:
+    code = "import sys\nwhile True:\n    sys.stdout.write('z' * 65536)\n"
+    result = grade(tiny_spec(timeout_s=5, output_bytes=1024), code, sandbox=local_sandbox)
+    assert result.verdict is Verdict.crashed
+    assert "output" in result.message
+    assert result.stdout.startswith("z" * 1024) and result.stdout.endswith("[output truncated]")
+
+
+def test_platform_failure_is_internal_error(tiny_spec: SpecFactory, tmp_path: Path) -> None:
+    class BrokenSandbox:
+        name = "broken"
+        isolated = True
+
+        def check(self) -> None:
+            """Nothing to check."""
+
+        def run(self, job_dir: Path, limits: object) -> object:
+            raise RuntimeError("disk on fire")
+
+    result = grade(tiny_spec(), CORRECT, sandbox=BrokenSandbox(), work_root=tmp_path)  # type: ignore[arg-type]
+    assert result.verdict is Verdict.internal_error
+    assert "disk on fire" in result.message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_unavailable_sandbox_propagates(tiny_spec: SpecFactory) -> None:
+    class MissingSandbox:
+        name = "missing"
+        isolated = True
+
+        def check(self) -> None:
+            raise SandboxUnavailable("no bwrap here")
+
+        def run(self, job_dir: Path, limits: object) -> object:
+            self.check()
+            return None
+
+    with pytest.raises(SandboxUnavailable):
+        grade(tiny_spec(), CORRECT, sandbox=MissingSandbox())  # type: ignore[arg-type]
+
+
+def test_unsafe_sandbox_grades_and_says_so(tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPULAB_SECRET_KEY", "host-secret-that-must-not-leak-0123456789")
+    code = CORRECT + "import os\nprint(sorted(k for k in os.environ if k.startswith('GPULAB')))\n"
+    result = grade(tiny_spec(timeout_s=5), code, sandbox=UnsafeSandbox(timeout_margin_s=1.0))
+    assert result.verdict is Verdict.passed
+    assert result.sandbox == "unsafe" and result.device == "CPU (unsandboxed)"
+    assert "[]" in result.stdout
+
+
+def test_unsafe_sandbox_times_out(tiny_spec: SpecFactory) -> None:
+    code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(3600)\n"
+    result = grade(tiny_spec(timeout_s=1), code, sandbox=UnsafeSandbox(timeout_margin_s=0.5))
+    assert result.verdict is Verdict.timeout
+    assert result.runtime_ms < 4000
+
+
+def test_get_sandbox_picks_backends(tmp_path: Path) -> None:
+    env = {"mode": "dev", "data_dir": tmp_path}
+    assert isinstance(get_sandbox(Settings(sandbox="local", **env)), LocalSandbox)  # type: ignore[arg-type]
+    assert isinstance(get_sandbox(Settings(sandbox="unsafe", **env)), UnsafeSandbox)  # type: ignore[arg-type]
+    with pytest.raises(SandboxUnavailable, match="docker"):
+        get_sandbox(Settings(sandbox="docker", **env))  # type: ignore[arg-type]
+
+
+def test_local_check_names_a_missing_user() -> None:
+    sandbox = LocalSandbox(user="gpulab-no-such-user-xyz")
+    if os.geteuid() != 0:
+        pytest.skip("check() reports the missing root first when not root")
+    with pytest.raises(SandboxUnavailable, match="gpulab-no-such-user-xyz"):
+        sandbox.check()

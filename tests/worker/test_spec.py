@@ -1,0 +1,104 @@
+"""Reading exercise folders: the real bank loads, and every kind of malformed folder gets a clear error."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from app.errors import ExerciseFormatError
+from tests.support import BANK
+from worker.spec import ExerciseSpec, discover_test_ids, load_bank, load_exercise
+
+TOML = 'title = "Tiny"\n[points]\n"test_a.py::test_one" = 3\n'
+TESTS = "def test_one(submission):\n    assert True\n\nclass TestMore:\n    def test_two(self):\n        pass\n"
+
+
+def tiny(**overrides: str) -> dict[str, str]:
+    files = {
+        "exercise.toml": TOML,
+        "prompt.md": "Do it.",
+        "starter.py": "def f(): ...\n",
+        "solution.py": "def f(): return 1\n",
+        "tests/test_a.py": TESTS,
+    }
+    files.update(overrides)
+    return {k: v for k, v in files.items() if v is not None}
+
+
+def test_real_bank_loads_with_tests_wrong_and_right_variants() -> None:
+    specs = load_bank(BANK)
+    assert len(specs) >= 2
+    frameworks = {s.framework for s in specs}
+    assert {"python", "torch"} <= frameworks
+    for spec in specs:
+        assert spec.tests and spec.max_score > 0, spec.slug
+        assert spec.wrong, f"{spec.slug} ships no known-wrong variants"
+        assert spec.starter and spec.solution and spec.prompt_md
+
+
+def test_ids_points_and_hash() -> None:
+    spec = ExerciseSpec.from_files("tiny-one", tiny())
+    assert [(t.id, t.points) for t in spec.tests] == [
+        ("test_a.py::test_one", 3.0),
+        ("test_a.py::TestMore::test_two", 1.0),
+    ]
+    assert spec.max_score == 4.0
+    changed = ExerciseSpec.from_files("tiny-one", tiny(**{"prompt.md": "Do it well."}))
+    assert changed.content_hash != spec.content_hash
+    assert ExerciseSpec.from_files("tiny-one", tiny()).content_hash == spec.content_hash
+
+
+def test_stored_form_round_trips() -> None:
+    spec = ExerciseSpec.from_files("tiny-one", tiny())
+    again = ExerciseSpec.from_json(spec.to_json())
+    assert again.tests == spec.tests and again.content_hash == spec.content_hash
+
+
+@pytest.mark.parametrize(
+    ("slug", "files", "problem"),
+    [
+        ("Bad Slug", tiny(), "slug must be"),
+        ("tiny-one", tiny(**{"exercise.toml": "title = "}), "not valid TOML"),
+        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\nkind = "essay"'}), "kind must be one of"),
+        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\n[points]\n"test_a.py::nope" = 1'}), "unknown tests"),
+        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\n[limits]\nbogus = 1'}), "unknown key"),
+        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\n[limits]\ntimeout_s = 100000'}), "out of range"),
+        ("tiny-one", tiny(**{"tests/test_a.py": "def helper():\n    pass\n"}), "no test functions"),
+        ("tiny-one", tiny(**{"tests/test_a.py": "def test_(:\n"}), "syntax error"),
+        ("tiny-one", tiny(**{"wrong/w.py": "x = 1\n"}), "without a [[wrong]] entry"),
+        (
+            "tiny-one",
+            tiny(**{"exercise.toml": TOML + '[[wrong]]\nfile = "wrong/w.py"\nmust_fail = ["test_a.py::test_one"]\n'}),
+            "does not exist",
+        ),
+    ],
+)
+def test_malformed_exercises_are_refused_clearly(slug: str, files: dict[str, str], problem: str) -> None:
+    with pytest.raises(ExerciseFormatError) as caught:
+        ExerciseSpec.from_files(slug, files)
+    assert problem in caught.value.message
+
+
+def test_missing_solution_is_refused() -> None:
+    files = tiny()
+    del files["solution.py"]
+    with pytest.raises(ExerciseFormatError, match=r"solution\.py is missing"):
+        ExerciseSpec.from_files("tiny-one", files)
+
+
+def test_folder_with_a_symlink_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "tiny-one"
+    for rel, text in tiny().items():
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / rel).write_text(text)
+    assert load_exercise(folder).slug == "tiny-one"
+    os.symlink("/etc/passwd", folder / "tests" / "data.txt")
+    with pytest.raises(ExerciseFormatError, match="symbolic link"):
+        load_exercise(folder)
+
+
+def test_discovery_ignores_non_test_files_and_helpers() -> None:
+    ids = discover_test_ids("x", {"helpers.py": "def test_no(): pass", "test_b.py": "def test_yes(): pass\nx = 1\n"})
+    assert ids == ["test_b.py::test_yes"]

@@ -1,0 +1,351 @@
+"""Import the learner's module, run pytest over the hidden tests, and turn reports into teaching results.
+
+Contract:
+- ``run_tests(job)`` returns ``(tests, error, timed_out)``: ``tests`` is the ``result.json`` test list (ids
+  relative to the tests folder, parametrized ids folded into their base id), ``error`` a collection/setup
+  problem or ``None``, ``timed_out`` whether the inner time limit fired.
+- Tests reach the learner's code through the ``submission`` fixture or ``import submission``; if importing
+  it failed, both raise ``SubmissionImportError`` whose text is the teaching message.
+- Messages are the teaching part of a failure (assertion text, ``ExcType: message``), never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import sys
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+MAX_MESSAGE = 2000
+MAX_INTROSPECTION_LINES = 12
+FUNCTION_REPR = re.compile(r"<(?:function|bound method|built-in function) ([\w.]+) at 0x[0-9a-f]+>")
+RETRIGGER_S = 0.5
+
+
+@dataclass
+class Job:
+    job_dir: Path
+    timeout_s: float
+    module: str
+    expected: list[str] = field(default_factory=list)
+
+    @property
+    def submission_path(self) -> Path:
+        return self.job_dir / "submission" / f"{self.module}.py"
+
+    @property
+    def tests_dir(self) -> Path:
+        return self.job_dir / "tests"
+
+
+class RunnerTimeout(BaseException):
+    """Raised in the main thread when the job's time limit is reached (BaseException: harder to swallow)."""
+
+
+class SubmissionImportError(Exception):
+    """The learner's module could not be imported; the text is the teaching message."""
+
+
+class _BrokenSubmission(types.ModuleType):
+    """Stand-in module so ``import submission`` in a test fails with the teaching message, not a re-run."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(name)
+        self._gpulab_message = message
+
+    def __getattr__(self, attr: str) -> Any:
+        # Dunder look-ups come from the import machinery and introspection: answer them like a plain module.
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        raise SubmissionImportError(self._gpulab_message)
+
+
+def _trim(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 15].rstrip() + "\n... (trimmed)"
+
+
+def _learner_line(exc: BaseException, submission_path: Path) -> int | None:
+    """Return the last line of the learner's file the traceback passes through."""
+    target = str(submission_path)
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+def _assertion_message(exc: AssertionError) -> str:
+    """Keep the author's message plus the first introspection line, or the introspection alone."""
+    # Introspection names functions by repr; show their names and drop the "where f = <module ...>.f" lines.
+    lines = [FUNCTION_REPR.sub(r"\1", line) for line in str(exc).splitlines() if "<module '" not in line]
+    if not lines:
+        return "AssertionError"
+    first_assert = next((i for i, line in enumerate(lines) if line.startswith("assert ")), None)
+    if first_assert is None:
+        return "\n".join(lines[:MAX_INTROSPECTION_LINES])
+    if first_assert > 0:
+        return "\n".join([*lines[:first_assert], lines[first_assert]])
+    return "\n".join(lines[:MAX_INTROSPECTION_LINES])
+
+
+def describe(exc: BaseException, submission_path: Path) -> str:
+    """Return the teaching message for an exception raised by a test or the learner's code."""
+    if isinstance(exc, SubmissionImportError):
+        return _trim(str(exc))
+    if isinstance(exc, pytest.fail.Exception):
+        return _trim(str(exc) or "The test failed")
+    if isinstance(exc, AssertionError):
+        return _trim(_assertion_message(exc))
+    if isinstance(exc, SystemExit):
+        return f"Your code called exit() (exit code {exc.code!r}) while being tested"
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    line = _learner_line(exc, submission_path)
+    if line is not None:
+        text += f" (your code, line {line})"
+    return _trim(text)
+
+
+def _import_message(exc: BaseException, submission_path: Path) -> str:
+    """Explain why importing the learner's module failed."""
+    if isinstance(exc, SyntaxError):
+        where = f" on line {exc.lineno}" if exc.lineno else ""
+        source = f"\n    {exc.text.strip()}" if exc.text and exc.text.strip() else ""
+        return _trim(f"Your code has a syntax error{where}: {exc.msg}{source}")
+    if isinstance(exc, SystemExit):
+        return f"Your code called exit() (exit code {exc.code!r}) while being imported"
+    if isinstance(exc, RunnerTimeout):
+        return "Your code did not finish being imported within the time limit (an endless loop at top level?)"
+    line = _learner_line(exc, submission_path)
+    where = f" (line {line})" if line is not None else ""
+    return _trim(f"Your code raised {type(exc).__name__} while being imported: {exc}{where}")
+
+
+def _import_submission(job: Job) -> str | None:
+    """Import the learner's module into ``sys.modules``; return the teaching message if that failed."""
+    spec = importlib.util.spec_from_file_location(job.module, job.submission_path)
+    if spec is None or spec.loader is None:
+        return "Your code could not be loaded"
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[job.module] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException as exc:  # anything the learner's top-level code does is a teaching message
+        message = _import_message(exc, job.submission_path)
+        sys.modules[job.module] = _BrokenSubmission(job.module, message)
+        return message
+    return None
+
+
+def _base_id(nodeid: str) -> str:
+    """Fold ``test_x.py::test_f[1]`` into ``test_x.py::test_f``."""
+    head, sep, last = nodeid.rpartition("::")
+    return f"{head}{sep}{last.split('[', 1)[0]}"
+
+
+@dataclass
+class _Record:
+    outcome: str = "passed"
+    message: str = ""
+    duration_s: float = 0.0
+
+
+class GradingPlugin:
+    """Pytest plugin: provides the ``submission`` fixture and collects per-test outcomes."""
+
+    def __init__(self, job: Job, import_message: str | None) -> None:
+        self.job = job
+        self.import_message = import_message
+        self.timed_out = False
+        self.records: dict[str, _Record] = {}
+        self.param_records: dict[str, list[tuple[str, _Record]]] = {}
+        self.collect_errors: list[tuple[str, str, bool]] = []
+
+    @pytest.fixture(name="submission")
+    def submission_fixture(self) -> types.ModuleType:
+        """Give the test the learner's imported module."""
+        if self.import_message is not None:
+            raise SubmissionImportError(self.import_message)
+        return sys.modules[self.job.module]
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        if call.excinfo is not None:
+            exc = call.excinfo.value
+            if isinstance(exc, RunnerTimeout):
+                item.session.shouldstop = "time limit reached"
+                report.gpulab_message = f"Time limit of {self.job.timeout_s:g} s reached while this test was running"
+            else:
+                report.gpulab_message = describe(exc, self.job.submission_path)
+            report.gpulab_learner = isinstance(exc, SubmissionImportError | RunnerTimeout)
+        return report
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        record = self.param_records.setdefault(_base_id(report.nodeid), [])
+        current = next((r for nid, r in record if nid == report.nodeid), None)
+        if current is None:
+            current = _Record()
+            record.append((report.nodeid, current))
+        current.duration_s += report.duration
+        if current.outcome != "passed":
+            return
+        message = getattr(report, "gpulab_message", "")
+        if report.skipped:
+            current.outcome = "skipped"
+            current.message = _skip_reason(report)
+        elif report.failed:
+            learner_caused = getattr(report, "gpulab_learner", False)
+            current.outcome = "failed" if report.when == "call" or learner_caused else "error"
+            current.message = message or "The test failed"
+
+    def pytest_exception_interact(self, node: pytest.Item | pytest.Collector, call: pytest.CallInfo[Any]) -> None:
+        if not isinstance(node, pytest.Collector) or call.excinfo is None:
+            return
+        exc: BaseException = call.excinfo.value
+        if isinstance(exc, pytest.Collector.CollectError) and exc.__cause__ is not None:
+            exc = exc.__cause__
+        if isinstance(exc, RunnerTimeout):
+            self.timed_out = True
+        learner_caused = isinstance(exc, SubmissionImportError | RunnerTimeout) or (
+            isinstance(exc, ImportError) and getattr(exc, "name", None) == self.job.module
+        )
+        message = describe(exc, self.job.submission_path)
+        self.collect_errors.append((node.nodeid, message, learner_caused))
+
+    def results(self) -> tuple[list[dict[str, Any]], str | None]:
+        """Fold the records into the ``result.json`` test list and the collection error, if any."""
+        tests: list[dict[str, Any]] = []
+        for base, params in self.param_records.items():
+            tests.append(_fold(base, params))
+        reported = {t["id"] for t in tests}
+        errors: list[str] = []
+        for prefix, message, learner_caused in self.collect_errors:
+            if not learner_caused:
+                errors.append(f"{prefix or 'tests'}: {message}")
+            text = message if learner_caused else f"The tests in {prefix} could not be loaded: {message}"
+            for test_id in self.job.expected:
+                if test_id not in reported and (not prefix or test_id == prefix or test_id.startswith(prefix + "::")):
+                    outcome = "failed" if learner_caused else "error"
+                    tests.append({"id": test_id, "outcome": outcome, "message": _trim(text), "duration_ms": 0})
+                    reported.add(test_id)
+        if self.timed_out:
+            for test_id in self.job.expected:
+                if test_id not in reported:
+                    message = "Not run: the time limit was reached before this test started"
+                    tests.append({"id": test_id, "outcome": "failed", "message": message, "duration_ms": 0})
+        return tests, _trim("\n".join(errors)) if errors else None
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return getattr(report, "wasxfail", "") or "skipped"
+
+
+def _fold(base: str, params: list[tuple[str, _Record]]) -> dict[str, Any]:
+    """Fold one test's parametrized cases: failed if any failed, skipped only if all skipped."""
+    duration_ms = int(sum(r.duration_s for _, r in params) * 1000)
+    for outcome in ("failed", "error"):
+        bad = [(nodeid, r) for nodeid, r in params if r.outcome == outcome]
+        if bad:
+            nodeid, record = bad[0]
+            case = nodeid[len(base) :] if len(params) > 1 or nodeid != base else ""
+            message = f"{case} {record.message}".strip() if case else record.message
+            return {"id": base, "outcome": outcome, "message": _trim(message), "duration_ms": duration_ms}
+    if all(r.outcome == "skipped" for _, r in params):
+        return {"id": base, "outcome": "skipped", "message": params[0][1].message, "duration_ms": duration_ms}
+    return {"id": base, "outcome": "passed", "message": "", "duration_ms": duration_ms}
+
+
+def _scrub_environment(job: Job) -> None:
+    """Ignore ``PYTEST_*`` settings and installed plugins; keep only the learner's folder importable."""
+    for key in [k for k in os.environ if k.startswith("PYTEST_")]:
+        del os.environ[key]
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
+    sys.path.insert(0, str(job.submission_path.parent))
+    sys.dont_write_bytecode = True
+
+
+class _Timer:
+    """Raise ``RunnerTimeout`` in the main thread at the deadline, then again every 0.5 s until stopped."""
+
+    def __init__(self, plugin: GradingPlugin, timeout_s: float) -> None:
+        self.plugin = plugin
+        self.timeout_s = timeout_s
+        self.stopped = False
+
+    def _fire(self, signum: int, frame: types.FrameType | None) -> None:
+        if self.stopped:
+            return
+        self.plugin.timed_out = True
+        raise RunnerTimeout()
+
+    def start(self) -> None:
+        signal.signal(signal.SIGALRM, self._fire)
+        signal.setitimer(signal.ITIMER_REAL, self.timeout_s, RETRIGGER_S)
+
+    def stop(self) -> None:
+        self.stopped = True
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def pytest_args(job: Job) -> list[str]:
+    """Return pytest's arguments: no config files, cache, terminal output or plugins outside the tests."""
+    tests_dir = str(job.tests_dir)
+    return [
+        tests_dir,
+        "-s",
+        "-p", "no:cacheprovider",
+        "-p", "no:terminal",
+        "-p", "no:stepwise",
+        "-p", "no:pastebin",
+        "-c", os.devnull,
+        "--rootdir", tests_dir,
+        "--confcutdir", tests_dir,
+        "-o", "python_files=test_*.py",
+        "--continue-on-collection-errors",
+    ]  # fmt: skip
+
+
+def run_tests(job: Job) -> tuple[list[dict[str, Any]], str | None, bool]:
+    """Run the job's tests; return the result test list, the collection error and whether time ran out."""
+    _scrub_environment(job)
+    plugin = GradingPlugin(job, None)
+    timer = _Timer(plugin, job.timeout_s)
+    started = time.monotonic()
+    timer.start()
+    error: str | None = None
+    try:
+        plugin.import_message = _import_submission(job)
+        if plugin.timed_out:
+            raise RunnerTimeout()
+        exit_code = pytest.main(pytest_args(job), plugins=[plugin])
+        if exit_code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR) and not plugin.timed_out:
+            error = f"pytest could not run the tests (exit code {int(exit_code)})"
+    except RunnerTimeout:
+        plugin.timed_out = True
+    except BaseException as exc:  # the learner's code may raise anything through pytest; report, don't die
+        error = _trim(f"The test run stopped early: {type(exc).__name__}: {exc}")
+    finally:
+        timer.stop()
+    if not plugin.timed_out and time.monotonic() - started > job.timeout_s:
+        plugin.timed_out = True
+    if plugin.import_message is not None and not plugin.param_records:
+        # Nothing ran (time ran out while importing, or the tests never started): every test gets the reason.
+        plugin.collect_errors.append(("", plugin.import_message, True))
+    tests, collect_error = plugin.results()
+    return tests, error or collect_error, plugin.timed_out

@@ -1,0 +1,81 @@
+"""Grade one stored submission by id: the task both dispatchers run.
+
+Contract:
+- ``grade_submission(submission_id)`` takes an id, re-fetches everything, and is idempotent: ``claim`` lets
+  only one delivery grade; a graded submission is never graded again.
+- The claim is committed before the sandbox runs (the UI sees ``running``) and the result in a second
+  transaction, so no database transaction stays open while learner code runs.
+- Only platform errors (``internal_error``) are retried, up to ``settings.max_attempts`` tries in all;
+  then the submission settles as ``error``. Learner verdicts are final.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from app.config import get_settings
+from app.db import session_scope
+from app.errors import GpulabError
+from app.exercises import spec_of
+from app.models import Submission
+from app.submissions import claim, record_outcome, record_platform_failure
+from worker.celery_app import GRADE_TASK, celery_app
+from worker.grading import grade
+from worker.outcome import GradeOutcome, Verdict
+from worker.sandbox import get_sandbox
+
+log = logging.getLogger(__name__)
+RETRY_BACKOFF_S = 0.5
+
+
+def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
+    """Claim and grade once; return the outcome and whether it was stored, or None when not ours to grade."""
+    settings = get_settings()
+    with session_scope() as session:
+        submission = claim(session=session, submission_id=submission_id, lease_s=settings.grading_lease_s)
+        if submission is None:
+            return None
+        spec = spec_of(submission.exercise_version)
+        code = submission.code
+    try:
+        outcome = grade(spec, code, sandbox=get_sandbox(settings))
+    except GpulabError as exc:
+        outcome = GradeOutcome(verdict=Verdict.internal_error, score=0.0, max_score=spec.max_score, message=exc.message)
+    except Exception as exc:  # the platform failed, not the learner: record it and retry
+        log.exception("grading %s failed", submission_id)
+        outcome = GradeOutcome(
+            verdict=Verdict.internal_error, score=0.0, max_score=spec.max_score, message=f"{type(exc).__name__}: {exc}"
+        )
+    with session_scope() as session:
+        stored = session.get(Submission, submission_id)
+        if stored is None:
+            return None
+        if outcome.verdict.is_platform_error:
+            requeued = record_platform_failure(
+                session=session, submission=stored, message=outcome.message, max_attempts=settings.max_attempts
+            )
+            return outcome, not requeued
+        record_outcome(session=session, submission=stored, outcome=outcome)
+    return outcome, True
+
+
+def grade_submission(submission_id: str) -> Verdict | None:
+    """Grade the submission, retrying platform errors; return the stored verdict or None if skipped."""
+    settings = get_settings()
+    for attempt in range(settings.max_attempts):
+        result = _grade_claimed(submission_id)
+        if result is None:
+            return None
+        outcome, settled = result
+        if settled:
+            return outcome.verdict
+        time.sleep(RETRY_BACKOFF_S * (attempt + 1))
+    return None
+
+
+@celery_app.task(name=GRADE_TASK, acks_late=True, reject_on_worker_lost=True)
+def grade_submission_task(submission_id: str) -> str | None:
+    """Celery entry point: grade one submission by id."""
+    verdict = grade_submission(submission_id)
+    return verdict.value if verdict else None
