@@ -36,14 +36,24 @@
     for (const test of sub.tests || []) {
       const row = document.createElement("tr");
       row.className = "outcome-" + test.outcome;
-      for (const text of [test.name, test.outcome, formatPoints(test.points) + " / " + formatPoints(test.max_points), test.message]) {
+      for (const text of [test.name, test.outcome, formatPoints(test.points) + " / " + formatPoints(test.max_points)]) {
         const cell = document.createElement("td");
         cell.textContent = text;
         row.appendChild(cell);
       }
       row.children[2].className = "num";
-      row.children[3].className = "test-message";
       body.appendChild(row);
+      if (test.message) {
+        // The feedback gets a full-width row of its own: it is the part the learner needs to read.
+        const feedback = document.createElement("tr");
+        feedback.className = "feedback outcome-" + test.outcome;
+        const cell = document.createElement("td");
+        cell.colSpan = 3;
+        cell.className = "test-message";
+        cell.textContent = test.message;
+        feedback.appendChild(cell);
+        body.appendChild(feedback);
+      }
     }
     table.hidden = !(sub.tests && sub.tests.length);
 

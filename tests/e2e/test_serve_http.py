@@ -3,52 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.support import BANK, bank_file, child_env, free_port, wait_for
+from tests.e2e.conftest import PASSWORD
+from tests.support import BANK, bank_file
 
 pytestmark = pytest.mark.slow
-PASSWORD = "a-fine-long-password"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    data = tmp_path_factory.mktemp("serve")
-    env = child_env(mode="dev", data_dir=str(data), secret_key="k" * 48)
-    for args, stdin in (
-        (["db", "upgrade"], None),
-        (["exercises", "sync"], None),
-        (["user", "add", "ada@example.com", "--role", "learner", "--password-stdin"], PASSWORD + "\n"),
-        (["user", "add", "bob@example.com", "--role", "learner", "--password-stdin"], PASSWORD + "\n"),
-    ):
-        done = subprocess.run(["gpulab", *args], env=env, input=stdin, capture_output=True, text=True, check=False)
-        assert done.returncode == 0, done.stderr
-    port = free_port()
-    log = data / "serve.log"
-    with log.open("wb") as sink:
-        proc = subprocess.Popen(
-            ["gpulab", "serve", "--port", str(port)], env=env, stdout=sink, stderr=subprocess.STDOUT
-        )
-    base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            pytest.fail(log.read_text(errors="replace"))
-        try:
-            return httpx.get(f"{base}/docs", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, timeout_s=60, interval_s=0.3)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def login(base: str, email: str) -> httpx.Client:
@@ -78,8 +40,8 @@ def follow_events(client: httpx.Client, submission_id: str) -> list[dict[str, ob
         ("torch-unwrap-state-dict", "wrong/replace_everywhere.py", "failed"),
     ],
 )
-def test_submit_and_watch_the_verdict_arrive(server: str, slug: str, path: str, verdict: str) -> None:
-    client = login(server, "ada@example.com")
+def test_submit_and_watch_the_verdict_arrive(live_server: str, slug: str, path: str, verdict: str) -> None:
+    client = login(live_server, "ada@example.com")
     page = client.get(f"/exercises/{slug}")
     assert page.status_code == 200 and "<textarea" in page.text
 
@@ -102,11 +64,11 @@ def test_submit_and_watch_the_verdict_arrive(server: str, slug: str, path: str, 
 
     mine = client.get("/api/me/submissions").json()
     assert body["id"] in {s["id"] for s in mine}
-    other = login(server, "bob@example.com")
+    other = login(live_server, "bob@example.com")
     assert other.get(f"/api/submissions/{body['id']}").status_code == 404
 
 
-def test_every_shipped_exercise_is_listed(server: str) -> None:
-    client = login(server, "ada@example.com")
+def test_every_shipped_exercise_is_listed(live_server: str) -> None:
+    client = login(live_server, "ada@example.com")
     listed = {e["slug"] for e in client.get("/api/exercises").json()}
     assert listed == {p.parent.name for p in BANK.glob("*/exercise.toml")}

@@ -200,7 +200,13 @@ class LocalSandbox:
     ) -> tuple[list[list[str]], list[str]]:
         """Return the launcher's bind list and bwrap's filesystem arguments."""
         binds: list[list[str]] = []
-        args: list[str] = ["--ro-bind", "/usr", "/usr"]
+        tmpfs_bytes = str(limits.tmpfs_mb * 1024 * 1024)
+        # The private tmpfs comes first: a checkout under the host's /tmp (CI clones there) must be bound
+        # on top of it, not hidden below it.
+        args: list[str] = [
+            "--ro-bind", "/usr", "/usr",
+            "--size", tmpfs_bytes, "--tmpfs", SANDBOX_TMP,
+        ]  # fmt: skip
 
         def staged(source: str) -> str:
             target = stage / f"m{len(binds)}"
@@ -238,8 +244,7 @@ class LocalSandbox:
             "--bind", f"{job}/out", f"{JOB_MOUNT}/out",
             "--proc", "/proc",
             "--dev", "/dev",
-            "--size", str(limits.tmpfs_mb * 1024 * 1024), "--tmpfs", SANDBOX_TMP,
-            "--size", str(limits.tmpfs_mb * 1024 * 1024), "--tmpfs", SANDBOX_SHM,
+            "--size", tmpfs_bytes, "--tmpfs", SANDBOX_SHM,
             "--remount-ro", "/",
         ]  # fmt: skip
         return binds, args
