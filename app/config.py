@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     cgroup_root: Path = Path("/sys/fs/cgroup")
     cgroup_name: str = "gpulab"
     grading_workers: int = Field(default=2, ge=1, le=64)
+    # local sandbox only: runtimes whose subjects fork from warm template processes ("", "all", or a comma
+    # list of python,torch,tensorflow); GPULAB_GRADING_WORKERS templates per runtime, started on first use.
+    warm_pools: str = ""
     max_code_bytes: int = Field(default=64 * 1024, ge=1024)
     max_attempts: int = Field(default=3, ge=1, le=10)
     timeout_margin_s: float = Field(default=5.0, ge=0.5)
@@ -59,6 +62,13 @@ class Settings(BaseSettings):
     login_window_s: int = Field(default=300, ge=1)
     session_max_age_s: int = Field(default=7 * 24 * 3600, ge=60)
     cookie_secure: bool = False
+    # Docker backend (GPULAB_SANDBOX=docker): engine URL (empty: DOCKER_HOST or the local socket), grading
+    # image, the limit on every Engine API call, and on GPU workers the GPUs to share and how many per job.
+    docker_url: str = ""
+    docker_image: str = "gpulab/grader:cpu"
+    docker_api_timeout_s: float = Field(default=10.0, gt=0, le=120)
+    gpu_ids: str = ""
+    gpus_per_job: int = Field(default=1, ge=1, le=64)
 
     @model_validator(mode="after")
     def _refuse_unsafe_defaults(self) -> Settings:

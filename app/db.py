@@ -3,6 +3,10 @@
 Contract: ``get_engine()``/``get_sessionmaker()`` are built once per database URL from ``Settings``;
 functions that take a session never commit (the caller owns the transaction), except ``session_scope``.
 SQLite gets WAL and a busy timeout so the API and the in-process dispatcher threads can share one file.
+The pool never holds fewer connections than can wait for one: a request takes a connection in its first
+dependency and needs a threadpool thread for every later sync dependency and the route, so a pool smaller
+than the threadpool (40 threads) plus the grading threads deadlocks under load until ``pool_timeout`` (30 s)
+— the API timeout seen with 100 concurrent learners. SQLite connections are file handles: no overflow limit.
 """
 
 from __future__ import annotations
@@ -47,12 +51,16 @@ def engine_for(url: str) -> Engine:
         path = url.split("///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
+        # max_overflow=-1: as many connections as there are threads asking (see the module contract).
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 10}, pool_size=5, max_overflow=-1
+        )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # 10 kept + 54 on demand >= Starlette's 40 threadpool threads + in-process grading workers (see above).
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=54)
 
 
 def get_engine() -> Engine:

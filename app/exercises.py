@@ -2,7 +2,8 @@
 
 Contract: ``sync_bank`` creates an ``Exercise`` for each new slug and a new ``ExerciseVersion`` whenever a
 folder's content hash differs from the current version's; unchanged folders are left alone, so syncing is
-idempotent. Exercises that vanished from the folder are unpublished, never deleted (their submissions stay).
+idempotent. Exercises that vanished from the folder are unpublished, never deleted (their submissions stay),
+unless their current version came from an upload or the browser editor (``source`` other than ``bank``).
 """
 
 from __future__ import annotations
@@ -79,7 +80,9 @@ def sync_bank(*, session: Session, root: Path) -> SyncReport:
             report.created.append(spec.slug)
     slugs = {s.slug for s in specs}
     for exercise in session.scalars(select(Exercise).where(Exercise.is_published.is_(True))):
-        if exercise.slug not in slugs:
+        # Exercises whose live version was uploaded or authored in the browser are not the folder's to retire.
+        from_bank = exercise.current_version is None or exercise.current_version.source == "bank"
+        if exercise.slug not in slugs and from_bank:
             exercise.is_published = False
             report.unpublished.append(exercise.slug)
     return report

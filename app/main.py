@@ -25,7 +25,18 @@ from starlette.middleware.sessions import SessionMiddleware
 from app.config import Settings, get_settings
 from app.db import engine_for
 from app.errors import install_error_handlers
-from app.routes import api_auth, api_exercises, api_submissions, pages
+from app.routes import (
+    api_admin,
+    api_auth,
+    api_exercises,
+    api_instructor,
+    api_quiz,
+    api_submissions,
+    pages,
+    pages_admin,
+    pages_instructor,
+    staff,
+)
 from app.security import (
     SESSION_COOKIE,
     BodySizeLimitMiddleware,
@@ -38,6 +49,7 @@ from app.security import (
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 BODY_SLACK_BYTES = 4096  # JSON framing around the code field
+STAFF_BODY_LIMITS = {"/instructor/": 3 * 1024 * 1024, "/admin/users/import": 512 * 1024}
 
 
 @asynccontextmanager
@@ -70,7 +82,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.revoked_sessions = RevokedSessions(settings.session_max_age_s)
 
     install_error_handlers(app)
-    for router in (api_auth.router, api_exercises.router, api_submissions.router, pages.router):
+    pages.install_page_errors(app)  # HTML error pages and login redirects outside /api
+    staff.install(app)  # instructor/admin pages: login redirect and HTML 403/404
+    for router in (api_auth.router, api_exercises.router, api_quiz.router, api_submissions.router, pages.router):
+        app.include_router(router)
+    for router in (api_instructor.router, api_admin.router, pages_instructor.router, pages_admin.router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
@@ -84,6 +100,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         https_only=settings.cookie_secure,
     )
     app.add_middleware(CSRFMiddleware)
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES,
+        path_limits=STAFF_BODY_LIMITS,  # exercise uploads and the authoring form carry whole folders
+    )
     app.add_middleware(SecurityHeadersMiddleware)
     return app

@@ -7,6 +7,11 @@ Contract:
 - ``ExerciseVersion.files`` holds every file of the folder (hidden tests and solutions included); only the
   worker reads it. API schemas expose a safe subset.
 - ``Submission.status`` moves queued → running → graded | error; ``verdict`` is set with graded/error.
+- Drafts: a version that is not ``Exercise.current_version`` is a draft (or an older version); learners only
+  ever get ``current_version`` of an exercise with ``is_published``. ``ExerciseVersion.source`` says where a
+  version came from (``bank`` sync, ``upload``, ``editor``): sync only unpublishes exercises it owns.
+- ``GradingRecord`` keeps a submission's earlier result each time staff regrade it; ``ExerciseCheck`` is one
+  background run of the bank check on a version. Neither changes the version itself.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class User(Base):
     password_hash: Mapped[str] = mapped_column(String(255))
     role: Mapped[Role] = mapped_column(_enum(Role, "role"), default=Role.learner)
     is_active: Mapped[bool] = mapped_column(default=True)
+    name: Mapped[str] = mapped_column(String(200), default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     submissions: Mapped[list[Submission]] = relationship(back_populates="user")
@@ -96,8 +102,11 @@ class ExerciseVersion(Base):
     max_score: Mapped[float] = mapped_column(Float)
     files: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    source: Mapped[str] = mapped_column(String(16), default="bank", server_default="bank")
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
 
     exercise: Mapped[Exercise] = relationship(back_populates="versions", foreign_keys=[exercise_id])
+    created_by: Mapped[User | None] = relationship()
 
 
 class Submission(Base):
@@ -149,3 +158,60 @@ class TestResult(Base):
     max_points: Mapped[float] = mapped_column(Float, default=0.0)
 
     submission: Mapped[Submission] = relationship(back_populates="tests")
+
+
+class ExerciseCheck(Base):
+    """One background run of ``app.bankcheck.check_exercise`` on a version; ``lines`` grows as it runs."""
+
+    __tablename__ = "exercise_checks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    exercise_version_id: Mapped[int] = mapped_column(ForeignKey("exercise_versions.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(16), default="queued")  # queued, running, passed, failed, error
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    lines: Mapped[list[str]] = mapped_column(JSON, default=list)
+    problems: Mapped[list[str]] = mapped_column(JSON, default=list)
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    exercise_version: Mapped[ExerciseVersion] = relationship()
+
+
+class Regrade(Base):
+    """Staff asked for some submissions of an exercise to be graded again against ``target_version``."""
+
+    __tablename__ = "regrades"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    exercise_id: Mapped[int] = mapped_column(ForeignKey("exercises.id", ondelete="CASCADE"), index=True)
+    target_version_id: Mapped[int] = mapped_column(ForeignKey("exercise_versions.id", ondelete="CASCADE"))
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    target_version: Mapped[ExerciseVersion] = relationship()
+
+
+class GradingRecord(Base):
+    """A submission's earlier result, archived when it was regraded (newest ``archived_at`` last)."""
+
+    __tablename__ = "grading_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"), index=True)
+    exercise_version_id: Mapped[int] = mapped_column(ForeignKey("exercise_versions.id"))
+    regrade_id: Mapped[int | None] = mapped_column(
+        ForeignKey("regrades.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    status: Mapped[str] = mapped_column(String(32))
+    verdict: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_score: Mapped[float] = mapped_column(Float)
+    tests: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    message: Mapped[str] = mapped_column(Text, default="")
+    runtime_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    graded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    archived_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    exercise_version: Mapped[ExerciseVersion] = relationship()

@@ -2,8 +2,9 @@
 
 Contract:
 - Exercise responses are built from an explicit allow-list of a version's files (``prompt.md``,
-  ``starter.py``, ``examples/*``): hidden tests, solutions, wrong/right variants and quiz keys are never read
-  here, so they cannot leak through a new field.
+  ``starter.py``, ``examples/*``): hidden tests, solutions and wrong/right variants are never read here, so they
+  cannot leak through a new field. A quiz's questions come only from ``worker.quiz.Quiz.public()``, which
+  leaves out keys, explanations, hints and model answers.
 - ``SubmissionOut`` has exactly the documented keys; datetimes are ISO-8601 in UTC (naive values from SQLite
   are taken as UTC); ``verdict`` and ``score`` stay null until the submission is graded or errored.
 """
@@ -17,6 +18,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.markdown import render_markdown
 from app.models import Exercise, ExerciseVersion, Role, Submission, SubmissionStatus, User
+from app.progress import DiffLine, Progress
+from worker.outcome import GradeOutcome
+from worker.quiz import QuizResult, parse_quiz
 
 SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)
 
@@ -77,11 +81,43 @@ class ExerciseSummary(BaseModel):
         )
 
 
+class QuizOptionOut(BaseModel):
+    id: str
+    text: str
+    code: bool
+
+
+class QuizQuestionOut(BaseModel):
+    """A quiz question as learners see it before answering: no key, explanation, hint or model answer."""
+
+    id: str
+    type: str
+    prompt: str
+    prompt_html: str
+    code: str
+    points: float
+    options: list[QuizOptionOut]
+    min_words: int | None
+    max_chars: int | None
+
+
+class QuizOut(BaseModel):
+    pass_percent: float
+    questions: list[QuizQuestionOut]
+
+    @classmethod
+    def of(cls, quiz_toml: str, slug: str) -> QuizOut:
+        quiz = parse_quiz(slug, quiz_toml)
+        questions = [QuizQuestionOut(**q, prompt_html=render_markdown(q["prompt"])) for q in quiz.public()]
+        return cls(pass_percent=quiz.pass_percent, questions=questions)
+
+
 class ExerciseDetail(ExerciseSummary):
     prompt_md: str
     prompt_html: str
     starter_code: str
     examples: dict[str, str]
+    quiz: QuizOut | None = None  # only for kind "quiz"
 
     @classmethod
     def of(cls, exercise: Exercise) -> ExerciseDetail:
@@ -95,6 +131,7 @@ class ExerciseDetail(ExerciseSummary):
             prompt_html=render_markdown(prompt),
             starter_code=files.get("starter.py", "") if version.kind == "code" else "",
             examples=dict(sorted(examples.items())),
+            quiz=QuizOut.of(files["quiz.toml"], exercise.slug) if version.kind == "quiz" else None,
         )
 
 
@@ -166,3 +203,126 @@ class StaffSubmissionOut(SubmissionOut):
     @classmethod
     def of(cls, submission: Submission) -> StaffSubmissionOut:
         return cls(**SubmissionOut.of(submission).model_dump(), user=submission.user.email if submission.user else None)
+
+
+# --- the learner's progress, attempts and example runs (app.progress, app.example_runs) ----------------------
+
+
+class ProgressOut(BaseModel):
+    """My standing on one exercise: ``state`` is not_started, attempted or passed; the best score counts."""
+
+    slug: str
+    state: str
+    attempts: int
+    best_score: float | None
+    best_max_score: float | None
+    points: float
+
+    @classmethod
+    def of(cls, exercise: Exercise, progress: Progress) -> ProgressOut:
+        return cls(
+            slug=exercise.slug,
+            state=progress.state.value,
+            attempts=progress.attempts,
+            best_score=progress.best_score,
+            best_max_score=progress.best_max_score,
+            points=_current(exercise).max_score,
+        )
+
+
+class DiffLineOut(BaseModel):
+    kind: str  # file, hunk, add, del, ctx
+    text: str
+
+
+class AttemptDiffOut(BaseModel):
+    """The unified diff of an attempt's code against the same learner's previous attempt (none for the first)."""
+
+    id: str
+    previous_id: str | None
+    lines: list[DiffLineOut]
+
+    @classmethod
+    def of(cls, submission: Submission, previous: Submission | None, lines: list[DiffLine]) -> AttemptDiffOut:
+        return cls(
+            id=submission.id,
+            previous_id=previous.id if previous else None,
+            lines=[DiffLineOut(kind=line.kind, text=line.text) for line in lines],
+        )
+
+
+def example_run_out(version: ExerciseVersion, outcome: GradeOutcome, started_at: datetime) -> SubmissionOut:
+    """Return an example run's outcome in the shape of a submission (empty ``id``: it is never stored)."""
+    return SubmissionOut(
+        id="",
+        exercise=version.exercise.slug,
+        exercise_version=version.number,
+        status=SubmissionStatus.error if outcome.verdict.is_platform_error else SubmissionStatus.graded,
+        verdict=outcome.verdict.value,
+        score=outcome.score,
+        max_score=outcome.max_score,
+        tests=[
+            TestResultOut(
+                name=t.name, outcome=t.outcome.value, message=t.message, points=t.points, max_points=t.max_points
+            )
+            for t in outcome.tests
+        ],
+        stdout=outcome.stdout,
+        stderr=outcome.stderr,
+        message=outcome.message,
+        created_at=started_at,
+        finished_at=datetime.now(UTC),
+        runtime_ms=outcome.runtime_ms,
+        device=outcome.device,
+    )
+
+
+# --- quiz attempts (app.quiz) ----------------------------------------------------------------------------------
+
+
+class QuizAnswersIn(_In):
+    """``{"answers": {"q1": ["b"], "q2": "my own words"}}``: option ids for choice questions, text otherwise."""
+
+    answers: dict[str, list[str] | str]
+
+
+class QuizQuestionResultOut(BaseModel):
+    """One question of an attempt; ``explanation`` and the rest appear only once it was answered."""
+
+    id: str
+    answered: bool
+    correct: bool
+    score: float
+    max_score: float
+    feedback: str
+    explanation: str | None
+    hint: str | None
+    common_mistakes: list[str]
+    model_answer: str | None
+    rubric: list[str]
+
+
+class QuizAttemptOut(BaseModel):
+    submission_id: str
+    score: float
+    max_score: float
+    passed: bool
+    verdict: str
+    best_score: float | None
+    attempts: int
+    questions: list[QuizQuestionResultOut]
+
+    @classmethod
+    def of(
+        cls, submission: Submission, result: QuizResult, *, best_score: float | None, attempts: int
+    ) -> QuizAttemptOut:
+        return cls(
+            submission_id=submission.id,
+            score=result.score,
+            max_score=result.max_score,
+            passed=result.passed,
+            verdict=submission.verdict.value if submission.verdict else "failed",
+            best_score=best_score,
+            attempts=attempts,
+            questions=[QuizQuestionResultOut.model_validate(q, from_attributes=True) for q in result.questions],
+        )

@@ -11,6 +11,9 @@ Contract:
   ends that session.
 - ``CSRFMiddleware``: a state-changing ``/api`` request that carries the session cookie (and every login) must
   be ``Content-Type: application/json`` and, when the browser sends ``Origin``, come from this host.
+- HTML forms (outside ``/api``) carry a per-session token: ``csrf_token(request)`` makes it (stored in the
+  signed session, so a new login gets a new one), ``verify_csrf(request, token)`` raises ``Forbidden``.
+- ``BodySizeLimitMiddleware`` takes an optional per-path-prefix limit (uploads need more than code does).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.errors import Conflict, InvalidInput, RateLimited
+from app.errors import Conflict, Forbidden, InvalidInput, RateLimited
 from app.models import Role, User
 
 if TYPE_CHECKING:
@@ -291,6 +294,25 @@ def csrf_problem(scope: Scope) -> str | None:
     return None
 
 
+CSRF_SESSION_KEY = "csrf"
+
+
+def csrf_token(request: Request) -> str:
+    """Return this session's form token, creating it on first use."""
+    token = request.session.get(CSRF_SESSION_KEY)
+    if not isinstance(token, str) or len(token) < 32:
+        token = secrets.token_urlsafe(32)
+        request.session[CSRF_SESSION_KEY] = token
+    return token
+
+
+def verify_csrf(request: Request, token: str | None) -> None:
+    """Raise ``Forbidden`` unless ``token`` is this session's form token."""
+    expected = request.session.get(CSRF_SESSION_KEY)
+    if not isinstance(expected, str) or not token or not hmac.compare_digest(expected, token):
+        raise Forbidden("the form expired or did not come from this site; reload the page and try again")
+
+
 async def _send_json(send: Send, status: int, detail: str, *, close: bool = False) -> None:
     body = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -322,20 +344,25 @@ class BodySizeLimitMiddleware:
 
     BODY_METHODS = UNSAFE_METHODS
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.path_limits = path_limits or {}
 
-    def _too_large(self) -> str:
-        return f"request body is larger than {self.max_bytes // 1024} KiB"
+    def _limit(self, path: str) -> int:
+        return next((n for prefix, n in self.path_limits.items() if path.startswith(prefix)), self.max_bytes)
+
+    def _too_large(self, limit: int) -> str:
+        return f"request body is larger than {limit // 1024} KiB"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in self.BODY_METHODS:
             await self.app(scope, receive, send)
             return
+        limit = self._limit(scope.get("path", ""))
         declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await _send_json(send, 413, self._too_large(), close=True)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _send_json(send, 413, self._too_large(limit), close=True)
             return
         chunks: list[bytes] = []
         size = 0
@@ -345,8 +372,8 @@ class BodySizeLimitMiddleware:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                await _send_json(send, 413, self._too_large(), close=True)
+            if size > limit:
+                await _send_json(send, 413, self._too_large(limit), close=True)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

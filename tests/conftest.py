@@ -2,7 +2,8 @@
 
 Contract:
 - ``GPULAB_TEST_DATABASE_URL`` (default ``postgresql://postgres@127.0.0.1:5432/gpulab_test``) is created if
-  missing and its tables made with ``Base.metadata.create_all`` (migrations are tested on their own).
+  missing and its tables made with ``Base.metadata.create_all`` (migrations are tested on their own); a database
+  whose tables lack a column the models declare is emptied and made afresh.
   Unreachable PostgreSQL skips the tests that need it, or fails them when ``CI=true``.
 - ``db_session`` runs inside an outer transaction that is rolled back after the test; ``session.commit()``
   only releases a savepoint, so nothing a test writes is ever visible to another. Tests ``commit()`` their
@@ -75,12 +76,30 @@ def database_url() -> str:
     return TEST_DATABASE_URL
 
 
+def _schema_drifted(engine: Engine) -> bool:
+    """Say whether an existing table lacks a column the models now declare (``create_all`` never adds one)."""
+    from sqlalchemy import inspect
+
+    inspector = inspect(engine)
+    existing = set(inspector.get_table_names())
+    for table in Base.metadata.sorted_tables:
+        if table.name in existing:
+            columns = {c["name"] for c in inspector.get_columns(table.name)}
+            if set(table.columns.keys()) - columns:
+                return True
+    return False
+
+
 @pytest.fixture(scope="session")
 def pg_engine(database_url: str) -> Iterator[Engine]:
     """Return an engine on the test database with every table created."""
     import app.models  # noqa: F401  (registers the tables on Base.metadata)
 
     engine = create_engine(_psycopg_url(database_url), pool_pre_ping=True)
+    if _schema_drifted(engine):  # a model gained a column since this database was made: start it afresh
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DROP SCHEMA public CASCADE")
+            conn.exec_driver_sql("CREATE SCHEMA public")
     Base.metadata.create_all(engine)
     yield engine
     engine.dispose()

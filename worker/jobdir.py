@@ -1,9 +1,12 @@
 """Write a job directory for the runner and read back the result it leaves, trusting nothing in it.
 
 Contract (the runner side is ``worker/runner/README.md``):
-- ``write_job_dir(root, spec=..., code=...)`` creates ``root/job.json``, ``root/submission/<module>.py``,
-  ``root/tests/...`` (read-only for the sandbox) and ``root/out/`` (the only place it may write; owned by
-  ``owner`` when given and we are root). Everything else is readable by any uid, nothing is writable by it.
+- ``write_job_dir(root, spec=..., code=...)`` creates, for the judge: ``root/job.json`` and
+  ``root/tests/...`` (read-only) and ``root/out/`` (the only place it writes); for the subject:
+  ``root/subject.json`` and ``root/submission/<module>.py`` (read-only); for both: ``root/probes/probes.py``
+  (read-only, may be absent) and ``root/ipc/`` (the judge creates ``judge.sock`` there). ``out/`` and
+  ``ipc/`` are owned by ``owner`` (the judge's uid) when given and we are root. Everything else is
+  readable by any uid, nothing is writable by it; which part each sandbox sees is the backend's job.
 - ``read_result(out_dir)`` returns the parsed ``result.json`` or ``None`` when it is missing, not a plain
   file, a link, larger than ``max_bytes``, not JSON or not exactly the documented schema. It never raises
   for anything the sandbox wrote, and never unpickles.
@@ -23,6 +26,7 @@ JOB_VERSION = 1
 RESULT_VERSION = 1
 MODULE = "submission"
 MAX_RESULT_BYTES = 1024 * 1024
+MAX_REPLY_BYTES = 4 * 1024 * 1024
 MAX_TESTS = 2000
 MAX_ID_CHARS = 1000
 MAX_MESSAGE_CHARS = 8000
@@ -64,19 +68,32 @@ def write_job_dir(
         "timeout_s": float(spec.limits.timeout_s),
         "module": MODULE,
         "tests": [{"id": t.id, "points": t.points} for t in spec.tests],
+        "max_reply_bytes": MAX_REPLY_BYTES,
     }
     _write_file(root / "job.json", json.dumps(job, indent=2))
+    subject = {
+        "version": JOB_VERSION,
+        "module": MODULE,
+        "preload": list(spec.preload),
+        "max_reply_bytes": MAX_REPLY_BYTES,
+        "devices": {"framework": spec.vdev_framework, "replicas": spec.replicas},
+    }
+    _write_file(root / "subject.json", json.dumps(subject, indent=2))
+    (root / "probes").mkdir(mode=0o755, exist_ok=True)
+    for name, text in sorted(spec.probe_files.items()):
+        _write_file(root / "probes" / _safe_relative(name), text)
     (root / "submission").mkdir(mode=0o755, exist_ok=True)
     _write_file(root / "submission" / f"{MODULE}.py", code)
     tests_dir = root / "tests"
     tests_dir.mkdir(mode=0o755, exist_ok=True)
     for name, text in sorted(files.items()):
         _write_file(tests_dir / _safe_relative(name), text)
-    out = root / "out"
-    out.mkdir(mode=0o755, exist_ok=True)
-    out.chmod(0o755)
-    if owner is not None and os.geteuid() == 0:
-        os.chown(out, *owner)
+    for name in ("out", "ipc"):
+        path = root / name
+        path.mkdir(mode=0o755, exist_ok=True)
+        path.chmod(0o755)
+        if owner is not None and os.geteuid() == 0:
+            os.chown(path, *owner)
     return root
 
 

@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from app.errors import ExerciseFormatError
+from worker.quiz import parse_quiz
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")
 KINDS = ("code", "quiz")
@@ -30,6 +31,10 @@ FRAMEWORKS = ("python", "torch", "tensorflow")
 DIFFICULTIES = ("beginner", "intermediate", "advanced")
 MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 200
+# "auto": the framework's virtual devices on CPU workers (virtual CUDA for torch, logical CPUs for TensorFlow);
+# "processes": one real process per replica (DistributedDataParallel over gloo), no virtual CUDA.
+DEVICE_MODES = ("auto", "processes")
+PRELOADS: dict[str, tuple[str, ...]] = {"python": (), "torch": ("torch",), "tensorflow": ("tensorflow",)}
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".json", ".csv", ".cfg"}
 
 
@@ -71,6 +76,7 @@ class ExerciseSpec:
     tests: list[ExpectedTest] = field(default_factory=list)
     wrong: list[WrongVariant] = field(default_factory=list)
     replicas: int = 1
+    devices: str = "auto"
 
     @property
     def prompt_md(self) -> str:
@@ -92,6 +98,23 @@ class ExerciseSpec:
     def hidden_test_files(self) -> dict[str, str]:
         """Return the hidden test files keyed by their path below ``tests/``."""
         return {p[len("tests/") :]: c for p, c in self.files.items() if p.startswith("tests/")}
+
+    @property
+    def probe_files(self) -> dict[str, str]:
+        """Return the probe module(s) that run next to the learner's code, keyed by name below ``probes/``."""
+        return {p: c for p, c in self.files.items() if p == "probes.py"}
+
+    @property
+    def vdev_framework(self) -> str:
+        """Return which framework's virtual devices the subject prepares ("none" for one plain CPU)."""
+        if self.replicas < 2 or self.devices == "processes" or self.framework == "python":
+            return "none"
+        return self.framework
+
+    @property
+    def preload(self) -> tuple[str, ...]:
+        """Return the modules the subject imports once, before it forks a process per test."""
+        return PRELOADS[self.framework]
 
     @property
     def example_test_files(self) -> dict[str, str]:
@@ -141,6 +164,13 @@ def _choice(slug: str, meta: dict[str, Any], key: str, allowed: tuple[str, ...],
     return str(value)
 
 
+def _replicas(slug: str, meta: dict[str, Any]) -> int:
+    value = meta.get("replicas", 1)
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 8:
+        raise ExerciseFormatError(slug, f"replicas must be a whole number from 1 to 8 (got {value!r})")
+    return value
+
+
 def _build(slug: str, meta: dict[str, Any], files: dict[str, str]) -> ExerciseSpec:
     title = meta.get("title")
     if not isinstance(title, str) or not title.strip():
@@ -163,7 +193,8 @@ def _build(slug: str, meta: dict[str, Any], files: dict[str, str]) -> ExerciseSp
         queue=_choice(slug, meta, "queue", QUEUES, "cpu"),
         limits=limits,
         files=dict(files),
-        replicas=int(meta.get("replicas", 1)),
+        replicas=_replicas(slug, meta),
+        devices=_choice(slug, meta, "devices", DEVICE_MODES, "auto"),
     )
     if "prompt.md" not in files:
         raise ExerciseFormatError(slug, "prompt.md is missing")
@@ -182,6 +213,12 @@ def _build(slug: str, meta: dict[str, Any], files: dict[str, str]) -> ExerciseSp
             raise ExerciseFormatError(slug, f"[points] names unknown tests: {', '.join(sorted(unknown))}")
         spec.tests = [ExpectedTest(id=i, points=float(points.get(i, 1))) for i in ids]
         spec.wrong = _wrong_variants(slug, meta, files, set(ids))
+    elif kind == "quiz":
+        # Quizzes are graded in the app, without a sandbox; each question counts as one "test" for the score.
+        if "quiz.toml" not in files:
+            raise ExerciseFormatError(slug, "quiz.toml is missing")
+        quiz = parse_quiz(slug, files["quiz.toml"])
+        spec.tests = [ExpectedTest(id=q.id, points=q.points) for q in quiz.questions]
     return spec
 
 

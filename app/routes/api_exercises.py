@@ -1,22 +1,62 @@
-"""``/api/exercises``: the published exercises, their safe details, and submitting code to one.
+"""``/api/exercises``: the published exercises, their safe details, submitting code, my progress and attempts.
 
 Contract: everything needs a login. A submission is committed before it is dispatched, so a crash between
 the two leaves a queued row that ``recover_unfinished`` picks up at the next start, never a lost grade.
+``POST /{slug}/runs`` grades code against the visible ``examples/`` tests at once and answers with the
+``SubmissionOut`` shape (``id`` empty): nothing is stored, runs are bounded per process and rate-limited per
+user (429 with Retry-After).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Request
 
-from app.deps import CurrentUser, DispatcherDep, ExerciseDep, InstructorDep, SessionDep, SettingsDep
+from app.deps import CurrentUser, Dispatcher, DispatcherDep, ExerciseDep, InstructorDep, SessionDep, SettingsDep
+from app.example_runs import RunGate, run_examples_now
 from app.exercises import list_published
-from app.schemas import ExerciseDetail, ExerciseSummary, StaffSubmissionOut, SubmissionCreated, SubmissionIn
+from app.models import Submission, utcnow
+from app.progress import attempts_for, progress_for
+from app.schemas import (
+    ExerciseDetail,
+    ExerciseSummary,
+    ProgressOut,
+    StaffSubmissionOut,
+    SubmissionCreated,
+    SubmissionIn,
+    SubmissionOut,
+    example_run_out,
+)
 from app.submissions import create_submission, list_for_exercise
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/exercises", tags=["exercises"])
+_gate_lock = threading.Lock()
+
+
+def get_run_gate(request: Request) -> RunGate:
+    """Return the process's example-run gate, made on first use with one slot per grading worker."""
+    with _gate_lock:
+        gate: RunGate | None = getattr(request.app.state, "run_gate", None)
+        if gate is None:
+            gate = request.app.state.run_gate = RunGate(max_parallel=request.app.state.settings.grading_workers)
+        return gate
+
+
+RunGateDep = Annotated[RunGate, Depends(get_run_gate)]
+
+
+def dispatch_committed(dispatcher: Dispatcher, submission: Submission) -> None:
+    """Hand a committed submission to grading; a failed hand-over leaves it queued for recovery."""
+    queue = submission.exercise_version.queue
+    try:
+        dispatcher.dispatch(submission.id, queue)
+    except Exception:
+        # The row is committed and queued: recovery at the next start re-dispatches it, so accept it anyway.
+        log.exception("could not dispatch submission %s to %s; it stays queued", submission.id, queue)
 
 
 @router.get("")
@@ -44,14 +84,33 @@ def submit(
     submission = create_submission(
         session=session, user=user, exercise=exercise, code=body.code, max_bytes=settings.max_code_bytes
     )
-    queue = submission.exercise_version.queue
     session.commit()
-    try:
-        dispatcher.dispatch(submission.id, queue)
-    except Exception:
-        # The row is committed and queued: recovery at the next start re-dispatches it, so accept it anyway.
-        log.exception("could not dispatch submission %s to %s; it stays queued", submission.id, queue)
+    dispatch_committed(dispatcher, submission)
     return SubmissionCreated(id=submission.id, status=submission.status)
+
+
+@router.post("/{slug}/runs")
+def run_examples(
+    body: SubmissionIn, exercise: ExerciseDep, user: CurrentUser, settings: SettingsDep, gate: RunGateDep
+) -> SubmissionOut:
+    """Grade the code against the visible example tests now; nothing is stored or counted."""
+    started = utcnow()
+    version = exercise.current_version
+    assert version is not None  # get_published only returns exercises with a current version
+    outcome = run_examples_now(version=version, code=body.code, user_id=user.id, gate=gate, settings=settings)
+    return example_run_out(version, outcome, started)
+
+
+@router.get("/{slug}/progress")
+def my_progress(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> ProgressOut:
+    """Return my standing on this exercise: state, attempts and best score."""
+    return ProgressOut.of(exercise, progress_for(session=session, user=user, exercise=exercise))
+
+
+@router.get("/{slug}/attempts")
+def my_attempts(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> list[SubmissionOut]:
+    """List my submissions to this exercise (any version), newest first."""
+    return [SubmissionOut.of(s) for s in attempts_for(session=session, user=user, exercise=exercise)]
 
 
 @router.get("/{slug}/submissions")

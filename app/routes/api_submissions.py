@@ -1,9 +1,10 @@
-"""``/api/submissions`` and ``/api/me/submissions``: a submission's result, its live status stream, my list.
+"""``/api/submissions`` and ``/api/me``: a submission's result, its live status stream and diff, my list and progress.
 
-Contract: learners see only their own submissions (others' are 404); staff see all. The events stream is
-``text/event-stream``: an ``event: status`` whose data is the ``SubmissionOut`` JSON, sent first and then at
-every change of status or verdict, a ``: keep-alive`` comment every ``KEEPALIVE_S`` without change, and it ends
-after the first graded/error event, when the client goes away, or after ``MAX_STREAM_S``.
+Contract: learners see only their own submissions (others' are 404); staff see all. A submission's diff is
+against its author's previous attempt on the same exercise (``previous_id`` null and no lines for the first).
+The events stream is ``text/event-stream``: an ``event: status`` whose data is the ``SubmissionOut`` JSON,
+sent first and then at every change of status or verdict, a ``: keep-alive`` comment every ``KEEPALIVE_S``
+without change, and it ends after the first graded/error event, when the client goes away, or after ``MAX_STREAM_S``.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from app.deps import CurrentUser, SessionDep, SessionFactory, SessionFactoryDep, SubmissionDep
+from app.exercises import list_published
 from app.models import Submission
-from app.schemas import SETTLED, SubmissionOut
+from app.progress import Progress, diff_lines, previous_attempt, progress_by_exercise
+from app.schemas import SETTLED, AttemptDiffOut, ProgressOut, SubmissionOut
 from app.submissions import list_for_user
 
 POLL_INTERVAL_S = 0.3
@@ -38,6 +41,21 @@ def submission_detail(submission: SubmissionDep) -> SubmissionOut:
 def my_submissions(user: CurrentUser, session: SessionDep) -> list[SubmissionOut]:
     """List my submissions, newest first."""
     return [SubmissionOut.of(s) for s in list_for_user(session=session, user=user)]
+
+
+@router.get("/api/me/progress")
+def my_progress(user: CurrentUser, session: SessionDep) -> list[ProgressOut]:
+    """Return my standing on every published exercise."""
+    mine = progress_by_exercise(session=session, user=user)
+    return [ProgressOut.of(e, mine.get(e.id, Progress())) for e in list_published(session=session)]
+
+
+@router.get("/api/submissions/{submission_id}/diff")
+def submission_diff(submission: SubmissionDep, session: SessionDep) -> AttemptDiffOut:
+    """Return the unified diff of this submission's code against its author's previous attempt."""
+    previous = previous_attempt(session=session, submission=submission)
+    lines = diff_lines(previous.code, submission.code) if previous else []
+    return AttemptDiffOut.of(submission, previous, lines)
 
 
 def _snapshot(factory: SessionFactory, submission_id: str) -> SubmissionOut | None:

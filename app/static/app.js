@@ -1,4 +1,5 @@
-// Shared page behaviour: the login form and the log-out button. No external code, no innerHTML.
+// Shared page behaviour: JSON calls for the page scripts, error text, local times. No external code, no innerHTML.
+// Logging in and out are plain HTML forms (with the session's CSRF token), so they work without this file.
 "use strict";
 
 async function postJson(url, body) {
@@ -24,45 +25,16 @@ function showError(element, text) {
   element.hidden = !text;
 }
 
-function setUpLogin() {
-  const form = document.getElementById("login-form");
-  if (!form) return;
-  const error = document.getElementById("login-error");
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    showError(error, "");
-    const button = form.querySelector("button[type=submit]");
-    button.disabled = true;
-    try {
-      const response = await postJson("/api/auth/login", {
-        email: form.elements.email.value,
-        password: form.elements.password.value,
-      });
-      if (response.ok) {
-        const next = form.dataset.next || "/exercises";
-        window.location.assign(next.startsWith("/") && !next.startsWith("//") ? next : "/exercises");
-        return;
-      }
-      showError(error, await errorText(response));
-    } catch (_) {
-      showError(error, "Could not reach the server; try again.");
-    } finally {
-      button.disabled = false;
+function localTimes(root) {
+  // The server writes UTC; show the reader's own clock where the browser can.
+  for (const element of (root || document).querySelectorAll("time[datetime]")) {
+    const when = new Date(element.getAttribute("datetime"));
+    if (!Number.isNaN(when.getTime())) {
+      element.title = element.textContent;
+      element.textContent = when.toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
     }
-  });
+  }
 }
 
-function setUpLogout() {
-  const button = document.getElementById("logout");
-  if (!button) return;
-  button.addEventListener("click", async () => {
-    await postJson("/api/auth/logout").catch(() => null);
-    window.location.assign("/login");
-  });
-}
-
-window.gpulab = { postJson, errorText, showError };
-document.addEventListener("DOMContentLoaded", () => {
-  setUpLogin();
-  setUpLogout();
-});
+window.gpulab = { postJson, errorText, showError, localTimes };
+document.addEventListener("DOMContentLoaded", () => localTimes(document));

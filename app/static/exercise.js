@@ -1,10 +1,16 @@
-// Exercise page: submit code as JSON, then follow the submission's status over Server-Sent Events and show
-// the result without reloading. Everything from the server is inserted with textContent, never innerHTML.
+// Exercise page: the CodeMirror editor (when its bundle loaded), submit / run examples / reset, and the live
+// result. A submission is followed over Server-Sent Events (queued -> running -> graded) with a progress
+// indicator; example runs answer directly. Everything from the server or the learner is inserted with
+// textContent, never innerHTML. Without this script the form still posts the textarea to the server.
 "use strict";
 
 (function () {
   const SETTLED = new Set(["graded", "error"]);
+  const STEP_TEXT = { queued: "Waiting for a grader…", running: "Running your code against the tests…" };
   let source = null;
+  let timer = null;
+  let editor = null;
+  let busy = false;
 
   function byId(id) { return document.getElementById(id); }
 
@@ -18,10 +24,54 @@
     return value === null || value === undefined ? "–" : String(Math.round(value * 100) / 100);
   }
 
-  function render(sub) {
+  function announce(text) { setText("live-status", text); }
+
+  // --- progress indicator -------------------------------------------------------------------------------
+
+  function startProgress(step, text) {
+    const started = Date.now();
+    byId("progress").hidden = false;
+    setProgressStep(step, text);
+    setText("progress-elapsed", "0 s");
+    window.clearInterval(timer);
+    timer = window.setInterval(() => {
+      setText("progress-elapsed", Math.round((Date.now() - started) / 1000) + " s");
+    }, 1000);
+  }
+
+  function setProgressStep(step, text) {
+    setText("progress-text", text || STEP_TEXT[step] || step);
+    let reached = true;
+    for (const item of byId("progress").querySelectorAll(".steps li")) {
+      const current = item.dataset.step === step;
+      item.classList.toggle("done", reached && !current);
+      item.classList.toggle("current", current);
+      if (current) { item.setAttribute("aria-current", "step"); reached = false; } else { item.removeAttribute("aria-current"); }
+    }
+  }
+
+  function stopProgress() {
+    window.clearInterval(timer);
+    timer = null;
+    byId("progress").hidden = true;
+  }
+
+  function setBusy(value) {
+    busy = value;
+    for (const id of ["submit-button", "run-button", "reset-button"]) {
+      const button = byId(id);
+      if (button) button.disabled = value;
+    }
+  }
+
+  // --- result -------------------------------------------------------------------------------------------
+
+  function render(sub, title) {
     byId("result").hidden = false;
+    setText("result-title", title);
     const status = setText("result-status", sub.status);
     status.className = "badge status-" + sub.status;
+    status.hidden = Boolean(sub.verdict);
     const verdict = setText("result-verdict", sub.verdict ? sub.verdict.replace("_", " ") : "");
     verdict.className = "badge verdict-" + (sub.verdict || "none");
     verdict.hidden = !sub.verdict;
@@ -65,64 +115,163 @@
     byId("result-stderr-box").hidden = !sub.stderr;
   }
 
-  function follow(id) {
+  function settledText(sub, what) {
+    const verdict = (sub.verdict || sub.status).replace("_", " ");
+    const score = sub.score === null ? "" : ", " + formatPoints(sub.score) + " of " + formatPoints(sub.max_score) + " points";
+    return what + ": " + verdict + score + ".";
+  }
+
+  // --- standing (best score, attempts) --------------------------------------------------------------------
+
+  async function refreshStanding(slug) {
+    try {
+      const response = await fetch("/api/exercises/" + encodeURIComponent(slug) + "/progress", { credentials: "same-origin" });
+      if (!response.ok) return;
+      const p = await response.json();
+      const labels = { not_started: "Not started", attempted: "Attempted", passed: "Passed" };
+      const state = byId("standing-state");
+      state.className = "state state-" + p.state;
+      state.lastChild.textContent = labels[p.state] || p.state;
+      setText("standing-best", p.best_score === null ? "" : "best: " + formatPoints(p.best_score) + "/" + formatPoints(p.best_max_score));
+      const link = setText("standing-history", "History (" + p.attempts + ")");
+      link.hidden = !p.attempts;
+    } catch (_) { /* the standing is a convenience; the history page has it all */ }
+  }
+
+  // --- following a submission -----------------------------------------------------------------------------
+
+  function follow(id, slug, live) {
     if (source) source.close();
-    source = new EventSource("/api/submissions/" + encodeURIComponent(id) + "/events");
-    source.addEventListener("status", (event) => {
-      const sub = JSON.parse(event.data);
-      render(sub);
-      if (SETTLED.has(sub.status)) {
-        source.close();
-        source = null;
-        byId("submit-button").disabled = false;
+    const url = "/api/submissions/" + encodeURIComponent(id);
+    const settle = (sub) => {
+      stopProgress();
+      setBusy(false);
+      if (live) {
+        announce(settledText(sub, "Graded"));
+        refreshStanding(slug);
       }
+    };
+    const show = (sub) => {
+      render(sub, live ? "Result" : "Result of your last submission");
+      if (SETTLED.has(sub.status)) { settle(sub); return true; }
+      if (live) { setProgressStep(sub.status); announce(STEP_TEXT[sub.status] || sub.status); }
+      return false;
+    };
+    source = new EventSource(url + "/events");
+    source.addEventListener("status", (event) => {
+      if (show(JSON.parse(event.data))) { source.close(); source = null; }
     });
     source.addEventListener("error", () => {
-      // The server ends the stream after the final event; EventSource would reconnect, so fall back to one fetch.
+      // The server ends the stream after the final event and EventSource would reconnect: ask once instead.
       if (source) { source.close(); source = null; }
-      fetch("/api/submissions/" + encodeURIComponent(id), { credentials: "same-origin" })
+      fetch(url, { credentials: "same-origin" })
         .then((r) => (r.ok ? r.json() : null))
         .then((sub) => {
-          if (!sub) return;
-          render(sub);
-          if (!SETTLED.has(sub.status)) window.setTimeout(() => follow(id), 2000);
-          else byId("submit-button").disabled = false;
+          if (!sub) { stopProgress(); setBusy(false); return; }
+          if (!show(sub)) window.setTimeout(() => follow(id, slug, live), 2000);
         })
-        .catch(() => { byId("submit-button").disabled = false; });
+        .catch(() => { stopProgress(); setBusy(false); });
     });
+  }
+
+  // --- actions --------------------------------------------------------------------------------------------
+
+  function currentCode(form) {
+    return editor ? editor.getValue() : form.elements.code.value;
+  }
+
+  async function submitCode(form) {
+    const error = byId("submit-error");
+    if (busy) return;
+    window.gpulab.showError(error, "");
+    setBusy(true);
+    const slug = form.dataset.slug;
+    try {
+      const response = await window.gpulab.postJson(
+        "/api/exercises/" + encodeURIComponent(slug) + "/submissions", { code: currentCode(form) },
+      );
+      if (response.status === 401) { window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname)); return; }
+      if (!response.ok) {
+        window.gpulab.showError(error, await window.gpulab.errorText(response));
+        setBusy(false);
+        return;
+      }
+      const created = await response.json();
+      byId("result").hidden = true;
+      startProgress("queued");
+      announce("Submitted. " + STEP_TEXT.queued);
+      follow(created.id, slug, true);
+    } catch (_) {
+      window.gpulab.showError(error, "Could not reach the server; try again.");
+      setBusy(false);
+    }
+  }
+
+  async function runExamples(form) {
+    const error = byId("submit-error");
+    if (busy) return;
+    window.gpulab.showError(error, "");
+    setBusy(true);
+    byId("result").hidden = true;
+    startProgress("running", "Running the example tests…");
+    announce("Running the example tests…");
+    try {
+      const response = await window.gpulab.postJson(
+        "/api/exercises/" + encodeURIComponent(form.dataset.slug) + "/runs", { code: currentCode(form) },
+      );
+      if (!response.ok) {
+        window.gpulab.showError(error, await window.gpulab.errorText(response));
+        announce("The example tests could not run.");
+        return;
+      }
+      const run = await response.json();
+      render(run, "Example tests (not graded)");
+      announce(settledText(run, "Example tests"));
+    } catch (_) {
+      window.gpulab.showError(error, "Could not reach the server; try again.");
+    } finally {
+      stopProgress();
+      setBusy(false);
+    }
+  }
+
+  function resetToStarter(form) {
+    const starter = JSON.parse(byId("starter-code").textContent);
+    if (!window.confirm("Replace your code with the starter code? Your current code is lost unless you submitted it.")) return;
+    if (editor) { editor.setValue(starter); editor.focus(); } else { form.elements.code.value = starter; form.elements.code.focus(); }
+    announce("The editor holds the starter code again.");
   }
 
   document.addEventListener("DOMContentLoaded", () => {
     const form = byId("submit-form");
     if (!form) return;
-    const error = byId("submit-error");
-    const button = byId("submit-button");
+    const textarea = form.elements.code;
 
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
-      window.gpulab.showError(error, "");
-      button.disabled = true;
+    if (window.gpulabEditor) {
       try {
-        const response = await window.gpulab.postJson(
-          "/api/exercises/" + encodeURIComponent(form.dataset.slug) + "/submissions",
-          { code: form.elements.code.value },
-        );
-        if (response.status === 401) { window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname)); return; }
-        if (!response.ok) {
-          window.gpulab.showError(error, await window.gpulab.errorText(response));
-          button.disabled = false;
-          return;
-        }
-        const created = await response.json();
-        render({ status: created.status, verdict: null, score: null, max_score: 0, tests: [], message: "", stdout: "", stderr: "", device: "", runtime_ms: null });
-        follow(created.id);
-      } catch (_) {
-        window.gpulab.showError(error, "Could not reach the server; try again.");
-        button.disabled = false;
+        editor = window.gpulabEditor.mount(textarea, {
+          labelId: "code-label", describedBy: "editor-help", onSubmit: () => submitCode(form),
+        });
+        byId("code-label").addEventListener("click", () => editor.focus());
+      } catch (err) {
+        editor = null; // the textarea stays usable
+        textarea.hidden = false;
+        console.error("gpulab: the code editor could not start", err);
       }
+    }
+    textarea.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); submitCode(form); }
     });
 
+    form.addEventListener("submit", (event) => { event.preventDefault(); submitCode(form); });
+    const run = byId("run-button");
+    if (run) { run.hidden = false; run.addEventListener("click", () => runExamples(form)); }
+    const reset = byId("reset-button");
+    reset.hidden = false;
+    reset.addEventListener("click", () => resetToStarter(form));
+
+    window.gpulabExercise = { editor: () => editor };  // for tests and the browser console
     // Show the result of the last submission (its code is already in the editor).
-    if (form.dataset.lastSubmission) follow(form.dataset.lastSubmission);
+    if (form.dataset.lastSubmission) follow(form.dataset.lastSubmission, form.dataset.slug, false);
   });
 })();

@@ -1,26 +1,38 @@
-"""A real `gpulab serve` process on SQLite with the real bank, shared by the end-to-end tests of one module."""
+"""End-to-end fixtures: a real `gpulab serve` process on SQLite, and a headless Chromium driven by Playwright.
+
+``serve_gpulab`` migrates a fresh data folder, optionally syncs the real bank, adds users through the CLI
+and serves on a free port; ``live_server`` is that with the bank and two learners, shared by one module.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.support import child_env, free_port, wait_for
+from tests.support import REPO_ROOT, child_env, free_port, wait_for
 
 PASSWORD = "a-fine-long-password"
 LEARNERS = ("ada@example.com", "bob@example.com")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+SCREENSHOTS = REPO_ROOT / "docs" / "screenshots"
 
 
-@pytest.fixture(scope="module")
-def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Migrate, sync the bank, add two learners, serve on a free port; yield the base URL."""
-    data = tmp_path_factory.mktemp("serve")
+@contextmanager
+def serve_gpulab(data: Path, users: Sequence[tuple[str, str]], *, sync: bool = True) -> Iterator[str]:
+    """Prepare ``data`` with the CLI, serve it, yield the base URL, and stop the server afterwards."""
     env = child_env(mode="dev", data_dir=str(data), secret_key="k" * 48)
-    steps: list[tuple[list[str], str | None]] = [(["db", "upgrade"], None), (["exercises", "sync"], None)]
-    steps += [(["user", "add", email, "--role", "learner", "--password-stdin"], PASSWORD + "\n") for email in LEARNERS]
+    steps: list[tuple[list[str], str | None]] = [(["db", "upgrade"], None)]
+    if sync:
+        steps.append((["exercises", "sync"], None))
+    steps += [(["user", "add", email, "--role", role, "--password-stdin"], PASSWORD + "\n") for email, role in users]
     for args, stdin in steps:
         done = subprocess.run(["gpulab", *args], env=env, input=stdin, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
@@ -46,3 +58,30 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Serve the real bank with two learners; yield the base URL."""
+    with serve_gpulab(tmp_path_factory.mktemp("serve"), [(email, "learner") for email in LEARNERS]) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Launch Debian's Chromium headless (fails under CI when it is missing)."""
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Chromium is not installed at {CHROMIUM}")
+        pytest.skip("Chromium is not installed")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update"],
+        )
+        try:
+            yield chromium
+        finally:
+            chromium.close()

@@ -68,8 +68,11 @@ def test_grade_exit_codes_and_json(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_exercises_check_passes_for_the_bank(tmp_path: Path) -> None:
-    result = gpulab("exercises", "check", data_dir=tmp_path, timeout_s=900)
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("slug", sorted(p.parent.name for p in BANK.glob("*/exercise.toml")))
+def test_exercises_check_passes_for_the_bank(slug: str, tmp_path: Path) -> None:
+    # One exercise per test: a failure names its exercise, and each gets its own time budget.
+    result = gpulab("exercises", "check", slug, data_dir=tmp_path, timeout_s=840)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all exercises check out" in result.stdout
     assert "BAD" not in result.stdout

@@ -24,6 +24,10 @@ def make_job(root: Path, code: str, tests: dict[str, str], *, timeout_s: float =
     (job / "submission").mkdir(parents=True)
     (job / "tests").mkdir()
     (job / "out").mkdir()
+    (job / "ipc").mkdir()
+    (job / "probes").mkdir()
+    subject = {"version": 1, "module": "submission", "preload": [], "max_reply_bytes": 1 << 20}
+    (job / "subject.json").write_text(json.dumps(subject))
     sources = {name: textwrap.dedent(text) for name, text in tests.items()}
     ids = discover_test_ids("runner-test", sources)
     expected = [{"id": i, "points": 1.0} for i in ids]
@@ -210,11 +214,14 @@ def test_inner_timeout_reports_the_running_test_and_stops(tmp_path: Path) -> Non
     assert tests_by_id["test_t.py::test_second"]["message"].startswith("Not run")
 
 
-def test_hard_exit_leaves_no_result(tmp_path: Path) -> None:
+def test_hard_exit_fails_every_test_but_the_judge_reports(tmp_path: Path) -> None:
     job = make_job(tmp_path, "import os\nos._exit(0)\n", ADD_TESTS)
     proc, result = run_runner(job)
     assert proc.returncode == 0
-    assert result is None
+    assert result is not None
+    for test in result["tests"]:
+        assert test["outcome"] == "failed"
+        assert test["message"] == "Your code exited while the test was running (exit code 0)"
 
 
 @pytest.mark.parametrize("job_json", [None, "not json", '{"version": 2, "timeout_s": 1}', '{"version": 1}'])

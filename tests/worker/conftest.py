@@ -93,7 +93,7 @@ def leftovers() -> Callable[[int], tuple[list[str], list[str]]]:
 
 
 def leftover_state(uid: int) -> tuple[list[str], list[str]]:
-    """Return the job cgroups left under the test parent and the live processes of ``uid``."""
+    """Return the job cgroups left under the test parent and the live processes of ``uid`` in them."""
     groups = [str(p) for p in CGROUP_ROOT.glob(f"*/{CGROUP_NAME}/*") if p.is_dir()]
     live = []
     for status in Path("/proc").glob("[0-9]*/status"):
@@ -101,6 +101,13 @@ def leftover_state(uid: int) -> tuple[list[str], list[str]]:
             fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
         except (OSError, ValueError):
             continue
-        if fields.get("Uid", "").split()[:1] == [str(uid)] and not fields.get("State", "").startswith("Z"):
+        if fields.get("Uid", "").split()[:1] != [str(uid)] or fields.get("State", "").startswith("Z"):
+            continue
+        # Only this suite's jobs count: other gradings (a server under test, another suite) may run meanwhile.
+        try:
+            ours = CGROUP_NAME in (status.parent / "cgroup").read_text()
+        except OSError:
+            continue
+        if ours:
             live.append(f"{status.parent.name} {fields.get('Name', '').strip()}")
     return groups, live

@@ -13,9 +13,10 @@ from app.errors import SandboxUnavailable
 from worker.grading import NOT_REPORTED, grade
 from worker.outcome import GradeOutcome, TestOutcomeKind, Verdict
 from worker.sandbox import get_sandbox
+from worker.sandbox.base import SandboxRun
 from worker.sandbox.local import LocalSandbox
 from worker.sandbox.unsafe import UnsafeSandbox
-from worker.spec import ExerciseSpec
+from worker.spec import ExerciseSpec, Limits
 
 SpecFactory = Callable[..., ExerciseSpec]
 CORRECT = "def add(a, b):\n    return a + b\n"
@@ -66,12 +67,32 @@ def test_endless_loop_times_out(local_sandbox: LocalSandbox, tiny_spec: SpecFact
     assert result.runtime_ms < (1 + local_sandbox.timeout_margin_s + 2) * 1000
 
 
-def test_hard_exit_is_a_crash(local_sandbox: LocalSandbox, tiny_spec: SpecFactory) -> None:
-    code = "import os\n\ndef add(a, b):\n    os._exit(0)\n"
+def test_hard_exit_fails_the_running_test_only(local_sandbox: LocalSandbox, tiny_spec: SpecFactory) -> None:
+    # Each test gets a fresh learner process: an exit fails the test it happened in, the next one still runs.
+    code = "import os\n\ndef add(a, b):\n    if a < 0:\n        os._exit(0)\n    return a + b\n"
     result = grade(tiny_spec(timeout_s=5), code, sandbox=local_sandbox)
+    assert result.verdict is Verdict.failed
+    assert result.score == 1.0
+    assert outcomes(result)["test_add.py::test_negative"] == (
+        TestOutcomeKind.failed,
+        "Your code exited while the test was running (exit code 0)",
+    )
+
+
+def test_judge_that_never_reports_is_a_crash(tiny_spec: SpecFactory) -> None:
+    class SilentSandbox:
+        name = "silent"
+        isolated = True
+
+        def check(self) -> None:
+            pass
+
+        def run(self, job_dir: Path, limits: Limits) -> SandboxRun:
+            return SandboxRun(exit_code=-9)
+
+    result = grade(tiny_spec(timeout_s=5), CORRECT, sandbox=SilentSandbox())
     assert result.verdict is Verdict.crashed
-    assert "exited with code 0" in result.message
-    assert result.score == 0.0
+    assert "was killed by SIGKILL" in result.message
     assert {message for _, message in outcomes(result).values()} == {NOT_REPORTED}
 
 
@@ -143,8 +164,7 @@ def test_get_sandbox_picks_backends(tmp_path: Path) -> None:
     env = {"mode": "dev", "data_dir": tmp_path}
     assert isinstance(get_sandbox(Settings(sandbox="local", **env)), LocalSandbox)  # type: ignore[arg-type]
     assert isinstance(get_sandbox(Settings(sandbox="unsafe", **env)), UnsafeSandbox)  # type: ignore[arg-type]
-    with pytest.raises(SandboxUnavailable, match="docker"):
-        get_sandbox(Settings(sandbox="docker", **env))  # type: ignore[arg-type]
+    assert get_sandbox(Settings(sandbox="docker", **env)).name == "docker"  # type: ignore[arg-type]
 
 
 def test_local_check_names_a_missing_user() -> None:

@@ -39,7 +39,18 @@ def test_write_job_dir_lays_out_the_contract(tmp_path: Path, tiny_spec: Callable
             {"id": "test_add.py::test_small", "points": 1.0},
             {"id": "test_add.py::test_negative", "points": 2.0},
         ],
+        "max_reply_bytes": 4 * 1024 * 1024,
     }
+    subject = json.loads((job / "subject.json").read_text())
+    assert subject == {
+        "version": 1,
+        "module": "submission",
+        "preload": [],
+        "max_reply_bytes": 4 * 1024 * 1024,
+        "devices": {"framework": "none", "replicas": 1},
+    }
+    assert "test_add" not in (job / "subject.json").read_text(), "the subject's config names no hidden test"
+    assert (job / "ipc").is_dir() and (job / "probes").is_dir()
     assert (job / "submission" / "submission.py").read_text().startswith("def add")
     assert (job / "tests" / "test_add.py").exists()
     assert (job / "out").is_dir() and not any((job / "out").iterdir())

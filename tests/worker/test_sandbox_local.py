@@ -127,7 +127,8 @@ def test_only_out_and_tmp_are_writable(
             except OSError:
                 return False
 
-        paths = ["/job/out/probe", "/tmp/probe", "/dev/shm/probe", "/job/probe", "/job/tests/probe",
+        paths = ["/job/out/probe", "/job/ipc/probe", "/job/probes/probe",
+                 "/tmp/probe", "/dev/shm/probe", "/job/probe", "/job/tests/probe",
                  "/job/submission/probe", "/job/job.json", "/etc/probe", "/usr/probe", "/probe",
                  "/opt/gpulab/runner/probe", {str(venv_file)!r}, {str(tmp_path / "escaped")!r}]
         print(json.dumps({{p: try_write(p) for p in paths}}))
@@ -137,7 +138,8 @@ def test_only_out_and_tmp_are_writable(
     """
     run, _ = run_probe(local_sandbox, tmp_path, probe_spec(tiny_spec), code)
     wrote = probe_output(run)
-    assert {p for p, ok in wrote.items() if ok} == {"/job/out/probe", "/tmp/probe", "/dev/shm/probe"}
+    # The learner's process may write its own /tmp and /dev/shm only; /job/out is the judge's.
+    assert {p for p, ok in wrote.items() if ok} == {"/tmp/probe", "/dev/shm/probe"}
     assert not venv_file.exists() and not (tmp_path / "escaped").exists()
 
 
@@ -151,9 +153,9 @@ def test_memory_bomb_is_killed_and_reported(
     """
     run, result = run_probe(local_sandbox, tmp_path, probe_spec(tiny_spec, memory_mb=128), code)
     assert run.memory_exceeded is True
-    assert run.exit_code is not None and run.exit_code < 0
     assert not run.timed_out
-    assert result is None
+    assert result is not None, "the judge lives in its own cgroup and still reports"
+    assert all(t["outcome"] == "failed" and "SIGKILL" in t["message"] for t in result["tests"]), result
 
 
 def test_fork_bomb_is_bounded_by_pids(
@@ -183,7 +185,7 @@ def test_fork_bomb_is_bounded_by_pids(
 def test_endless_sleep_times_out(
     local_sandbox: LocalSandbox, tmp_path: Path, tiny_spec: Callable[..., ExerciseSpec]
 ) -> None:
-    # Blocking SIGALRM defeats the runner's own timer, so only the host's wall clock can end this.
+    # The learner's process ignores every timer; the judge's own deadline ends the test.
     code = """
         import signal, time
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
@@ -191,9 +193,8 @@ def test_endless_sleep_times_out(
     """
     spec = probe_spec(tiny_spec, timeout_s=1)
     run, result = run_probe(local_sandbox, tmp_path, spec, code)
-    assert run.timed_out is True
-    assert run.wall_s < spec.limits.timeout_s + local_sandbox.timeout_margin_s + 2
-    assert result is None
+    assert result is not None and result.get("timed_out") is True
+    assert run.wall_s < spec.limits.timeout_s + 2
 
 
 def test_huge_output_is_truncated_and_stopped(

@@ -32,7 +32,7 @@ def test_real_bank_loads_with_tests_wrong_and_right_variants() -> None:
     assert len(specs) >= 2
     frameworks = {s.framework for s in specs}
     assert {"python", "torch"} <= frameworks
-    for spec in specs:
+    for spec in [s for s in specs if s.kind == "code"]:
         assert spec.tests and spec.max_score > 0, spec.slug
         assert spec.wrong, f"{spec.slug} ships no known-wrong variants"
         assert spec.starter and spec.solution and spec.prompt_md
@@ -102,3 +102,13 @@ def test_folder_with_a_symlink_is_refused(tmp_path: Path) -> None:
 def test_discovery_ignores_non_test_files_and_helpers() -> None:
     ids = discover_test_ids("x", {"helpers.py": "def test_no(): pass", "test_b.py": "def test_yes(): pass\nx = 1\n"})
     assert ids == ["test_b.py::test_yes"]
+
+
+def test_probes_and_preloads_follow_the_framework() -> None:
+    files = {**tiny(), "probes.py": "def seen(submission):\n    return 1\n"}
+    spec = ExerciseSpec.from_files("tiny-one", files)
+    assert spec.probe_files == {"probes.py": files["probes.py"]}
+    assert spec.preload == ()
+    toml = 'framework = "torch"\n' + files["exercise.toml"]
+    torch_spec = ExerciseSpec.from_files("tiny-one", {**files, "exercise.toml": toml})
+    assert torch_spec.preload == ("torch",)

@@ -1,17 +1,20 @@
-"""Import the learner's module, run pytest over the hidden tests, and turn reports into teaching results.
+"""The judge's pytest run: hidden tests that reach the learner's code only through the subject.
 
 Contract:
-- ``run_tests(job)`` returns ``(tests, error, timed_out)``: ``tests`` is the ``result.json`` test list (ids
-  relative to the tests folder, parametrized ids folded into their base id), ``error`` a collection/setup
-  problem or ``None``, ``timed_out`` whether the inner time limit fired.
-- Tests reach the learner's code through the ``submission`` fixture or ``import submission``; if importing
-  it failed, both raise ``SubmissionImportError`` whose text is the teaching message.
+- ``run_tests(job, client)`` returns ``(tests, error, timed_out)``: ``tests`` is the ``result.json`` test
+  list (ids relative to the tests folder, parametrized ids folded into their base id), ``error`` a
+  collection/setup problem or ``None``, ``timed_out`` whether the inner time limit fired.
+- Tests reach the learner's code through the ``submission`` fixture (or ``import submission``), a
+  ``SubmissionProxy`` whose calls run in the subject, and the ``probe`` fixture: ``probe("name", *args)``
+  runs ``probes.name(submission_module, *args)`` there. Both return data only. Each test gets a fresh
+  learner process on its first call, stopped after the test.
+- The learner's module is never imported here; ``sys.path`` holds the tests and ``probes/`` only.
 - Messages are the teaching part of a failure (assertion text, ``ExcType: message``), never a traceback.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import os
 import re
 import signal
@@ -24,10 +27,22 @@ from typing import Any
 
 import pytest
 
+from .client import (
+    LearnerException,
+    RunnerTimeout,
+    SubjectClient,
+    SubjectExited,
+    SubjectProtocolError,
+    SubmissionImportError,
+    SubmissionProxy,
+)
+
 MAX_MESSAGE = 2000
 MAX_INTROSPECTION_LINES = 12
 FUNCTION_REPR = re.compile(r"<(?:function|bound method|built-in function) ([\w.]+) at 0x[0-9a-f]+>")
 RETRIGGER_S = 0.5
+# The alarm backs up the client's per-call deadline (same instant) for time spent in the tests themselves.
+ALARM_GRACE_S = 0.5
 
 
 @dataclass
@@ -37,52 +52,20 @@ class Job:
     module: str
     expected: list[str] = field(default_factory=list)
 
+    max_reply_bytes: int = 4 * 1024 * 1024
+
     @property
-    def submission_path(self) -> Path:
-        return self.job_dir / "submission" / f"{self.module}.py"
+    def probes_dir(self) -> Path:
+        return self.job_dir / "probes"
 
     @property
     def tests_dir(self) -> Path:
         return self.job_dir / "tests"
 
 
-class RunnerTimeout(BaseException):
-    """Raised in the main thread when the job's time limit is reached (BaseException: harder to swallow)."""
-
-
-class SubmissionImportError(Exception):
-    """The learner's module could not be imported; the text is the teaching message."""
-
-
-class _BrokenSubmission(types.ModuleType):
-    """Stand-in module so ``import submission`` in a test fails with the teaching message, not a re-run."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(name)
-        self._gpulab_message = message
-
-    def __getattr__(self, attr: str) -> Any:
-        # Dunder look-ups come from the import machinery and introspection: answer them like a plain module.
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        raise SubmissionImportError(self._gpulab_message)
-
-
 def _trim(text: str) -> str:
     text = text.strip()
     return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 15].rstrip() + "\n... (trimmed)"
-
-
-def _learner_line(exc: BaseException, submission_path: Path) -> int | None:
-    """Return the last line of the learner's file the traceback passes through."""
-    target = str(submission_path)
-    line = None
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == target:
-            line = tb.tb_lineno
-        tb = tb.tb_next
-    return line
 
 
 def _assertion_message(exc: AssertionError) -> str:
@@ -99,52 +82,21 @@ def _assertion_message(exc: AssertionError) -> str:
     return "\n".join(lines[:MAX_INTROSPECTION_LINES])
 
 
-def describe(exc: BaseException, submission_path: Path) -> str:
-    """Return the teaching message for an exception raised by a test or the learner's code."""
-    if isinstance(exc, SubmissionImportError):
+def describe(exc: BaseException) -> str:
+    """Return the teaching message for an exception raised by a test or carried over from the learner."""
+    if isinstance(exc, SubmissionImportError | SubjectExited | SubjectProtocolError):
         return _trim(str(exc))
+    if isinstance(exc, LearnerException):
+        return _trim(exc.teaching())
     if isinstance(exc, pytest.fail.Exception):
         return _trim(str(exc) or "The test failed")
     if isinstance(exc, AssertionError):
         return _trim(_assertion_message(exc))
-    if isinstance(exc, SystemExit):
-        return f"Your code called exit() (exit code {exc.code!r}) while being tested"
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    line = _learner_line(exc, submission_path)
-    if line is not None:
-        text += f" (your code, line {line})"
     return _trim(text)
 
 
-def _import_message(exc: BaseException, submission_path: Path) -> str:
-    """Explain why importing the learner's module failed."""
-    if isinstance(exc, SyntaxError):
-        where = f" on line {exc.lineno}" if exc.lineno else ""
-        source = f"\n    {exc.text.strip()}" if exc.text and exc.text.strip() else ""
-        return _trim(f"Your code has a syntax error{where}: {exc.msg}{source}")
-    if isinstance(exc, SystemExit):
-        return f"Your code called exit() (exit code {exc.code!r}) while being imported"
-    if isinstance(exc, RunnerTimeout):
-        return "Your code did not finish being imported within the time limit (an endless loop at top level?)"
-    line = _learner_line(exc, submission_path)
-    where = f" (line {line})" if line is not None else ""
-    return _trim(f"Your code raised {type(exc).__name__} while being imported: {exc}{where}")
-
-
-def _import_submission(job: Job) -> str | None:
-    """Import the learner's module into ``sys.modules``; return the teaching message if that failed."""
-    spec = importlib.util.spec_from_file_location(job.module, job.submission_path)
-    if spec is None or spec.loader is None:
-        return "Your code could not be loaded"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[job.module] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException as exc:  # anything the learner's top-level code does is a teaching message
-        message = _import_message(exc, job.submission_path)
-        sys.modules[job.module] = _BrokenSubmission(job.module, message)
-        return message
-    return None
+LEARNER_CAUSED = (SubmissionImportError, SubjectExited, SubjectProtocolError, LearnerException, RunnerTimeout)
 
 
 def _base_id(nodeid: str) -> str:
@@ -163,9 +115,10 @@ class _Record:
 class GradingPlugin:
     """Pytest plugin: provides the ``submission`` fixture and collects per-test outcomes."""
 
-    def __init__(self, job: Job, import_message: str | None) -> None:
+    def __init__(self, job: Job, client: SubjectClient) -> None:
         self.job = job
-        self.import_message = import_message
+        self.client = client
+        self.proxy = SubmissionProxy(job.module, client)
         self.timed_out = False
         self.records: dict[str, _Record] = {}
         self.param_records: dict[str, list[tuple[str, _Record]]] = {}
@@ -173,10 +126,24 @@ class GradingPlugin:
 
     @pytest.fixture(name="submission")
     def submission_fixture(self) -> types.ModuleType:
-        """Give the test the learner's imported module."""
-        if self.import_message is not None:
-            raise SubmissionImportError(self.import_message)
-        return sys.modules[self.job.module]
+        """Give the test the learner's module as a proxy: calls run in the learner's process."""
+        return self.proxy
+
+    @pytest.fixture(name="probe")
+    def probe_fixture(self) -> Any:
+        """Give the test ``probe(name, *args, **kwargs)``: run an exercise probe next to the learner's code."""
+        return self.probe
+
+    def probe(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Run ``probes.<name>(submission, *args, **kwargs)`` in the learner's process; return its data."""
+        return self.client.probe(name, args, kwargs)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        # The next test must start from a fresh process: nothing of this one may leak into it.
+        # A learner process that will not stop is the next test's failure, not this one's.
+        with contextlib.suppress(Exception, RunnerTimeout, SubjectExited, SubjectProtocolError):
+            self.client.end()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
@@ -184,11 +151,13 @@ class GradingPlugin:
         if call.excinfo is not None:
             exc = call.excinfo.value
             if isinstance(exc, RunnerTimeout):
+                # The client's own deadline may fire before the alarm does: either way the run is over.
+                self.timed_out = True
                 item.session.shouldstop = "time limit reached"
                 report.gpulab_message = f"Time limit of {self.job.timeout_s:g} s reached while this test was running"
             else:
-                report.gpulab_message = describe(exc, self.job.submission_path)
-            report.gpulab_learner = isinstance(exc, SubmissionImportError | RunnerTimeout)
+                report.gpulab_message = describe(exc)
+            report.gpulab_learner = isinstance(exc, LEARNER_CAUSED)
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -217,10 +186,8 @@ class GradingPlugin:
             exc = exc.__cause__
         if isinstance(exc, RunnerTimeout):
             self.timed_out = True
-        learner_caused = isinstance(exc, SubmissionImportError | RunnerTimeout) or (
-            isinstance(exc, ImportError) and getattr(exc, "name", None) == self.job.module
-        )
-        message = describe(exc, self.job.submission_path)
+        learner_caused = isinstance(exc, LEARNER_CAUSED)
+        message = describe(exc)
         self.collect_errors.append((node.nodeid, message, learner_caused))
 
     def results(self) -> tuple[list[dict[str, Any]], str | None]:
@@ -270,13 +237,14 @@ def _fold(base: str, params: list[tuple[str, _Record]]) -> dict[str, Any]:
 
 
 def _scrub_environment(job: Job) -> None:
-    """Ignore ``PYTEST_*`` settings and installed plugins; keep only the learner's folder importable."""
+    """Ignore ``PYTEST_*`` settings and plugins; make ``probes/`` importable and ``submission`` the proxy."""
     for key in [k for k in os.environ if k.startswith("PYTEST_")]:
         del os.environ[key]
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     cwd = os.getcwd()
     sys.path[:] = [p for p in sys.path if p not in ("", ".", cwd)]
-    sys.path.insert(0, str(job.submission_path.parent))
+    if job.probes_dir.is_dir():
+        sys.path.insert(0, str(job.probes_dir))
     sys.dont_write_bytecode = True
 
 
@@ -289,14 +257,15 @@ class _Timer:
         self.stopped = False
 
     def _fire(self, signum: int, frame: types.FrameType | None) -> None:
-        if self.stopped:
+        # Once the client's deadline has stopped the run, raising again would land in pytest's own code.
+        if self.stopped or self.plugin.timed_out:
             return
         self.plugin.timed_out = True
         raise RunnerTimeout()
 
     def start(self) -> None:
         signal.signal(signal.SIGALRM, self._fire)
-        signal.setitimer(signal.ITIMER_REAL, self.timeout_s, RETRIGGER_S)
+        signal.setitimer(signal.ITIMER_REAL, self.timeout_s + ALARM_GRACE_S, RETRIGGER_S)
 
     def stop(self) -> None:
         self.stopped = True
@@ -321,31 +290,26 @@ def pytest_args(job: Job) -> list[str]:
     ]  # fmt: skip
 
 
-def run_tests(job: Job) -> tuple[list[dict[str, Any]], str | None, bool]:
+def run_tests(job: Job, client: SubjectClient) -> tuple[list[dict[str, Any]], str | None, bool]:
     """Run the job's tests; return the result test list, the collection error and whether time ran out."""
     _scrub_environment(job)
-    plugin = GradingPlugin(job, None)
+    plugin = GradingPlugin(job, client)
+    sys.modules[job.module] = plugin.proxy
     timer = _Timer(plugin, job.timeout_s)
     started = time.monotonic()
     timer.start()
     error: str | None = None
     try:
-        plugin.import_message = _import_submission(job)
-        if plugin.timed_out:
-            raise RunnerTimeout()
         exit_code = pytest.main(pytest_args(job), plugins=[plugin])
         if exit_code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR) and not plugin.timed_out:
             error = f"pytest could not run the tests (exit code {int(exit_code)})"
     except RunnerTimeout:
         plugin.timed_out = True
-    except BaseException as exc:  # the learner's code may raise anything through pytest; report, don't die
+    except BaseException as exc:  # a test may raise anything through pytest; report, don't die
         error = _trim(f"The test run stopped early: {type(exc).__name__}: {exc}")
     finally:
         timer.stop()
     if not plugin.timed_out and time.monotonic() - started > job.timeout_s:
         plugin.timed_out = True
-    if plugin.import_message is not None and not plugin.param_records:
-        # Nothing ran (time ran out while importing, or the tests never started): every test gets the reason.
-        plugin.collect_errors.append(("", plugin.import_message, True))
     tests, collect_error = plugin.results()
     return tests, error or collect_error, plugin.timed_out

@@ -1,11 +1,14 @@
 """Launcher run as root by the local backend between ``Popen`` and ``setpriv``; stdlib only.
 
 Contract: ``python -I -S launch.py SPEC_JSON ERROR_FILE`` where the spec is ``{"cgroup_procs": [path...],
-"binds": [[source, target]...], "argv": [...], "env": {...}}``. It forks one child that writes its pid into
-every ``cgroup.procs`` (so everything it becomes is accounted from its first instruction), enters a private
-mount namespace, bind-mounts each source onto its target there (targets are empty folders the sandbox uid
-can reach; sources may sit below folders it cannot, like ``/root``) and ``execve``s ``argv`` with exactly
-``env``. The mounts vanish with the namespace when the run ends.
+"binds": [[source, target]...], "fds": {"10": path...}, "argv": [...], "env": {...}}``. It forks one child
+that writes its pid into every ``cgroup.procs`` (so everything it becomes is accounted from its first
+instruction), enters a private mount namespace, bind-mounts each source onto its target there (targets are
+empty folders the sandbox uid can reach; sources may sit below folders it cannot, like ``/root``), opens
+each ``fds`` path read-only as exactly that inheritable fd (bwrap's ``--seccomp FD`` reads it; the file
+may be root-only) and ``execve``s ``argv`` with exactly ``env``. The launcher works the same in a child
+forked from a warm, pre-imported template process: every step acts on the calling process only.
+The mounts vanish with the namespace when the run ends.
 The launcher itself stays outside the job's cgroups as a child subreaper: it reaps every process the run
 leaves (so no zombie waits for a slow init) and exits with the child's code, 128+N if signal N killed it.
 If the child fails before exec, it writes the reason to ``ERROR_FILE`` (root-only, so sandboxed code cannot
@@ -51,6 +54,12 @@ def _exec_child(spec: dict[str, Any], libc: ctypes.CDLL) -> None:
         _check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), libc, "make / private")
         for source, target in spec["binds"]:
             _check(libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), libc, f"bind {source}")
+    for number, path in spec.get("fds", {}).items():
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        if fd != int(number):
+            os.dup2(fd, int(number))
+            os.close(fd)
+        os.set_inheritable(int(number), True)
     os.execve(spec["argv"][0], spec["argv"], spec["env"])  # noqa: S606 - an exact argv, no shell involved
 
 

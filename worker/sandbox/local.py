@@ -1,32 +1,41 @@
-"""The ``local`` backend: bubblewrap namespaces, an unprivileged uid, rlimits and per-job cgroups.
+"""The ``local`` backend: two bubblewrap sandboxes (judge, subject), unprivileged uids, rlimits, cgroups.
 
-Contract (on top of ``worker/sandbox/base.py``):
-- Needs root, ``bwrap``, ``setpriv`` and ``prlimit``, the sandbox user, and cgroups (see ``cgroups.py``);
-  ``check()`` says which is missing.
-- Process chain: ``launch.py`` (root: joins the job's cgroups, private mount namespace, binds) ->
-  ``setpriv`` (sandbox uid/gid, no groups, no capabilities, no_new_privs) -> ``prlimit`` (CPU, file size,
-  open files, no core) -> ``bwrap`` (new user/pid/net/ipc/uts/mount namespaces, no nested user namespaces)
-  -> ``python -m runner /job``. The environment is exactly ``sandbox_env()``: nothing of the host's.
+Contract (on top of ``worker/sandbox/base.py``, which defines the two roles and their mounts):
+- Needs root, ``bwrap``, ``setpriv`` and ``prlimit``, the users ``gpulab-sandbox`` (subject) and
+  ``gpulab-judge`` (judge), and cgroups (see ``cgroups.py``); ``check()`` says which is missing.
+- Per role, the process chain is ``launch.py`` (root: joins that role's cgroups, private mount namespace,
+  binds, opens the seccomp program as an inherited fd) -> ``setpriv`` (the role's uid/gid, no groups, no
+  capabilities, no_new_privs) -> ``prlimit`` (CPU, file size, open files, no core) -> ``bwrap`` (new
+  user/pid/net/ipc/uts/mount namespaces, no nested user namespaces, ``--seccomp``) -> ``python -m
+  runner.judge /job`` or ``python -m runner.subject /job``. The environment is exactly ``sandbox_env()``.
 - Inside: read-only ``/usr`` and library folders, the host Python at its own paths, the runner at
-  ``/opt/gpulab/runner``, ``/job`` as in ``base.py``, private ``/tmp`` and ``/dev/shm`` tmpfs, only loopback.
-- ``exit_code`` is negative when the sandboxed program was killed by a signal (bwrap reports 128+N).
+  ``/opt/gpulab/runner``, ``/job`` as ``base.py`` says for the role, private size-capped ``/tmp`` and
+  ``/dev/shm``, only loopback (each role its own network namespace; the Unix socket is a file).
+- The subject's cgroup has the exercise's limits; the judge's has the same CPU share, ``memory_mb +
+  JUDGE_EXTRA_MB`` and its own pids budget. Both are killed and removed when the judge ends or the wall
+  clock (``timeout_s`` + margin) runs out.
+- ``exit_code`` is the judge's, negative when it was killed by a signal (bwrap reports 128+N).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
 import shutil
 import sys
 import tempfile
+import threading
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from app.errors import PlatformError, SandboxUnavailable
-from worker.sandbox.base import SandboxRun
+from worker.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.sandbox.cgroups import JobCgroups, detect_layout
-from worker.sandbox.process import run_process
+from worker.sandbox.process import ProcessResult, run_process
+from worker.sandbox.seccomp import write_filter
 from worker.spec import Limits
 
 RUNNER_DIR = Path(__file__).resolve().parent.parent / "runner"
@@ -40,6 +49,9 @@ EXIT_LAUNCH_FAILED = 125
 OPEN_FILES = 1024
 ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
+JUDGE_EXTRA_MB = 512
+JUDGE_PIDS = 64
+SECCOMP_FD = 10
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
@@ -87,8 +99,83 @@ def python_roots() -> list[str]:
     return sorted(roots, key=len)
 
 
+MountOp = tuple[str, ...]
+
+
+def mount_plan(stage: Path, job_dir: Path, role: str, limits: Limits, uid: int, gid: int) -> list[MountOp]:
+    """Return the sandbox's filesystem for ``role``, in order, as ``(kind, ...)`` operations.
+
+    Kinds: ``("ro-bind"|"bind", host_source, target)`` (a source needing root to reach is marked by
+    ``stage-bind``/``stage-ro-bind``), ``("tmpfs", target, size_bytes)``, ``("symlink", link_text, target)``,
+    ``("proc", target)``, ``("dev", target)``, ``("remount-ro", target)``. The cold path renders it as
+    bwrap arguments (``bwrap_args``), the warm path applies it with mount(2) (``entry.py``): one plan, so
+    both sandboxes see the same tree. Generated ``/etc`` files are written into ``stage`` here.
+    """
+    tmpfs_bytes = str(limits.tmpfs_mb * 1024 * 1024)
+    # The private tmpfs comes first: a checkout under the host's /tmp (CI clones there) must be bound
+    # on top of it, not hidden below it.
+    plan: list[MountOp] = [("ro-bind", "/usr", "/usr"), ("tmpfs", SANDBOX_TMP, tmpfs_bytes)]
+    for name in ROOT_LINKS:
+        host = Path("/") / name
+        if host.is_symlink():
+            plan.append(("symlink", os.readlink(host), f"/{name}"))
+        elif host.is_dir():
+            plan.append(("ro-bind", str(host), f"/{name}"))
+    for name in ETC_FILES:
+        if (Path("/etc") / name).exists():
+            plan.append(("ro-bind", f"/etc/{name}", f"/etc/{name}"))
+    generated = {
+        "passwd": f"root:x:0:0::/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}::/tmp:/usr/sbin/nologin\n",
+        "group": f"root:x:0:\nsandbox:x:{gid}:\n",
+        "hosts": "127.0.0.1 localhost\n::1 localhost ip6-localhost\n",
+    }
+    for name, text in generated.items():
+        path = stage / name
+        path.write_text(text)
+        path.chmod(0o644)
+        plan.append(("ro-bind", str(path), f"/etc/{name}"))
+    for root in python_roots():
+        plan.append(("stage-ro-bind", root, root))
+    plan.append(("stage-ro-bind", str(RUNNER_DIR), f"{SANDBOX_RUNNER_ROOT}/runner"))
+    for name, mode in ROLE_MOUNTS[role]:
+        kind = "stage-bind" if mode == "rw" else "stage-ro-bind"
+        plan.append((kind, str(job_dir / name), f"{JOB_MOUNT}/{name}"))
+    plan += [("proc", "/proc"), ("dev", "/dev"), ("tmpfs", SANDBOX_SHM, tmpfs_bytes), ("remount-ro", "/")]
+    return plan
+
+
+def bwrap_args(plan: list[MountOp], staged: Callable[[str], str]) -> list[str]:
+    """Render a mount plan as bwrap arguments; ``staged(source)`` returns where root bound ``source``."""
+    args: list[str] = []
+    job_stage: dict[str, str] = {}
+    for op in plan:
+        kind = op[0]
+        if kind in ("ro-bind", "bind"):
+            args += [f"--{kind}", op[1], op[2]]
+        elif kind in ("stage-ro-bind", "stage-bind"):
+            source = op[1]
+            if op[2].startswith(JOB_MOUNT + "/"):
+                # The job folder is staged once; its parts are bound from there.
+                parent = os.path.dirname(source)
+                if parent not in job_stage:
+                    job_stage[parent] = staged(parent)
+                source = f"{job_stage[parent]}/{os.path.basename(source)}"
+            else:
+                source = staged(source)
+            args += ["--ro-bind" if kind == "stage-ro-bind" else "--bind", source, op[2]]
+        elif kind == "tmpfs":
+            args += ["--size", op[2], "--tmpfs", op[1]]
+        elif kind == "symlink":
+            args += ["--symlink", op[1], op[2]]
+        elif kind in ("proc", "dev", "remount-ro"):
+            args += [f"--{kind}", op[1]]
+        else:
+            raise ValueError(f"unknown mount operation {kind!r}")
+    return args
+
+
 class LocalSandbox:
-    """Run the runner under bubblewrap as an unprivileged user inside per-job cgroups."""
+    """Run the judge and the subject under bubblewrap as two unprivileged users in per-job cgroups."""
 
     name = "local"
     isolated = True
@@ -97,11 +184,15 @@ class LocalSandbox:
         self,
         *,
         user: str = "gpulab-sandbox",
+        judge_user: str = "gpulab-judge",
         cgroup_root: Path = Path("/sys/fs/cgroup"),
         cgroup_name: str = "gpulab",
         timeout_margin_s: float = 5.0,
+        stage_root: Path | None = None,
     ) -> None:
+        self.stage_root = stage_root
         self.user = user
+        self.judge_user = judge_user
         self.cgroup_root = cgroup_root
         self.cgroup_name = cgroup_name
         self.timeout_margin_s = timeout_margin_s
@@ -116,24 +207,27 @@ class LocalSandbox:
             )
         return {name: str(path) for name, path in tools.items()}
 
-    def _ids(self) -> tuple[int, int]:
+    def _ids(self, user: str | None = None) -> tuple[int, int]:
+        user = user or self.user
         try:
-            entry = pwd.getpwnam(self.user)
+            entry = pwd.getpwnam(user)
         except KeyError:
             raise SandboxUnavailable(
-                f"sandbox user {self.user!r} does not exist: create it with "
-                f"'useradd -r -M -s /usr/sbin/nologin {self.user}'"
+                f"sandbox user {user!r} does not exist: create it with "
+                f"'useradd -r -M -s /usr/sbin/nologin {user}' (scripts/setup does)"
             ) from None
         if entry.pw_uid == 0 or entry.pw_gid == 0:
-            raise SandboxUnavailable(f"sandbox user {self.user!r} must not be root or in group root")
+            raise SandboxUnavailable(f"sandbox user {user!r} must not be root or in group root")
         return entry.pw_uid, entry.pw_gid
 
     def check(self) -> None:
         """Raise ``SandboxUnavailable`` naming what this host lacks for the local sandbox."""
         if os.geteuid() != 0:
-            raise SandboxUnavailable("the local sandbox must run as root (it drops to the sandbox user itself)")
+            raise SandboxUnavailable("the local sandbox must run as root (it drops to the sandbox users itself)")
         self._tools()
-        self._ids()
+        subject, judge = self._ids(self.user), self._ids(self.judge_user)
+        if subject[0] == judge[0]:
+            raise SandboxUnavailable(f"{self.user!r} and {self.judge_user!r} must be different users")
         if detect_layout(self.cgroup_root) is None:
             raise SandboxUnavailable(
                 f"no usable cgroups at {self.cgroup_root}: need cgroup v1 memory/pids/cpu or cgroup v2 with them"
@@ -145,68 +239,142 @@ class LocalSandbox:
             raise SandboxUnavailable("user namespaces are disabled (user.max_user_namespaces = 0); bwrap needs them")
 
     def run(self, job_dir: Path, limits: Limits) -> SandboxRun:
-        """Run the runner over ``job_dir`` in the sandbox; see the module contract."""
+        """Run the judge and the subject over ``job_dir``; see the module contract."""
         self.check()
         tools = self._tools()
-        uid, gid = self._ids()
+        subject_ids, judge_ids = self._ids(self.user), self._ids(self.judge_user)
         job_dir = job_dir.resolve()
-        os.chown(job_dir / "out", uid, gid)
-        cgroups = JobCgroups(self.cgroup_root, self.cgroup_name, uuid.uuid4().hex)
-        stage = Path(tempfile.mkdtemp(prefix="gpulab-stage-"))
+        for name in ("out", "ipc"):
+            os.chown(job_dir / name, *judge_ids)
+        job_id = uuid.uuid4().hex
+        judge_limits = dataclasses.replace(limits, memory_mb=limits.memory_mb + JUDGE_EXTRA_MB, pids=JUDGE_PIDS)
+        groups = {"judge": JobCgroups(self.cgroup_root, self.cgroup_name, f"{job_id}-judge"),
+                  "subject": JobCgroups(self.cgroup_root, self.cgroup_name, f"{job_id}-subject")}  # fmt: skip
+        stage = Path(tempfile.mkdtemp(prefix="gpulab-stage-", dir=self.stage_root))
+        results: dict[str, ProcessResult] = {}
         try:
             stage.chmod(0o711)
-            procs = cgroups.create(limits)
-            binds, bwrap_args = self._mounts(stage, job_dir, limits, uid, gid)
-            error_file = stage / "launch-error"
-            spec = {
-                "cgroup_procs": [str(p) for p in procs],
-                "binds": binds,
-                "argv": self._argv(tools, uid, gid, limits, bwrap_args),
-                "env": sandbox_env(limits, SANDBOX_RUNNER_ROOT),
+            seccomp = stage / "seccomp.bpf"
+            write_filter(seccomp)
+            timeout_s = limits.timeout_s + self.timeout_margin_s
+            starters = {
+                "judge": self._starter(stage, job_dir, "judge", judge_limits, judge_ids, tools, groups, seccomp),
+                "subject": self._subject_starter(stage, job_dir, limits, subject_ids, tools, groups, seccomp),
             }
-            result = run_process(
-                [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec), str(error_file)],
-                timeout_s=limits.timeout_s + self.timeout_margin_s,
-                output_bytes=limits.output_bytes,
-                hard_cap_bytes=hard_output_cap(limits),
-                kill=lambda _proc: cgroups.kill(),
-                env={},
-                cwd="/",
-            )
-            if result.exit_code == EXIT_LAUNCH_FAILED and error_file.exists():
-                raise PlatformError(f"sandbox launcher failed: {error_file.read_text()[:500]}")
-            memory_exceeded = cgroups.oom_killed()
+
+            def start(role: str) -> None:
+                results[role] = starters[role](timeout_s)
+
+            subject_thread = threading.Thread(target=start, args=("subject",), daemon=True)
+            subject_thread.start()
+            try:
+                start("judge")
+            finally:
+                # The verdict is the judge's; whatever the learner left running ends with it.
+                groups["subject"].kill()
+                subject_thread.join(timeout=timeout_s + 10)
+            for role in ("judge", "subject"):
+                result = results.get(role)
+                error_file = stage / f"{role}-launch-error"
+                if result is None or (result.exit_code == EXIT_LAUNCH_FAILED and error_file.exists()):
+                    detail = error_file.read_text()[:500] if error_file.exists() else "no result"
+                    raise PlatformError(f"sandbox launcher ({role}) failed: {detail}")
+            memory_exceeded = groups["subject"].oom_killed()
+            judge_oom = groups["judge"].oom_killed()
         finally:
             try:
-                cgroups.remove()
+                for group in groups.values():
+                    group.remove()
             finally:
                 shutil.rmtree(stage, ignore_errors=True)
-        exit_code = result.exit_code
+        judge, subject = results["judge"], results["subject"]
+        if judge_oom and not memory_exceeded:
+            raise PlatformError("the judge ran out of memory (JUDGE_EXTRA_MB too small for this exercise?)")
+        exit_code = judge.exit_code
         if exit_code is not None and 128 < exit_code <= 128 + 64:
             exit_code = 128 - exit_code
         return SandboxRun(
             exit_code=exit_code,
-            timed_out=result.timed_out,
+            timed_out=judge.timed_out,
             memory_exceeded=memory_exceeded,
-            output_exceeded=result.output_exceeded,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            output_truncated=result.output_truncated,
-            wall_s=result.wall_s,
+            output_exceeded=subject.output_exceeded,
+            stdout=subject.stdout,
+            stderr=subject.stderr,
+            output_truncated=subject.output_truncated,
+            wall_s=judge.wall_s,
+            judge_stderr=judge.stderr,
         )
 
+    def _starter(
+        self,
+        stage: Path,
+        job_dir: Path,
+        role: str,
+        limits: Limits,
+        ids: tuple[int, int],
+        tools: dict[str, str],
+        groups: dict[str, JobCgroups],
+        seccomp: Path,
+    ) -> Callable[[float], ProcessResult]:
+        """Prepare ``role``'s cold start (cgroups, mounts, argv) and return the function that runs it."""
+        launch = self._launch_spec(stage, job_dir, role, limits, ids, tools, groups, seccomp)
+        error_file = stage / f"{role}-launch-error"
+
+        def start(timeout_s: float) -> ProcessResult:
+            return run_process(
+                [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(launch), str(error_file)],
+                timeout_s=timeout_s,
+                output_bytes=limits.output_bytes,
+                hard_cap_bytes=hard_output_cap(limits),
+                kill=lambda _proc: groups[role].kill(),
+                env={},
+                cwd="/",
+            )
+
+        return start
+
+    def _subject_starter(
+        self,
+        stage: Path,
+        job_dir: Path,
+        limits: Limits,
+        ids: tuple[int, int],
+        tools: dict[str, str],
+        groups: dict[str, JobCgroups],
+        seccomp: Path,
+    ) -> Callable[[float], ProcessResult]:
+        """Return how the subject starts: cold here; ``warm.WarmLocalSandbox`` forks it from a template."""
+        return self._starter(stage, job_dir, "subject", limits, ids, tools, groups, seccomp)
+
+    def _launch_spec(
+        self,
+        stage: Path,
+        job_dir: Path,
+        role: str,
+        limits: Limits,
+        ids: tuple[int, int],
+        tools: dict[str, str],
+        groups: dict[str, JobCgroups],
+        seccomp: Path,
+    ) -> dict[str, object]:
+        """Return the launcher spec (cgroups, binds, fds, argv, env) of one role."""
+        role_stage = stage / role
+        role_stage.mkdir(mode=0o711)
+        procs = groups[role].create(limits)
+        binds, bwrap_args = self._mounts(role_stage, job_dir, role, limits, *ids)
+        return {
+            "cgroup_procs": [str(p) for p in procs],
+            "binds": binds,
+            "fds": {str(SECCOMP_FD): str(seccomp)},
+            "argv": self._argv(tools, *ids, limits, bwrap_args, role),
+            "env": sandbox_env(limits, SANDBOX_RUNNER_ROOT),
+        }
+
     def _mounts(
-        self, stage: Path, job_dir: Path, limits: Limits, uid: int, gid: int
+        self, stage: Path, job_dir: Path, role: str, limits: Limits, uid: int, gid: int
     ) -> tuple[list[list[str]], list[str]]:
-        """Return the launcher's bind list and bwrap's filesystem arguments."""
+        """Return the launcher's bind list and bwrap's filesystem arguments for ``role``."""
         binds: list[list[str]] = []
-        tmpfs_bytes = str(limits.tmpfs_mb * 1024 * 1024)
-        # The private tmpfs comes first: a checkout under the host's /tmp (CI clones there) must be bound
-        # on top of it, not hidden below it.
-        args: list[str] = [
-            "--ro-bind", "/usr", "/usr",
-            "--size", tmpfs_bytes, "--tmpfs", SANDBOX_TMP,
-        ]  # fmt: skip
 
         def staged(source: str) -> str:
             target = stage / f"m{len(binds)}"
@@ -214,43 +382,12 @@ class LocalSandbox:
             binds.append([source, str(target)])
             return str(target)
 
-        for name in ROOT_LINKS:
-            host = Path("/") / name
-            if host.is_symlink():
-                args += ["--symlink", os.readlink(host), f"/{name}"]
-            elif host.is_dir():
-                args += ["--ro-bind", str(host), f"/{name}"]
-        for name in ETC_FILES:
-            if (Path("/etc") / name).exists():
-                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-        generated = {
-            "passwd": f"root:x:0:0::/root:/usr/sbin/nologin\nsandbox:x:{uid}:{gid}::/tmp:/usr/sbin/nologin\n",
-            "group": f"root:x:0:\nsandbox:x:{gid}:\n",
-            "hosts": "127.0.0.1 localhost\n::1 localhost ip6-localhost\n",
-        }
-        for name, text in generated.items():
-            path = stage / name
-            path.write_text(text)
-            path.chmod(0o644)
-            args += ["--ro-bind", str(path), f"/etc/{name}"]
-        for root in python_roots():
-            args += ["--ro-bind", staged(root), root]
-        args += ["--ro-bind", staged(str(RUNNER_DIR)), f"{SANDBOX_RUNNER_ROOT}/runner"]
-        job = staged(str(job_dir))
-        args += [
-            "--ro-bind", f"{job}/job.json", f"{JOB_MOUNT}/job.json",
-            "--ro-bind", f"{job}/submission", f"{JOB_MOUNT}/submission",
-            "--ro-bind", f"{job}/tests", f"{JOB_MOUNT}/tests",
-            "--bind", f"{job}/out", f"{JOB_MOUNT}/out",
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--size", tmpfs_bytes, "--tmpfs", SANDBOX_SHM,
-            "--remount-ro", "/",
-        ]  # fmt: skip
-        return binds, args
+        return binds, bwrap_args(mount_plan(stage, job_dir, role, limits, uid, gid), staged)
 
-    def _argv(self, tools: dict[str, str], uid: int, gid: int, limits: Limits, fs_args: list[str]) -> list[str]:
-        """Return the setpriv -> prlimit -> bwrap -> python command line."""
+    def _argv(
+        self, tools: dict[str, str], uid: int, gid: int, limits: Limits, fs_args: list[str], role: str
+    ) -> list[str]:
+        """Return the setpriv -> prlimit -> bwrap -> python command line of ``role``."""
         cpu_s = int(limits.timeout_s) + 2
         fsize = limits.file_size_mb * 1024 * 1024
         return [
@@ -264,8 +401,9 @@ class LocalSandbox:
             "--unshare-all", "--unshare-user", "--disable-userns",
             "--die-with-parent", "--new-session",
             "--hostname", "gpulab",
+            "--seccomp", str(SECCOMP_FD),
             *fs_args,
             "--chdir", JOB_MOUNT,
             "--",
-            sys.executable, "-m", "runner", JOB_MOUNT,
+            sys.executable, "-m", f"runner.{role}", JOB_MOUNT,
         ]  # fmt: skip

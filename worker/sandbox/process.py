@@ -7,6 +7,8 @@ Contract:
   calls ``kill()`` and reports ``output_exceeded``. ``kill`` must end every process of the run.
 - After the child exits, pipes still held open by its leftovers are given ``LINGER_S``, then ``kill()``.
 - ``exit_code`` is the child's status as ``subprocess`` reports it (negative: killed by that signal).
+- ``supervise(proc, ...)`` is the same loop for a process started elsewhere (a warm template's child):
+  anything with ``poll()``, ``wait(timeout)`` and the two pipe files.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO, Protocol, TypeVar
 
+P = TypeVar("P", bound="Supervised")
 LINGER_S = 1.0
 READ_CHUNK = 65536
 
@@ -76,6 +80,31 @@ def run_process(
         close_fds=True,
         start_new_session=True,
     )
+    return supervise(proc, started=started, timeout_s=timeout_s, output_bytes=output_bytes,
+                     hard_cap_bytes=hard_cap_bytes, kill=kill)  # fmt: skip
+
+
+class Supervised(Protocol):
+    """What ``supervise`` needs of a process: a ``Popen`` or a stand-in (a warm template's child)."""
+
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+def supervise(
+    proc: P,
+    *,
+    started: float,
+    timeout_s: float,
+    output_bytes: int,
+    hard_cap_bytes: int,
+    kill: Callable[[P], None],
+) -> ProcessResult:
+    """Drain ``proc``'s output pipes under the wall clock and caps of ``run_process``, then reap it."""
     assert proc.stdout is not None and proc.stderr is not None
     streams = {proc.stdout.fileno(): _Capped(output_bytes), proc.stderr.fileno(): _Capped(output_bytes)}
     timed_out = output_exceeded = killed = False
@@ -135,7 +164,7 @@ def run_process(
     )
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> int | None:
+def _reap(proc: Supervised) -> int | None:
     """Wait for the child after it was told to die; ``None`` if it still would not."""
     try:
         return proc.wait(timeout=5)

@@ -1,7 +1,9 @@
 """The ``unsafe`` backend: the runner as a plain child process, for dev and demo hosts only.
 
-Contract: same as ``base.py`` except isolation: the learner's code runs as the worker's user with its
-filesystem and network. It still gets an empty environment (no ``GPULAB_*`` secrets), the wall clock, the
+Contract: same as ``base.py`` except isolation: ``python -m runner JOB_DIR`` runs the judge, which starts
+the subject as its own child over a socketpair; the learner's code runs as the worker's user with its
+filesystem and network (it could read the hidden tests).
+It still gets an empty environment (no ``GPULAB_*`` secrets), the wall clock, the
 output caps and, when ``prlimit`` exists, CPU/file-size/core rlimits. Memory and pids are not limited.
 The job directory is passed by its real path instead of being mounted at ``/job``.
 """

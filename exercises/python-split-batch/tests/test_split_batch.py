@@ -1,6 +1,8 @@
-"""Hidden tests for split_batch: each test checks one part of the contract and explains a failure."""
+"""Hidden tests for split_batch: each test checks one part of the contract and explains a failure.
 
-import copy
+They run in the judge: `submission.split_batch(...)` runs in the learner's process and returns a copy of
+the result as data; `probe(...)` runs a function of probes.py there (for what only that process can see).
+"""
 
 import pytest
 
@@ -97,15 +99,18 @@ def test_shards_keep_every_item_in_order(submission):
             )
 
 
-def test_input_not_mutated(submission):
-    batch = list(range(10))
-    before = copy.deepcopy(batch)
-    got = _split(submission, batch, 3)
+def test_input_not_mutated(probe):
+    # Mutation and identity only exist inside the learner's process: a probe watches them there.
+    try:
+        seen = probe("split_and_watch_input", list(range(10)), 3)
+    except Exception as exc:  # the learner's bug, reported as a test failure
+        pytest.fail(f"split_batch(list(range(10)), 3) raised {type(exc).__name__}: {exc}.")
+    batch, before = seen["input_after"], list(range(10))
     assert batch == before, (
         f"after split_batch(batch, 3) the caller's batch is {batch!r} instead of {before!r}; "
         "do not pop, remove or reorder items of the input list: slice it (slices are new lists)."
     )
-    assert all(s is not batch for s in got), (
+    assert not seen["returned_input"], (
         "split_batch returned the input list itself as a shard; return new lists so that changing "
         "a shard later cannot change the caller's batch (batch[a:b] makes a copy)."
     )

@@ -1,4 +1,8 @@
-"""Visible examples: run them against your code before submitting. The hidden tests check more cases."""
+"""Visible examples: run them against your code before submitting. The hidden tests check more cases.
+
+`submission.unwrap_state_dict(...)` runs your code in its own process: arguments and results travel as
+data (tensors included), so compare keys and values, not object identity.
+"""
 
 from torch import nn
 

@@ -1,0 +1,100 @@
+"""Run a learner's code against an exercise's visible example tests, right away and without storing it.
+
+Contract:
+- ``RunGate`` bounds these runs in one process: at most ``max_parallel`` at once (a caller waits up to
+  ``wait_s`` for a slot, then gets ``RateLimited``) and at most ``per_user`` starts per user in any ``window_s``
+  (``RateLimited`` with Retry-After). A refused run costs the user nothing.
+- ``run_examples_now`` checks the code as a submission would (size, NUL), takes a slot, grades in the sandbox
+  of the current settings through ``worker.examples`` and returns the outcome. It runs in the API process:
+  examples are quick CPU checks, the graded submission still goes through the dispatcher.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from app.config import Settings
+from app.errors import InvalidInput, PayloadTooLarge, RateLimited
+from app.exercises import spec_of
+from app.models import ExerciseVersion
+from worker.outcome import GradeOutcome
+
+RUNS_PER_USER = 10
+WINDOW_S = 60.0
+WAIT_FOR_SLOT_S = 30.0
+
+
+class RunGate:
+    """Concurrency bound plus a per-user sliding-window rate limit; thread-safe, in memory."""
+
+    def __init__(
+        self,
+        max_parallel: int,
+        per_user: int = RUNS_PER_USER,
+        window_s: float = WINDOW_S,
+        wait_s: float = WAIT_FOR_SLOT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_user = per_user
+        self.window_s = window_s
+        self.wait_s = wait_s
+        self._clock = clock
+        self._slots = threading.BoundedSemaphore(max_parallel)
+        self._starts: dict[int, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def _count_start(self, user_id: int) -> None:
+        now = self._clock()
+        with self._lock:
+            starts = self._starts.setdefault(user_id, deque())
+            while starts and starts[0] <= now - self.window_s:
+                starts.popleft()
+            if len(starts) >= self.per_user:
+                oldest = starts[0] if starts else now
+                seconds = max(1, int(oldest + self.window_s - now + 0.999))
+                raise RateLimited(f"too many example runs; try again in {seconds} s", retry_after_s=seconds)
+            starts.append(now)
+
+    def _uncount_start(self, user_id: int) -> None:
+        with self._lock:
+            starts = self._starts.get(user_id)
+            if starts:
+                starts.pop()
+
+    @contextmanager
+    def slot(self, user_id: int) -> Iterator[None]:
+        """Hold one run slot for ``user_id``, or raise ``RateLimited``."""
+        self._count_start(user_id)
+        if not self._slots.acquire(timeout=self.wait_s):
+            self._uncount_start(user_id)
+            raise RateLimited("the example runner is busy; try again in a few seconds", retry_after_s=5)
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+
+def check_code(code: str, max_bytes: int) -> None:
+    """Refuse code a submission would refuse: too large, or holding a NUL character."""
+    if len(code.encode("utf-8", errors="surrogatepass")) > max_bytes:
+        raise PayloadTooLarge(f"code is larger than {max_bytes // 1024} KiB; submit a smaller file")
+    if "\x00" in code:
+        raise InvalidInput("code contains a NUL character")
+
+
+def run_examples_now(
+    *, version: ExerciseVersion, code: str, user_id: int, gate: RunGate, settings: Settings
+) -> GradeOutcome:
+    """Grade ``code`` against the version's example tests in this process's sandbox."""
+    from worker.examples import run_examples  # the worker side is loaded only when a run happens
+    from worker.sandbox import get_sandbox
+
+    check_code(code, settings.max_code_bytes)
+    if version.kind != "code":
+        raise InvalidInput(f"a {version.kind} exercise has no example tests to run")
+    with gate.slot(user_id):
+        return run_examples(spec_of(version), code, sandbox=get_sandbox(settings))

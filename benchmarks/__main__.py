@@ -1,0 +1,470 @@
+"""gpulab benchmarks: ``.venv/bin/python -m benchmarks [--quick] [--out docs/benchmarks.json]`` (root, Linux).
+
+One run, one machine: starts a real ``gpulab serve`` on SQLite (in-process dispatcher, local sandbox) once
+cold (``GPULAB_WARM_POOLS`` unset) and once warm (``all``), and measures through the HTTP API
+
+- submit->verdict latency p50/p95 per exercise (plain Python, torch, TensorFlow), one submission at a time;
+- sustained gradings per second (and per core) with a queue kept full;
+- peak memory per job (cgroup v1 ``memory.max_usage_in_bytes`` of each subject group, sampled);
+- API latency p99 with 100 concurrent simulated learners browsing and submitting (loopback, closed loop),
+  with a stress think time (0.05-0.3 s) and a paced one (1-5 s);
+- a burst of submissions: all accepted, none lost, started in submission order (``started_at``, read from
+  the SQLite file; the property is defined in ``tests/worker/test_burst.py``);
+
+then grades the same plain-Python exercise with Otter-Grader (``otter run``, in ``benchmarks/.venv-otter``,
+installed from PyPI on first use, with ipykernel and matplotlib) as a peer. Results go to JSON;
+``benchmarks/report.py`` (run in that venv) writes the plot next to it. Each server grades a private copy of
+the three exercises, so a half-written exercise elsewhere in the bank cannot break the run.
+Other load on the machine distorts every number: run it when the machine is quiet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+GPULAB = REPO / ".venv" / "bin" / "gpulab"
+CGROUP = "gpulab-bench"
+EMAIL, PASSWORD = "bench@example.com", "bench-password-0123456789"
+
+
+PHASES = ("latency", "throughput", "api", "api_paced", "burst")
+
+
+def exercises() -> dict[str, str]:
+    return {"python": "python-split-batch", "torch": "torch-unwrap-state-dict", "tensorflow": "tf-mirrored-scope"}
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+def machine() -> dict[str, Any]:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor())  # fmt: skip
+    mem_kb = int(
+        next(ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal"))
+    )
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem_kb / 1024 / 1024, 1),
+            "kernel": platform.release(), "python": platform.python_version(),
+            "loadavg_at_start": os.getloadavg()}  # fmt: skip
+
+
+class PeakSampler:
+    """Sample ``memory.max_usage_in_bytes`` of every subject group while they exist; keep each group's peak."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        root = Path("/sys/fs/cgroup/memory") / CGROUP
+        while not self._stop.is_set():
+            for group in root.glob("*-subject"):
+                try:
+                    value = int((group / "memory.max_usage_in_bytes").read_text())
+                except (OSError, ValueError):
+                    continue
+                self.peaks[group.name] = max(value, self.peaks.get(group.name, 0))
+            time.sleep(0.01)
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class LoadSampler:
+    """Sample the 1-minute load average every few seconds while the benchmark runs (other users' load too)."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self.samples: list[float] = []
+        self._every = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(os.getloadavg()[0])
+            self._stop.wait(self._every)
+
+    def __enter__(self) -> LoadSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict[str, float]:
+        values = self.samples or [os.getloadavg()[0]]
+        return {"min": min(values), "mean": sum(values) / len(values), "max": max(values), "samples": len(values)}
+
+
+class Server:
+    """A real ``gpulab serve`` on SQLite in a temporary data dir, with its own copy of the exercises it grades.
+
+    The copy keeps the benchmark independent of the rest of the bank: ``exercises sync`` refuses the whole
+    bank when one exercise is half-written, which would leave nothing to submit to.
+    """
+
+    def __init__(self, warm: bool, workers: int) -> None:
+        self.data = Path(tempfile.mkdtemp(prefix="gpulab-bench-"))
+        self.workers = workers
+        bank = self.data / "exercises"
+        for slug in exercises().values():
+            shutil.copytree(REPO / "exercises" / slug, bank / slug)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.env = {**os.environ, "GPULAB_MODE": "dev", "GPULAB_DATA_DIR": str(self.data),
+                    "GPULAB_CGROUP_NAME": CGROUP, "GPULAB_GRADING_WORKERS": str(workers),
+                    "GPULAB_WARM_POOLS": "all" if warm else "", "GPULAB_BROKER_URL": "",
+                    "GPULAB_EXERCISES_DIR": str(bank)}  # fmt: skip
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def gpulab(self, *args: str, stdin: str | None = None) -> None:
+        subprocess.run([str(GPULAB), *args], env=self.env, input=stdin, text=True, check=True, capture_output=True)
+
+    def __enter__(self) -> Server:
+        self.gpulab("db", "upgrade")
+        self.gpulab("exercises", "sync")
+        self.gpulab("user", "add", EMAIL, "--role", "learner", "--password-stdin", stdin=PASSWORD + "\n")
+        log = open(self.data / "serve.log", "wb")
+        self.proc = subprocess.Popen([str(GPULAB), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+                                     env=self.env, stdout=log, stderr=log)  # fmt: skip
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/api/exercises", timeout=1).status_code in (200, 401):
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise RuntimeError("gpulab serve did not start: " + (self.data / "serve.log").read_text()[-2000:])
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        shutil.rmtree(self.data, ignore_errors=True)
+
+    def db(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.data / "gpulab.db", timeout=30)
+
+    def drain(self, timeout_s: float = 1800) -> int:
+        """Wait until nothing is queued or running (what earlier phases left); return how many were left."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.db() as db:
+                (left,) = db.execute(
+                    "SELECT count(*) FROM submissions WHERE status IN ('queued', 'running')"
+                ).fetchone()
+            if left == 0 or time.monotonic() >= deadline:
+                return int(left)
+            time.sleep(0.5)
+
+    def client(self) -> httpx.Client:
+        client = httpx.Client(base_url=self.url, timeout=120)
+        client.post("/api/auth/login", json={"email": EMAIL, "password": PASSWORD}).raise_for_status()
+        return client
+
+
+def solution(slug: str) -> str:
+    return (REPO / "exercises" / slug / "solution.py").read_text()
+
+
+def submit(client: httpx.Client, slug: str, code: str) -> str:
+    response = client.post(f"/api/exercises/{slug}/submissions", json={"code": code})
+    response.raise_for_status()
+    return str(response.json()["id"])
+
+
+def wait_graded(client: httpx.Client, ids: list[str], timeout_s: float = 900) -> dict[str, dict[str, Any]]:
+    done: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(done) < len(ids) and time.monotonic() < deadline:
+        for sid in ids:
+            if sid in done:
+                continue
+            body = client.get(f"/api/submissions/{sid}").json()
+            if body["status"] not in ("queued", "running"):
+                body["seen_at"] = time.monotonic()
+                done[sid] = body
+        time.sleep(0.005)
+    return done
+
+
+def latency(server: Server, runs: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with PeakSampler() as sampler:
+        client = server.client()
+        for runtime, slug in exercises().items():
+            code = solution(slug)
+            wait_graded(client, [submit(client, slug, code)])  # first use: a warm pool starts its template here
+            times, verdicts = [], []
+            for _ in range(runs):
+                started = time.monotonic()
+                sid = submit(client, slug, code)
+                body = wait_graded(client, [sid])[sid]
+                times.append(body["seen_at"] - started)
+                verdicts.append(body["verdict"])
+            out[runtime] = {"slug": slug, "runs": runs, "p50_s": pct(times, 50), "p95_s": pct(times, 95),
+                            "verdicts": sorted(set(verdicts))}  # fmt: skip
+    peaks = sorted(sampler.peaks.values())
+    out["peak_memory_mb_per_job"] = {"median": pct(peaks, 50) / 2**20 if peaks else None,
+                                     "max": max(peaks) / 2**20 if peaks else None, "jobs": len(peaks)}  # fmt: skip
+    return out
+
+
+def throughput(server: Server, slug: str, jobs: int) -> dict[str, Any]:
+    with PeakSampler() as sampler:
+        client = server.client()
+        code = solution(slug)
+        started = time.monotonic()
+        ids = [submit(client, slug, code) for _ in range(jobs)]
+        done = wait_graded(client, ids)
+        elapsed = max(b["seen_at"] for b in done.values()) - started
+    cores = os.cpu_count() or 1
+    peaks = sorted(sampler.peaks.values())
+    return {"slug": slug, "jobs": jobs, "graded": len(done), "seconds": elapsed, "per_s": len(done) / elapsed,
+            "per_s_per_core": len(done) / elapsed / cores,
+            "peak_memory_mb_median": pct(peaks, 50) / 2**20 if peaks else None}  # fmt: skip
+
+
+def burst(server: Server, slug: str, count: int) -> dict[str, Any]:
+    client = server.client()
+    code = solution(slug)
+    accepted = []
+    started = time.monotonic()
+    for _ in range(count):
+        response = client.post(f"/api/exercises/{slug}/submissions", json={"code": code})
+        if response.status_code == 202:
+            accepted.append(response.json()["id"])
+    accept_s = time.monotonic() - started
+    done = wait_graded(client, accepted, timeout_s=1800)
+    graded_s = time.monotonic() - started
+    # Submission order per queue (tests/worker/test_burst.py defines it): started_at is stamped when a worker
+    # claims the row, so a later submission may start before an earlier one only while both are in flight
+    # (W workers): the largest j - i with j started before i must stay below W.
+    with server.db() as db:
+        every = db.execute(
+            "SELECT id, created_at, started_at, status, attempts FROM submissions ORDER BY created_at, rowid"
+        )
+        wanted = set(accepted)
+        rows = [r for r in every.fetchall() if r[0] in wanted]
+    starts = [r[2] or "" for r in rows]
+    displacement = max((j - i for i in range(len(starts)) for j in range(i + 1, len(starts))
+                        if starts[j] < starts[i]), default=0)  # fmt: skip
+    return {"submitted": count, "accepted": len(accepted), "graded": len(done), "lost": len(accepted) - len(done),
+            "accept_seconds": accept_s, "graded_seconds": graded_s, "workers": server.workers,
+            "max_start_displacement": displacement, "in_order": displacement < server.workers,
+            "attempts": sorted({r[4] for r in rows}), "statuses": sorted({r[3] for r in rows}),
+            "verdicts": sorted({b["verdict"] for b in done.values()})}  # fmt: skip
+
+
+async def _learner(
+    client: httpx.AsyncClient,
+    slug: str,
+    code: str,
+    until: float,
+    samples: list[float],
+    errors: list[str],
+    think_s: tuple[float, float],
+) -> None:
+    rng = random.Random()  # noqa: S311 - think times, not secrets
+    while time.monotonic() < until:
+        choice = rng.random()
+        started = time.monotonic()
+        try:
+            if choice < 0.05:
+                response = await client.post(f"/api/exercises/{slug}/submissions", json={"code": code})
+            elif choice < 0.5:
+                response = await client.get("/api/exercises")
+            elif choice < 0.8:
+                response = await client.get(f"/api/exercises/{slug}")
+            else:
+                response = await client.get("/api/me/progress")
+            error = str(response.status_code) if response.status_code >= 400 else ""
+        except httpx.HTTPError as exc:
+            error = type(exc).__name__  # a timeout counts at its full duration, and as an error
+        samples.append(time.monotonic() - started)
+        if error:
+            errors.append(error)
+        await asyncio.sleep(rng.uniform(*think_s))  # think time
+
+
+async def _api_load(
+    url: str, learners: int, seconds: float, think_s: tuple[float, float]
+) -> tuple[list[float], list[str]]:
+    samples: list[float] = []
+    errors: list[str] = []
+    limits = httpx.Limits(max_connections=learners)
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
+        (await client.post("/api/auth/login", json={"email": EMAIL, "password": PASSWORD})).raise_for_status()
+        slug = exercises()["python"]
+        code = solution(slug)
+        until = time.monotonic() + seconds
+        await asyncio.gather(*(_learner(client, slug, code, until, samples, errors, think_s) for _ in range(learners)))
+    return samples, errors
+
+
+STRESS_THINK_S = (0.05, 0.3)  # ~5 requests/s per learner: a stress test, far above what people click
+PACED_THINK_S = (1.0, 5.0)  # ~0.33 requests/s per learner: still a busy class
+
+
+def api_p99(server: Server, learners: int, seconds: float, think_s: tuple[float, float]) -> dict[str, Any]:
+    """Closed loop: each learner waits for its answer, thinks ``think_s``, and sends the next request."""
+    samples, errors = asyncio.run(_api_load(server.url, learners, seconds, think_s))
+    kinds = {kind: errors.count(kind) for kind in sorted(set(errors))}
+    return {"learners": learners, "seconds": seconds, "think_s": list(think_s), "requests": len(samples),
+            "requests_per_s": len(samples) / seconds, "errors": len(errors), "error_kinds": kinds,
+            "p50_ms": pct(samples, 50) * 1000, "p95_ms": pct(samples, 95) * 1000, "p99_ms": pct(samples, 99) * 1000,
+            "max_ms": max(samples, default=float("nan")) * 1000}  # fmt: skip
+
+
+TOOLS_VENV = REPO / "benchmarks" / ".venv-otter"
+
+
+def tools_venv() -> Path:
+    """The benchmark's own venv (Otter-Grader and matplotlib from PyPI, first use only); not the app's venv."""
+    venv = TOOLS_VENV
+    if not all(list(venv.glob(f"lib/python*/site-packages/{m}")) for m in ("otter", "ipykernel", "matplotlib")):
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "otter-grader", "ipykernel", "matplotlib"],
+                       check=True)  # fmt: skip
+    return venv
+
+
+def plot(results: Path, png: Path) -> None:
+    """Draw the latency/throughput figure with ``benchmarks/report.py`` in the tools venv."""
+    try:
+        venv = tools_venv()
+        subprocess.run([str(venv / "bin" / "python"), str(REPO / "benchmarks" / "report.py"), str(results), str(png)],
+                       check=True)  # fmt: skip
+    except (OSError, subprocess.CalledProcessError) as exc:
+        print(f"no plot: {exc}", file=sys.stderr)
+
+
+def otter(runs: int) -> dict[str, Any]:
+    venv = tools_venv()
+    work = Path(tempfile.mkdtemp(prefix="gpulab-otter-"))
+    try:
+        shutil.copytree(REPO / "benchmarks" / "otter", work / "assignment")
+        (work / "submission").mkdir()
+        (work / "submission" / "split_batch.py").write_text(solution("python-split-batch"))
+        (work / "out").mkdir()
+        zipped = str(work / "autograder.zip")
+        made = subprocess.run([str(venv / "bin" / "otter"), "generate", "-t", "tests", "-o", zipped],
+                              cwd=work / "assignment", capture_output=True, text=True)  # fmt: skip
+        if made.returncode != 0:
+            return {"error": "otter generate: " + made.stderr[-1500:]}
+        times = []
+        for _ in range(runs):
+            started = time.monotonic()
+            result = subprocess.run([str(venv / "bin" / "otter"), "run", "-a", str(work / "autograder.zip"),
+                                     "-o", str(work / "out"), str(work / "submission" / "split_batch.py")],
+                                    capture_output=True, text=True)  # fmt: skip
+            times.append(time.monotonic() - started)
+            if result.returncode != 0:
+                return {"error": result.stderr[-1500:]}
+        out = work / "out" / "results.json"
+        tests = json.loads(out.read_text()).get("tests", []) if out.exists() else []
+        score = {
+            "total": sum(t.get("score") or 0 for t in tests),
+            "possible": sum(t.get("max_score") or 0 for t in tests),
+        }
+        version = subprocess.run([str(venv / "bin" / "otter"), "--version"], capture_output=True, text=True).stdout
+        return {"runs": runs, "p50_s": pct(times, 50), "p95_s": pct(times, 95), "version": version.strip(),
+                "score": score}  # fmt: skip
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer runs (a smoke test of the harness)")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.json")
+    parser.add_argument("--only", default="cold,warm,otter", help="comma list of cold, warm, otter")
+    parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)}")
+    parser.add_argument("--no-plot", action="store_true", help="do not write docs/benchmarks.png")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    runs, jobs, burst_n, learners, seconds = (3, 6, 30, 100, 10.0) if quick else (15, 30, 300, 100, 30.0)
+    only = set(args.only.split(","))
+    phases = set(args.phases.split(","))
+    results: dict[str, Any] = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    with LoadSampler() as load:
+        for mode in ("cold", "warm"):
+            if mode not in only:
+                continue
+            with Server(warm=mode == "warm", workers=os.cpu_count() or 2) as server:
+                results[mode] = {}
+                if "latency" in phases:
+                    print(f"[{mode}] latency", flush=True)
+                    results[mode]["latency"] = latency(server, runs)
+                if "throughput" in phases:
+                    print(f"[{mode}] throughput", flush=True)
+                    results[mode]["throughput_torch"] = throughput(server, exercises()["torch"], jobs)
+                for phase, think in (("api", STRESS_THINK_S), ("api_paced", PACED_THINK_S)):
+                    if phase not in phases:
+                        continue
+                    print(f"[{mode}] {phase} p99", flush=True)
+                    server.drain()
+                    results[mode][phase] = api_p99(server, learners, seconds, think)
+                    started = time.monotonic()
+                    results[mode][phase]["left_queued"] = server.drain(timeout_s=0)
+                    server.drain()
+                    results[mode][phase]["drain_seconds"] = time.monotonic() - started
+                if "burst" in phases:
+                    print(f"[{mode}] burst", flush=True)
+                    server.drain()
+                    results[mode]["burst"] = burst(server, exercises()["python"], burst_n)
+            print(json.dumps(results[mode], indent=1), flush=True)
+        if "otter" in only:
+            print("[otter]", flush=True)
+            try:
+                results["otter"] = otter(3 if quick else 10)
+            except (OSError, subprocess.SubprocessError) as exc:  # keep everything measured so far
+                results["otter"] = {"error": f"{type(exc).__name__}: {exc}"}
+            print(json.dumps(results["otter"], indent=1), flush=True)
+    results["machine"]["loadavg_at_end"] = os.getloadavg()
+    results["machine"]["loadavg_1min_during"] = load.summary()
+    results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    args.out.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    if not args.no_plot:
+        plot(args.out, args.out.with_suffix(".png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,19 @@
+import keras
+import tensorflow as tf
+
+
+def train_step(model, optimizer, x, y, global_batch_size):
+    """Run on ONE replica: compute this replica's loss, apply the gradients, return the loss.
+
+    The loss is the sum of the per-example sparse categorical cross-entropies of `model(x)` (logits)
+    divided by `global_batch_size`.
+    """
+    # TODO
+    raise NotImplementedError("train_step")
+
+
+def distributed_train_step(strategy, model, optimizer, batch, global_batch_size):
+    """`batch` = (x, y) from strategy.experimental_distribute_dataset. Run train_step on every replica
+    and return the mean loss over the whole global batch as a scalar tensor."""
+    # TODO
+    raise NotImplementedError("distributed_train_step")

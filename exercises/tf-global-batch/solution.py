@@ -1,0 +1,12 @@
+import tensorflow as tf
+
+
+def global_batch_size(per_replica_batch, strategy):
+    """Examples per training step across all replicas: each replica gets per_replica_batch of them."""
+    return per_replica_batch * strategy.num_replicas_in_sync
+
+
+def make_dataset(features, labels, per_replica_batch, strategy):
+    """(features, labels) batches of the global size, in order; the last batch may be smaller."""
+    ds = tf.data.Dataset.from_tensor_slices((features, labels))
+    return ds.batch(global_batch_size(per_replica_batch, strategy))

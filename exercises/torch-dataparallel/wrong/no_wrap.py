@@ -1,0 +1,6 @@
+import torch
+from torch import nn
+
+
+def make_parallel(model: nn.Module) -> nn.Module:
+    return model.cuda()  # one GPU only

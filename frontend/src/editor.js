@@ -1,0 +1,67 @@
+// gpulab's code editor: CodeMirror 6 with Python, mounted over the exercise page's textarea.
+// The textarea stays the form field: every change is copied back into it, so the form (and anyone
+// without this bundle) keeps working. Tokens get CSS classes (tok-*), coloured by app.css, so the
+// page's Content-Security-Policy needs no inline styles for highlighting.
+import { closeBrackets, closeBracketsKeymap } from "@codemirror/autocomplete";
+import { defaultKeymap, history, historyKeymap, indentWithTab } from "@codemirror/commands";
+import { python } from "@codemirror/lang-python";
+import { bracketMatching, foldGutter, foldKeymap, indentOnInput, indentUnit, syntaxHighlighting } from "@codemirror/language";
+import { EditorState } from "@codemirror/state";
+import {
+  drawSelection, EditorView, highlightActiveLine, highlightActiveLineGutter, highlightSpecialChars, keymap, lineNumbers,
+} from "@codemirror/view";
+import { classHighlighter } from "@lezer/highlight";
+
+function mount(textarea, options = {}) {
+  const onSubmit = options.onSubmit || (() => false);
+  const labelId = options.labelId || "";
+  const view = new EditorView({
+    parent: textarea.parentNode,
+    state: EditorState.create({
+      doc: textarea.value,
+      extensions: [
+        lineNumbers(),
+        highlightActiveLineGutter(),
+        highlightSpecialChars(),
+        history(),
+        foldGutter(),
+        drawSelection(),
+        indentOnInput(),
+        indentUnit.of("    "),
+        EditorState.tabSize.of(4),
+        syntaxHighlighting(classHighlighter),
+        bracketMatching(),
+        closeBrackets(),
+        highlightActiveLine(),
+        python(),
+        EditorView.lineWrapping,
+        // Mod-Enter first, so it submits instead of inserting a line. Tab indents; Escape then Tab leaves.
+        keymap.of([
+          { key: "Mod-Enter", run: () => { onSubmit(); return true; } },
+          ...closeBracketsKeymap, ...defaultKeymap, ...historyKeymap, ...foldKeymap, indentWithTab,
+        ]),
+        EditorView.updateListener.of((update) => {
+          if (update.docChanged) textarea.value = update.state.doc.toString();
+        }),
+        EditorView.contentAttributes.of({
+          "aria-labelledby": labelId, "aria-describedby": options.describedBy || "", spellcheck: "false",
+          autocapitalize: "off", autocorrect: "off",
+        }),
+      ],
+    }),
+  });
+  textarea.parentNode.insertBefore(view.dom, textarea.nextSibling);
+  textarea.hidden = true;
+  textarea.classList.add("enhanced");
+  view.dom.classList.add("code-editor");
+  return {
+    view,
+    getValue: () => view.state.doc.toString(),
+    setValue(text) {
+      view.dispatch({ changes: { from: 0, to: view.state.doc.length, insert: text } });
+    },
+    focus: () => view.focus(),
+  };
+}
+
+window.gpulabEditor = { mount };

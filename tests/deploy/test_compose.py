@@ -1,0 +1,108 @@
+"""docker-compose.yml validates, keeps secrets out, and gives the Docker socket to the workers alone.
+
+Needs ``docker compose`` or Debian's ``docker-compose`` (no engine: ``config`` only reads the file). Without
+either the tests skip, unless ``GPULAB_REQUIRE_DOCKER=1`` (CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from app.config import REPO_ROOT
+
+COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
+SECRETS = {"GPULAB_SECRET_KEY": "s" * 48, "POSTGRES_PASSWORD": "test-password-not-used"}
+SOCKET = "/var/run/docker.sock"
+
+
+def _compose_command() -> list[str]:
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    if legacy:
+        return [legacy]
+    reason = "neither `docker compose` nor docker-compose is installed (apt-get install docker-compose)"
+    if os.environ.get("GPULAB_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"GPULAB_REQUIRE_DOCKER=1 but {reason}")
+    pytest.skip(reason)
+
+
+def _config(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAB_", "POSTGRES_"))}
+    return subprocess.run(
+        [*_compose_command(), "-f", str(COMPOSE_FILE), "--project-directory", str(REPO_ROOT), *args, "config"],
+        capture_output=True, text=True, env={**clean, **env}, timeout=60,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    """The resolved configuration with every profile, as compose itself reads it."""
+    result = _config(SECRETS, "--profile", "gpu")
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def test_compose_file_validates_with_every_service(config: dict[str, Any]) -> None:
+    assert set(config["services"]) == {"postgres", "redis", "api", "worker-cpu", "worker-gpu"}
+    for name, service in config["services"].items():
+        assert "healthcheck" in service, name
+    assert {"postgres-data", "redis-data", "gpulab-data"} <= set(config["volumes"])
+
+
+def test_only_workers_get_the_docker_socket(config: dict[str, Any]) -> None:
+    def mounts(service: dict[str, Any]) -> list[str]:
+        return [v["source"] if isinstance(v, dict) else v.split(":")[0] for v in service.get("volumes", [])]
+
+    holders = {name for name, service in config["services"].items() if SOCKET in mounts(service)}
+    assert holders == {"worker-cpu", "worker-gpu"}
+    for name in holders:
+        assert config["services"][name]["environment"]["GPULAB_SANDBOX"] == "docker"
+
+
+def test_gpu_worker_is_a_profile_with_an_nvidia_reservation(config: dict[str, Any]) -> None:
+    gpu = config["services"]["worker-gpu"]
+    assert gpu["profiles"] == ["gpu"]
+    (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
+    assert gpu["environment"]["GPULAB_GPU_IDS"]
+    default = _config(SECRETS, "--services")
+    assert "worker-gpu" not in default.stdout.split()
+
+
+def test_api_migrates_before_it_serves(config: dict[str, Any]) -> None:
+    command = " ".join(config["services"]["api"]["command"])
+    assert command.index("gpulab db upgrade") < command.index("gpulab serve --host 0.0.0.0")
+
+
+def test_secrets_come_from_the_environment_only() -> None:
+    missing = _config({"POSTGRES_PASSWORD": "x"})
+    assert missing.returncode != 0 and "GPULAB_SECRET_KEY" in missing.stderr
+    text = COMPOSE_FILE.read_text()
+    assert SECRETS["GPULAB_SECRET_KEY"] not in text
+    raw = yaml.safe_load(text)
+    for service in raw["services"].values():
+        env = service.get("environment", {})
+        for key in ("GPULAB_SECRET_KEY", "POSTGRES_PASSWORD"):
+            assert key not in env or str(env[key]).startswith("${"), key
+    assert str(raw["x-app-env"]["GPULAB_SECRET_KEY"]).startswith("${GPULAB_SECRET_KEY:?")
+
+
+def test_dockerignore_keeps_the_checkout_out_of_build_contexts() -> None:
+    rules = [line for line in (REPO_ROOT / ".dockerignore").read_text().splitlines() if line and line[0] != "#"]
+    assert rules[0] == "*"  # everything out, then only what the images use back in
+    assert not {"!.venv", "!.venv/", "!.git", "!.git/", "!.data", "!.data/"} & set(rules)
+
+
+def test_grading_image_recipe_names_its_contract() -> None:
+    text = (REPO_ROOT / "Dockerfile.gpu").read_text()
+    assert "ARG BASE=" in text and "USER 10001:10001" in text and "COPY worker/runner /opt/gpulab/runner" in text
+    assert Path(REPO_ROOT / "docker" / "build-image").stat().st_mode & 0o111

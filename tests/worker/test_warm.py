@@ -1,0 +1,164 @@
+"""Warm subjects (``worker/sandbox/warm.py``): graded like cold ones, in the same sandbox, templates replaced.
+
+No timing assertions: speed is measured by ``benchmarks/``, not here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from tests.worker.conftest import CGROUP_NAME
+from worker.grading import grade
+from worker.sandbox import get_sandbox
+from worker.sandbox.local import LocalSandbox, sandbox_env
+from worker.sandbox.warm import RuntimeKey, WarmLocalSandbox, WarmPool, parse_runtimes
+from worker.spec import ExerciseSpec, Limits, load_exercise
+
+REPO = Path(__file__).resolve().parents[2]
+
+INSPECT = """
+import os
+STATUS = dict(line.split(":\\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\\t" in line)
+CGROUP = open("/proc/self/cgroup").read()
+print("UID", STATUS["Uid"].split()[0], "CAPEFF", STATUS["CapEff"].strip(), "CAPBND", STATUS["CapBnd"].strip(),
+      "NNP", STATUS["NoNewPrivs"].strip(), "SECCOMP", STATUS["Seccomp"].strip())
+print("ENV", sorted(os.environ.items()))
+print("CGROUP", CGROUP.replace("\\n", " "))
+print("PID", os.getpid(), "FDS", sorted(int(fd) for fd in os.listdir("/proc/self/fd")))
+
+def add(a, b):
+    return a + b
+"""
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[WarmPool]:
+    pool = WarmPool(("python", "torch"), size=1)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def warm(local_sandbox: LocalSandbox, pool: WarmPool) -> WarmLocalSandbox:
+    return WarmLocalSandbox(
+        pool=pool, user=local_sandbox.user, cgroup_root=local_sandbox.cgroup_root,
+        cgroup_name=local_sandbox.cgroup_name, timeout_margin_s=local_sandbox.timeout_margin_s,
+    )  # fmt: skip
+
+
+def _fields(stdout: str, tag: str) -> list[str]:
+    line = next(line for line in stdout.splitlines() if line.startswith(tag + " "))
+    return line.split()
+
+
+def _ours_left(
+    leftovers: Callable[[int], tuple[list[str], list[str]]], user: pwd.struct_passwd
+) -> tuple[list[str], list[str]]:
+    """Job cgroups and live sandbox-user processes of this test session's cgroups (other suites may run)."""
+    groups, live = leftovers(user.pw_uid)
+    mine = []
+    for entry in live:
+        with contextlib.suppress(OSError):
+            if f"/{CGROUP_NAME}/" in Path(f"/proc/{entry.split()[0]}/cgroup").read_text():
+                mine.append(entry)
+    return groups, mine
+
+
+def test_parse_runtimes() -> None:
+    assert parse_runtimes("") == ()
+    assert parse_runtimes("all") == ("python", "torch", "tensorflow")
+    assert parse_runtimes("torch, python") == ("torch", "python")
+    with pytest.raises(ValueError, match="unknown"):
+        parse_runtimes("jax")
+
+
+def test_settings_pick_the_warm_backend(tmp_path: Path) -> None:
+    sandbox = get_sandbox(Settings(mode="dev", data_dir=tmp_path, warm_pools="python"))
+    assert isinstance(sandbox, WarmLocalSandbox) and sandbox.name == "local"
+    assert sandbox.pool.size == Settings(mode="dev", data_dir=tmp_path).grading_workers  # type: ignore[arg-type]
+    assert type(get_sandbox(Settings(mode="dev", data_dir=tmp_path))) is LocalSandbox  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("slug", ["python-split-batch", "torch-unwrap-state-dict"])
+def test_warm_grades_like_cold(slug: str, local_sandbox: LocalSandbox, warm: WarmLocalSandbox, tmp_path: Path) -> None:
+    spec = load_exercise(REPO / "exercises" / slug)
+    solution = (REPO / "exercises" / slug / "solution.py").read_text()
+    wrong = (REPO / "exercises" / slug / spec.wrong[0].path).read_text()
+    for code in (solution, wrong):
+        cold_outcome = grade(spec, code, sandbox=local_sandbox, work_root=tmp_path / "cold")
+        warm_outcome = grade(spec, code, sandbox=warm, work_root=tmp_path / "warm")
+        assert (warm_outcome.verdict, warm_outcome.score) == (cold_outcome.verdict, cold_outcome.score), warm_outcome
+        assert [(t.name, t.outcome) for t in warm_outcome.tests] == [(t.name, t.outcome) for t in cold_outcome.tests]
+        assert warm_outcome.sandbox == "local"
+    assert cold_outcome.verdict.value == "failed"
+
+
+def test_warm_subject_is_sandboxed(
+    warm: WarmLocalSandbox,
+    tiny_spec: Callable[..., ExerciseSpec],
+    sandbox_user: pwd.struct_passwd,
+    leftovers: Callable[[int], tuple[list[str], list[str]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPULAB_SECRET_KEY", "host-secret-that-must-not-leak-0123456789")
+    outcome = grade(tiny_spec(), INSPECT, sandbox=warm, work_root=tmp_path / "work")
+    assert outcome.verdict.value == "passed", outcome
+    out = outcome.stdout
+    assert _fields(out, "UID")[1:] == [str(sandbox_user.pw_uid), "CAPEFF", "0000000000000000", "CAPBND",
+                                       "0000000000000000", "NNP", "1", "SECCOMP", "2"]  # fmt: skip
+    env_line = next(line for line in out.splitlines() if line.startswith("ENV "))
+    assert env_line == f"ENV {sorted(sandbox_env(tiny_spec().limits, '/opt/gpulab').items())}"
+    assert "host-secret" not in out
+    # In the job's cgroup (v1 memory controller path or the v2 one), not the template's.
+    assert "/gpulab-test/" in _fields(out, "CGROUP")[1] or "/gpulab-test/" in out
+    pid, fds = _fields(out, "PID")[1], "".join(_fields(out, "PID")[3:])
+    assert int(pid) < 10, "the subject must sit in its own pid namespace"
+    # stdio, the listing itself, the judge socket (and the per-test child's socket): no template fd.
+    assert fds.startswith("[0,1,2,3") and fds.count(",") <= 4, fds
+    assert _ours_left(leftovers, sandbox_user) == ([], [])
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_dead_template_is_replaced(
+    warm: WarmLocalSandbox,
+    pool: WarmPool,
+    tiny_spec: Callable[..., ExerciseSpec],
+    sandbox_user: pwd.struct_passwd,
+    leftovers: Callable[[int], tuple[list[str], list[str]]],
+    tmp_path: Path,
+) -> None:
+    spec = tiny_spec()
+    solution = "def add(a, b):\n    return a + b\n"
+    assert grade(spec, solution, sandbox=warm, work_root=tmp_path).verdict.value == "passed"
+    key = RuntimeKey((), "none", 1, max(1, int(spec.limits.cpus)))
+    template = pool.acquire(key)
+    os.kill(template.pid, signal.SIGKILL)
+    template.proc.wait(timeout=10)
+    started = pool.started
+    outcome = grade(spec, solution, sandbox=warm, work_root=tmp_path)
+    assert outcome.verdict.value == "passed", outcome
+    assert pool.started == started + 1
+    replacement = pool.acquire(key)
+    assert replacement is not template and replacement.alive()
+    deadline = time.monotonic() + 2
+    while _ours_left(leftovers, sandbox_user) != ([], []) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _ours_left(leftovers, sandbox_user) == ([], [])
+
+
+def test_runtime_key_of_job(tmp_path: Path) -> None:
+    (tmp_path / "subject.json").write_text(
+        '{"version": 1, "preload": ["torch"], "devices": {"framework": "torch", "replicas": 2}}'
+    )
+    key = RuntimeKey.of_job(tmp_path, Limits(cpus=2.0))
+    assert key == RuntimeKey(("torch",), "torch", 2, 2) and key.runtime == "torch"

@@ -1,0 +1,335 @@
+"""Enter the subject sandbox from inside a running process (a fork of a warm template); stdlib only.
+
+Contract: ``enter(spec, stdout_fd, stderr_fd)`` is called as root in a freshly forked child of a template
+that has imported a framework but never seen a job. It turns the caller into the same sandbox the cold path
+(``launch.py`` -> ``setpriv`` -> ``prlimit`` -> ``bwrap``) builds, then returns **in a new process**: the
+sandboxed subject, pid 2 of a new pid namespace under a small init (pid 1), like bwrap's. Every other
+process of the chain exits with the subject's status and never returns. The spec (``warm.py`` writes it)::
+
+    {"cgroup_procs": [path...], "plan": [[kind, ...]...] (local.mount_plan), "root": empty dir for the new
+     root, "uid": int, "gid": int, "rlimits": {"cpu": [s, h], "fsize": n, "nofile": n}, "env": {...},
+     "seccomp": path (root-only BPF program of seccomp.py), "hostname": "gpulab", "chdir": "/job",
+     "error_file": path}
+
+Steps, in this order (each acts on the calling process only):
+1. join the job's cgroups (so everything after is accounted), die with the template, stdio from the job;
+2. ``unshare`` mount, pid, network, IPC and UTS namespaces; fork: the child is pid 1 of the new namespace;
+3. pid 1 (still root, host user namespace): private mount propagation, a tmpfs root built from the mount
+   plan (read-only binds, /proc, a minimal /dev, sized tmpfs /tmp and /dev/shm), ``pivot_root``, old root
+   detached, ``/`` read-only; loopback up; hostname;
+4. rlimits; capability bounding set emptied; no groups; ``setresgid``/``setresuid`` to the sandbox ids
+   (this clears every capability); a new user namespace mapping only that uid/gid, whose capabilities are
+   dropped at once (effective, permitted, inheritable, bounding, ambient all 0); ``no_new_privs``; the
+   seccomp filter; the parent-death signal; the environment is exactly ``spec["env"]``; every inherited fd
+   but 0, 1, 2 is closed; a new session;
+5. fork the subject (pid 2); pid 1 stays as a reaper and exits with the subject's status.
+Before step 4 completes a failure is written to ``error_file`` (root-only) and the chain exits 125.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+EXIT_LAUNCH_FAILED = 125
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = lambda v: v.encode() if v is not None else None  # noqa: E731
+    _check(_libc.mount(enc(source), target.encode(), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def _prctl(option: int, arg: int, what: str) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), what)
+
+
+def _syscall_no(table: dict[str, int]) -> int:
+    return table[os.uname().machine]
+
+
+def _mkdirs(path: str) -> None:
+    os.makedirs(path, mode=0o755, exist_ok=True)
+
+
+def _target(root: str, path: str) -> str:
+    return root + path if path.startswith("/") else f"{root}/{path}"
+
+
+def _bind(source: str, target: str, read_only: bool) -> None:
+    if os.path.isdir(source):
+        _mkdirs(target)
+    else:
+        _mkdirs(os.path.dirname(target))
+        if not os.path.exists(target):
+            open(target, "w").close()
+    _mount(source, target, None, MS_BIND | MS_REC)
+    flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (MS_RDONLY if read_only else 0)
+    _mount(None, target, None, flags)
+
+
+def _dev(target: str) -> None:
+    """A minimal /dev like bwrap's ``--dev``: a tmpfs with the harmless nodes bound from the host."""
+    _mkdirs(target)
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+    for name in DEV_NODES:
+        if os.path.exists(f"/dev/{name}"):
+            open(f"{target}/{name}", "w").close()
+            _mount(f"/dev/{name}", f"{target}/{name}", None, MS_BIND)
+    for name, link in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                       ("stderr", "/proc/self/fd/2"), ("core", "/proc/kcore"), ("ptmx", "pts/ptmx")):  # fmt: skip
+        os.symlink(link, f"{target}/{name}")
+    _mkdirs(f"{target}/shm")
+    _mkdirs(f"{target}/pts")
+    with contextlib.suppress(OSError):  # without pseudo-terminals: nothing here needs one
+        _mount("devpts", f"{target}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+
+
+def _apply_plan(plan: list[list[str]], root: str, uid: int, gid: int) -> None:
+    """Build the sandbox's tree under ``root`` (a fresh tmpfs) from ``local.mount_plan``'s operations."""
+    for op in plan:
+        kind = op[0]
+        if kind in ("ro-bind", "bind", "stage-ro-bind", "stage-bind"):
+            _bind(op[1], _target(root, op[2]), read_only=kind.endswith("ro-bind"))
+        elif kind == "tmpfs":
+            target = _target(root, op[1])
+            _mkdirs(target)
+            # bwrap mounts it as the sandbox user inside its user namespace: owned by that uid, 0755.
+            _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={op[2]},mode=0755,uid={uid},gid={gid}")
+        elif kind == "symlink":
+            target = _target(root, op[2])
+            _mkdirs(os.path.dirname(target))
+            os.symlink(op[1], target)
+        elif kind == "proc":
+            target = _target(root, op[1])
+            _mkdirs(target)
+            _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            for name in PROC_READ_ONLY:
+                path = f"{target}/{name}"
+                if os.path.exists(path):
+                    _mount(path, path, None, MS_BIND | MS_REC)
+                    _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        elif kind == "dev":
+            _dev(_target(root, op[1]))
+        elif kind == "remount-ro":
+            pass  # after pivot_root, below
+        else:
+            raise ValueError(f"unknown mount operation {kind!r}")
+
+
+def _pivot(root: str) -> None:
+    os.chdir(root)
+    _check(_libc.syscall(_syscall_no(SYS_PIVOT_ROOT), b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detach the old root")
+    os.chdir("/")
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        import fcntl
+
+        request = struct.pack("16sH14s", b"lo", 0, b"")
+        flags = struct.unpack("16sH14s", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", flags | IFF_UP, b""))
+
+
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as handle:
+            return int(handle.read())
+    except OSError:
+        return 40
+
+
+def _drop_capabilities(last_cap: int) -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets of this process."""
+    for cap in range(last_cap + 1):
+        _prctl(PR_CAPBSET_DROP, cap, f"drop capability {cap} from the bounding set")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    header = struct.pack("=Ii", LINUX_CAPABILITY_VERSION_3, 0)
+    data = bytes(24)  # two zeroed __user_cap_data_struct
+    hbuf, dbuf = ctypes.create_string_buffer(header), ctypes.create_string_buffer(data)
+    _check(_libc.syscall(_syscall_no(SYS_CAPSET), hbuf, dbuf), "capset")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(text)
+
+
+def _own_user_namespace(uid: int, gid: int, last_cap: int) -> None:
+    """A user namespace mapping only the sandbox ids (like bwrap's), its capabilities dropped at once."""
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+    _drop_capabilities(last_cap)
+
+
+def _load_seccomp(program: bytes) -> None:
+    _prctl(PR_SET_NO_NEW_PRIVS, 1, "no_new_privs")
+    buffer = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "load the seccomp filter")
+
+
+def _set_rlimits(limits: dict[str, Any]) -> None:
+    import resource
+
+    cpu = limits["cpu"]
+    resource.setrlimit(resource.RLIMIT_CPU, (int(cpu[0]), int(cpu[1])))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits["fsize"]), int(limits["fsize"])))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (int(limits["nofile"]), int(limits["nofile"])))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def _die_with_parent() -> None:
+    parent = os.getppid()
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "set parent-death signal")
+    if os.getppid() != parent:
+        os._exit(EXIT_LAUNCH_FAILED)
+
+
+def _wait_for(child: int) -> int:
+    """Reap everything until ``child`` ends; return the exit code to pass on (128+N for signal N)."""
+    code = EXIT_LAUNCH_FAILED
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return code
+        except InterruptedError:
+            continue
+        if pid == child:
+            exit_code = os.waitstatus_to_exitcode(status)
+            return exit_code if exit_code >= 0 else 128 - exit_code
+
+
+def _fail(stage_fd: int | None, name: str, exc: BaseException) -> None:
+    """Report a failure before the sandbox was complete (root-only file in the stage) and exit 125."""
+    try:
+        if stage_fd is not None:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=stage_fd)
+            os.write(fd, f"{type(exc).__name__}: {exc}".encode()[:4000])
+    finally:
+        os._exit(EXIT_LAUNCH_FAILED)
+
+
+def enter(spec: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
+    """Turn the calling (root, forked) process into the sandboxed subject; see the module contract."""
+    stage_fd: int | None = None
+    error_name = os.path.basename(spec["error_file"])
+    try:
+        pid = str(os.getpid())
+        for procs in spec["cgroup_procs"]:
+            _write(procs, pid)
+        _die_with_parent()
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(stdout_fd, 1)
+        os.dup2(stderr_fd, 2)
+        # Nothing of the template (its control socket, framework handles) crosses into the sandbox.
+        os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 65536)
+        stage_fd = os.open(os.path.dirname(spec["error_file"]), os.O_RDONLY | os.O_DIRECTORY)
+        with open(spec["seccomp"], "rb") as handle:
+            program = handle.read()
+        last_cap = _last_cap()
+        _check(
+            _libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+            "unshare namespaces",
+        )
+    except BaseException as exc:
+        _fail(stage_fd, error_name, exc)
+    init = os.fork()
+    if init != 0:
+        # Outside the new namespaces: wait for pid 1 and pass its status on (the template reads it).
+        os._exit(_wait_for(init))
+    try:
+        _die_with_parent()
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        root = spec["root"]
+        _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+        _apply_plan(spec["plan"], root, int(spec["uid"]), int(spec["gid"]))
+        _pivot(root)
+        if any(op[0] == "remount-ro" for op in spec["plan"]):
+            _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        _loopback_up()
+        hostname = spec.get("hostname", "gpulab").encode()
+        _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
+        os.chdir(spec["chdir"])
+        _set_rlimits(spec["rlimits"])
+        for cap in range(last_cap + 1):
+            _prctl(PR_CAPBSET_DROP, cap, f"drop capability {cap} from the bounding set")
+        uid, gid = int(spec["uid"]), int(spec["gid"])
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+        # The cold chain's execve makes the process dumpable again (its own /proc files are its own); so here.
+        _prctl(PR_SET_DUMPABLE, 1, "set dumpable")
+        _own_user_namespace(uid, gid, last_cap)
+        _load_seccomp(program)
+        _die_with_parent()  # credential changes cleared it
+        os.environ.clear()
+        os.environ.update(spec["env"])
+        os.setsid()
+        if stage_fd is not None:
+            os.close(stage_fd)
+        stage_fd = None
+    except BaseException as exc:
+        _fail(stage_fd, error_name, exc)
+    subject = os.fork()
+    if subject != 0:
+        os._exit(_wait_for(subject))
+    _die_with_parent()
+    sys.argv = [f"{spec['runner_root']}/runner/subject.py", spec["chdir"]]

@@ -1,0 +1,132 @@
+"""A warm template: one root process per runtime that has imported its framework and forks one subject per job.
+
+Contract: started by ``warm.Template`` as ``python template.py CONFIG_JSON`` with exactly the sandbox's
+environment (``local.sandbox_env``: no host variable, so nothing secret sits in memory the children share)
+and a ``SOCK_SEQPACKET`` control socket at fd ``CONFIG["fd"]``. ``CONFIG`` is ``{"fd": int, "runner_parent":
+host folder holding runner/, "runner_root": "/opt/gpulab", "preload": [...], "devices": {"framework",
+"replicas"}}``. It:
+
+- imports the runner and calls ``runner.subject.warm(preload, devices)`` (framework import, virtual devices:
+  no job is read, no learner code runs, no multi-threaded op), then sends ``{"event": "ready"}``;
+- stays single-threaded in Python and waits for messages: ``{"op": "spawn", "id": str, "spec": {...}}``
+  with two fds (the job's stdout and stderr pipes) forks a child that calls ``entry.enter(spec, ...)`` and
+  then runs ``runner.subject.main`` in the sandbox; the template answers ``{"event": "started", "id",
+  "pid"}`` and, when that child ends, ``{"event": "exited", "id", "code"}`` (the subject's status, 128+N
+  for signal N; ``entry.EXIT_LAUNCH_FAILED`` when the sandbox could not be entered);
+- exits when the control socket closes, and dies with the worker (parent-death signal).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+from typing import Any
+
+PR_SET_PDEATHSIG = 1
+MAX_MESSAGE = 1 << 20
+
+
+def _send(ctrl: socket.socket, message: dict[str, Any]) -> None:
+    ctrl.send(json.dumps(message).encode())
+
+
+def _child(config: dict[str, Any], spec: dict[str, Any], fds: list[int]) -> None:
+    """In the forked child: enter the sandbox, then be the subject. Never returns."""
+    code = 70
+    try:
+        entry = sys.modules["entry"]
+        entry.enter(spec, fds[0], fds[1])
+        # Now the sandboxed subject: forget the host folders the template imported from.
+        import runner
+        import runner.vdev
+        from runner import subject
+
+        root = config["runner_root"]
+        sys.path[:] = [p for p in sys.path if p not in (config["runner_parent"], os.path.dirname(__file__))]
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        runner.__path__ = [f"{root}/runner"]
+        runner.vdev.__path__ = [f"{root}/runner/vdev"]
+        sys.path_importer_cache.clear()
+        code = subject.main(["subject", spec["chdir"]])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException as exc:  # report to the learner's stderr: it is our failure, shown as a crash
+        with contextlib.suppress(OSError):
+            os.write(2, f"gpulab subject: {type(exc).__name__}: {exc}\n".encode())
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # nothing left to report to
+                stream.flush()
+        os._exit(code)
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(argv[1])
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    ctrl = socket.socket(fileno=int(config["fd"]))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, config["runner_parent"])
+    import entry  # noqa: F401 - imported before any fork
+    from runner import subject
+
+    subject.warm(config["preload"], config["devices"])
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    jobs: dict[int, str] = {}
+    _send(ctrl, {"event": "ready", "pid": os.getpid()})
+    while True:
+        try:
+            ready, _, _ = select.select([ctrl.fileno(), wake_r], [], [])
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            try:
+                while os.read(wake_r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+        while jobs:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            job = jobs.pop(pid, None)
+            if job is not None:
+                code = os.waitstatus_to_exitcode(status)
+                _send(ctrl, {"event": "exited", "id": job, "code": code if code >= 0 else 128 - code})
+        if ctrl.fileno() in ready:
+            message, fds, _flags, _addr = socket.recv_fds(ctrl, MAX_MESSAGE, 2)
+            if not message:
+                return 0  # the worker went away
+            request = json.loads(message)
+            if request.get("op") != "spawn" or len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
+                _send(ctrl, {"event": "error", "id": request.get("id"), "message": "bad request"})
+                continue
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(config, request["spec"], fds)
+            for fd in fds:
+                os.close(fd)
+            jobs[pid] = request["id"]
+            _send(ctrl, {"event": "started", "id": request["id"], "pid": pid})
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

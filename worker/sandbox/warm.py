@@ -1,0 +1,366 @@
+"""The ``local`` backend with warm subjects: per-runtime template processes fork the subject of each job.
+
+Contract:
+- ``WarmLocalSandbox`` is ``LocalSandbox`` (same name, same judge, same cgroups, same result) except for how
+  the subject starts: when its runtime (``python``, ``torch``, ``tensorflow``: from the job's
+  ``subject.json``) is in the pool's runtimes, a template that already imported the framework forks a child
+  that enters the **same** sandbox (``entry.py``: the job's cgroups, new user/mount/pid/net/ipc/uts
+  namespaces, the tree of ``local.mount_plan``, the sandbox uid with no groups and no capabilities,
+  rlimits, ``no_new_privs``, the seccomp filter of ``seccomp.py``, exactly ``sandbox_env()``, no inherited
+  fd but stdio) before any job or learner code is read. Other runtimes start cold.
+- ``WarmPool`` keeps up to ``size`` templates per runtime key (preloads, virtual devices, thread count),
+  started on first use (or by ``prewarm``), used round-robin. A template that died or stops answering is
+  replaced; a job whose template dies fails as a platform error (retried), never as the learner's fault.
+  Templates run as root outside any sandbox, never see a job directory, run no learner code, and hold no
+  host environment; they die with the worker (parent-death signal) and on ``close()``.
+- One pool per worker process (``shared_pool``): the in-process dispatcher's threads and a Celery worker
+  process's tasks share it; the sandbox object itself is cheap and made per grading.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from app.errors import PlatformError
+from worker.sandbox.cgroups import JobCgroups
+from worker.sandbox.local import (
+    EXIT_LAUNCH_FAILED,
+    JOB_MOUNT,
+    OPEN_FILES,
+    RUNNER_DIR,
+    SANDBOX_RUNNER_ROOT,
+    LocalSandbox,
+    hard_output_cap,
+    mount_plan,
+    sandbox_env,
+)
+from worker.sandbox.process import ProcessResult, supervise
+from worker.spec import Limits
+
+log = logging.getLogger(__name__)
+TEMPLATE_SCRIPT = Path(__file__).resolve().parent / "template.py"
+RUNTIMES = ("python", "torch", "tensorflow")
+READY_TIMEOUT_S = 180.0
+SPAWN_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class RuntimeKey:
+    """What a template has prepared: a job can use it only when its ``subject.json`` asks for exactly this."""
+
+    preload: tuple[str, ...]
+    framework: str
+    replicas: int
+    threads: int
+
+    @property
+    def runtime(self) -> str:
+        for name in ("torch", "tensorflow"):
+            if name in self.preload or self.framework == name:
+                return name
+        return "python"
+
+    @classmethod
+    def of_job(cls, job_dir: Path, limits: Limits) -> RuntimeKey:
+        config = json.loads((job_dir / "subject.json").read_text(encoding="utf-8"))
+        devices = config.get("devices") or {}
+        return cls(
+            preload=tuple(str(p) for p in config.get("preload", [])),
+            framework=str(devices.get("framework", "none")),
+            replicas=int(devices.get("replicas", 1)),
+            threads=max(1, int(limits.cpus)),
+        )
+
+
+def parse_runtimes(value: str) -> tuple[str, ...]:
+    """``GPULAB_WARM_POOLS``: empty/``off`` for none, ``all``, or a comma list of ``python,torch,tensorflow``."""
+    value = value.strip().lower()
+    if value in ("", "off", "none", "0"):
+        return ()
+    if value == "all":
+        return RUNTIMES
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
+    unknown = [n for n in names if n not in RUNTIMES]
+    if unknown:
+        raise ValueError(f"unknown warm pool runtime(s) {unknown}; use {', '.join(RUNTIMES)} or all")
+    return names
+
+
+@dataclass
+class _Remote:
+    """The forked subject as ``process.supervise`` sees it: pipes to read, an exit status the template reports."""
+
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+    done: threading.Event = field(default_factory=threading.Event)
+    code: int | None = None
+    pid: int | None = None
+
+    def finish(self, code: int | None) -> None:
+        if not self.done.is_set():
+            self.code = code
+            self.done.set()
+
+    def poll(self) -> int | None:
+        return self.code if self.done.is_set() else None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self.done.wait(timeout):
+            raise subprocess.TimeoutExpired("warm subject", timeout or 0.0)
+        return self.code if self.code is not None else -9
+
+
+class Template:
+    """One warm template process and the thread that reads its events."""
+
+    def __init__(self, key: RuntimeKey) -> None:
+        self.key = key
+        self._lock = threading.Lock()
+        self._jobs: dict[str, _Remote] = {}
+        self.dead = False
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._sock = ours
+        config = {
+            "fd": theirs.fileno(),
+            "runner_parent": str(RUNNER_DIR.parent),
+            "runner_root": SANDBOX_RUNNER_ROOT,
+            "preload": list(key.preload),
+            "devices": {"framework": key.framework, "replicas": key.replicas},
+        }
+        env = sandbox_env(Limits(cpus=float(key.threads)), SANDBOX_RUNNER_ROOT)
+
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(TEMPLATE_SCRIPT), json.dumps(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                env=env,
+                cwd="/",
+                pass_fds=(theirs.fileno(),),
+                close_fds=True,
+                start_new_session=True,
+            )
+        finally:
+            theirs.close()
+        ours.settimeout(READY_TIMEOUT_S)
+        try:
+            ready = json.loads(ours.recv(1 << 16) or b"{}")
+        except (OSError, ValueError) as exc:
+            self.close()
+            raise PlatformError(f"warm template {key.runtime} did not start: {exc}") from exc
+        if ready.get("event") != "ready":
+            self.close()
+            raise PlatformError(f"warm template {key.runtime} did not start (exit {self.proc.poll()})")
+        ours.settimeout(None)
+        self.pid = self.proc.pid
+        self._reader = threading.Thread(target=self._read, name=f"gpulab-template-{key.runtime}", daemon=True)
+        self._reader.start()
+
+    def alive(self) -> bool:
+        return not self.dead and self.proc.poll() is None
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self._sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            try:
+                event = json.loads(data)
+            except ValueError:
+                continue
+            with self._lock:
+                remote = self._jobs.get(str(event.get("id")))
+                if remote is None:
+                    continue
+                if event.get("event") == "started":
+                    remote.pid = int(event["pid"])
+                elif event.get("event") in ("exited", "error"):
+                    self._jobs.pop(str(event.get("id")), None)
+                    remote.finish(int(event.get("code", EXIT_LAUNCH_FAILED)))
+        # The template is gone: its children die with it (parent-death signals); nothing will report them.
+        with self._lock:
+            self.dead = True
+            for remote in self._jobs.values():
+                remote.finish(None)
+            self._jobs.clear()
+
+    def spawn(self, spec: dict[str, Any], stdout_w: int, stderr_w: int, remote: _Remote) -> None:
+        job = uuid.uuid4().hex
+        with self._lock:
+            if self.dead:
+                raise PlatformError("the warm template died")
+            self._jobs[job] = remote
+        message = json.dumps({"op": "spawn", "id": job, "spec": spec}).encode()
+        try:
+            socket.send_fds(self._sock, [message], [stdout_w, stderr_w])
+        except OSError as exc:
+            with self._lock:
+                self._jobs.pop(job, None)
+            self.dead = True
+            raise PlatformError(f"the warm template did not take the job: {exc}") from exc
+
+    def close(self) -> None:
+        self.dead = True
+        with contextlib.suppress(OSError):
+            self._sock.close()
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+
+class WarmPool:
+    """Templates per runtime key, started on first use, replaced when they die."""
+
+    def __init__(self, runtimes: Iterable[str], size: int = 1) -> None:
+        self.runtimes = tuple(runtimes)
+        self.size = max(1, size)
+        self._lock = threading.Lock()
+        self._templates: dict[RuntimeKey, list[Template | None]] = {}
+        self._next: dict[RuntimeKey, int] = {}
+        self._starting: dict[tuple[RuntimeKey, int], threading.Lock] = {}
+        self.started = 0  # templates started so far (replacements included)
+
+    def serves(self, key: RuntimeKey) -> bool:
+        return key.runtime in self.runtimes
+
+    def acquire(self, key: RuntimeKey) -> Template:
+        """Return a live template for ``key`` (round-robin), starting or replacing it when needed."""
+        with self._lock:
+            slots = self._templates.setdefault(key, [None] * self.size)
+            index = self._next.get(key, 0) % self.size
+            self._next[key] = index + 1
+            slot_lock = self._starting.setdefault((key, index), threading.Lock())
+        with slot_lock:
+            template = slots[index]
+            if template is not None and template.alive():
+                return template
+            if template is not None:
+                log.warning("warm template %s (pid %s) died; replacing it", key.runtime, template.pid)
+                template.close()
+            template = Template(key)
+            with self._lock:
+                slots[index] = template
+                self.started += 1
+            return template
+
+    def templates(self) -> list[Template]:
+        with self._lock:
+            return [t for slots in self._templates.values() for t in slots if t is not None]
+
+    def prewarm(self, keys: Iterable[RuntimeKey]) -> None:
+        for key in keys:
+            for _ in range(self.size):
+                self.acquire(key)
+
+    def close(self) -> None:
+        with self._lock:
+            templates = [t for slots in self._templates.values() for t in slots if t is not None]
+            self._templates.clear()
+        for template in templates:
+            template.close()
+
+
+_shared: dict[tuple[tuple[str, ...], int], WarmPool] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_pool(runtimes: Iterable[str], size: int) -> WarmPool:
+    """Return this process's pool for ``runtimes`` and ``size`` (closed at exit)."""
+    key = (tuple(runtimes), size)
+    with _shared_lock:
+        pool = _shared.get(key)
+        if pool is None:
+            pool = _shared[key] = WarmPool(key[0], size)
+            atexit.register(pool.close)
+        return pool
+
+
+class WarmLocalSandbox(LocalSandbox):
+    """``LocalSandbox`` whose subject is forked from a warm template (see the module contract)."""
+
+    warm = True
+
+    def __init__(self, *, pool: WarmPool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pool = pool
+
+    def _subject_starter(
+        self,
+        stage: Path,
+        job_dir: Path,
+        limits: Limits,
+        ids: tuple[int, int],
+        tools: dict[str, str],
+        groups: dict[str, JobCgroups],
+        seccomp: Path,
+    ) -> Callable[[float], ProcessResult]:
+        key = RuntimeKey.of_job(job_dir, limits)
+        if not self.pool.serves(key):
+            return super()._subject_starter(stage, job_dir, limits, ids, tools, groups, seccomp)
+        template = self.pool.acquire(key)
+        role_stage = stage / "subject"
+        role_stage.mkdir(mode=0o711)
+        root = role_stage / "root"
+        root.mkdir(mode=0o700)
+        procs = groups["subject"].create(limits)
+        uid, gid = ids
+        cpu_s = int(limits.timeout_s) + 2
+        spec = {
+            "cgroup_procs": [str(p) for p in procs],
+            "plan": [list(op) for op in mount_plan(role_stage, job_dir, "subject", limits, uid, gid)],
+            "root": str(root),
+            "uid": uid,
+            "gid": gid,
+            "rlimits": {"cpu": [cpu_s, cpu_s + 1], "fsize": limits.file_size_mb * 1024 * 1024, "nofile": OPEN_FILES},
+            "env": sandbox_env(limits, SANDBOX_RUNNER_ROOT),
+            "seccomp": str(seccomp),
+            "hostname": "gpulab",
+            "chdir": JOB_MOUNT,
+            "runner_root": SANDBOX_RUNNER_ROOT,
+            "error_file": str(stage / "subject-launch-error"),
+        }
+
+        def start(timeout_s: float) -> ProcessResult:
+            started = time.monotonic()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            remote = _Remote(os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0))
+            try:
+                template.spawn(spec, out_w, err_w, remote)
+            except PlatformError:
+                assert remote.stdout is not None and remote.stderr is not None
+                remote.stdout.close()
+                remote.stderr.close()
+                raise
+            finally:
+                os.close(out_w)
+                os.close(err_w)
+            return supervise(
+                remote,
+                started=started,
+                timeout_s=timeout_s,
+                output_bytes=limits.output_bytes,
+                hard_cap_bytes=hard_output_cap(limits),
+                kill=lambda _remote: groups["subject"].kill(),
+            )
+
+        return start
