@@ -17,6 +17,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import sessionmaker
 from starlette.concurrency import run_in_threadpool
@@ -48,6 +50,7 @@ from app.security import (
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+SWAGGER_DIR = STATIC_DIR / "build" / "swagger"
 BODY_SLACK_BYTES = 4096  # JSON framing around the code field
 STAFF_BODY_LIMITS = {"/instructor/": 3 * 1024 * 1024, "/admin/users/import": 512 * 1024}
 
@@ -70,10 +73,27 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             app.state.dispatcher = None
 
 
+def _install_docs(app: FastAPI) -> None:
+    """Serve the OpenAPI page at ``/docs`` from our own copy of Swagger UI (bundled at set-up, no CDN)."""
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        if not (SWAGGER_DIR / "swagger-ui-bundle.js").is_file():
+            # Set-up without npm: FastAPI's default page, which needs the internet for its scripts.
+            return get_swagger_ui_html(openapi_url=app.openapi_url or "/openapi.json", title="gpulab API")
+        return get_swagger_ui_html(
+            openapi_url=app.openapi_url or "/openapi.json",
+            title="gpulab API",
+            swagger_js_url="/static/build/swagger/swagger-ui-bundle.js",
+            swagger_css_url="/static/build/swagger/swagger-ui.css",
+            swagger_favicon_url="data:,",
+        )
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Return the gpulab ASGI application configured by ``settings`` (default: the environment)."""
     settings = settings or get_settings()
-    app = FastAPI(title="gpulab", docs_url="/docs", redoc_url=None, lifespan=lifespan)
+    app = FastAPI(title="gpulab", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.settings = settings
     app.state.recover_on_start = True
     app.state.dispatcher = None
@@ -89,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (api_instructor.router, api_admin.router, pages_instructor.router, pages_admin.router):
         app.include_router(router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    _install_docs(app)
 
     # add_middleware wraps: the last one added is the outermost.
     app.add_middleware(

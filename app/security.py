@@ -391,7 +391,8 @@ class BodySizeLimitMiddleware:
 
 
 class SecurityHeadersMiddleware:
-    """Add a strict Content-Security-Policy and friends to every response (the API docs keep their CDN)."""
+    """Add a strict Content-Security-Policy and friends to every response (not to the API docs page, whose
+    Swagger UI starts from an inline script)."""
 
     CSP = (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "

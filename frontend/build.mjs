@@ -1,5 +1,6 @@
-// Bundle src/editor.js (CodeMirror 6 and its Python mode) into app/static/build/editor.js, one file, no CDN.
-import { readFile } from "node:fs/promises";
+// Bundle src/editor.js (CodeMirror 6 and its Python mode) into app/static/build/editor.js, one file, no CDN,
+// and copy Swagger UI's files for /docs into app/static/build/swagger/.
+import { copyFile, mkdir, readFile } from "node:fs/promises";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
 
@@ -34,3 +35,10 @@ await build({
   logLevel: "warning",
   plugins: [adoptSheetsOnDocument],
 });
+
+// The API's OpenAPI page (/docs) uses Swagger UI 5 (OpenAPI 3.1); serve its files ourselves, never a CDN.
+const SWAGGER_FILES = ["swagger-ui-bundle.js", "swagger-ui.css", "LICENSE", "NOTICE"];
+await mkdir(here("../app/static/build/swagger"), { recursive: true });
+for (const name of SWAGGER_FILES) {
+  await copyFile(here(`./node_modules/swagger-ui-dist/${name}`), here(`../app/static/build/swagger/${name}`));
+}

@@ -6,7 +6,7 @@ import pytest
 
 import app.dispatch
 from app.config import Settings
-from app.main import create_app
+from app.main import SWAGGER_DIR, create_app
 from tests.conftest import RecordingDispatcher, make_test_client
 
 pytestmark = pytest.mark.postgres
@@ -42,3 +42,19 @@ def test_security_headers_and_static_files(settings: Settings) -> None:
         assert "content-security-policy" not in client.get("/docs").headers  # Swagger UI loads its own assets
         script = client.get("/static/exercise.js")
         assert script.status_code == 200 and "innerHTML" not in script.text.replace("never innerHTML", "")
+
+
+def test_api_docs_are_served_without_a_cdn(settings: Settings) -> None:
+    application = create_app(settings)
+    application.state.recover_on_start = False
+    with make_test_client(application) as client:
+        page = client.get("/docs")
+        assert page.status_code == 200
+        if not (SWAGGER_DIR / "swagger-ui-bundle.js").is_file():
+            pytest.skip("the front-end build (scripts/setup) has not run")
+        assert "/static/build/swagger/swagger-ui-bundle.js" in page.text
+        assert "cdn." not in page.text and "https://" not in page.text
+        assert client.get("/static/build/swagger/swagger-ui-bundle.js").status_code == 200
+        assert client.get("/static/build/swagger/swagger-ui.css").status_code == 200
+        spec = client.get("/openapi.json").json()
+        assert spec["openapi"].startswith("3.1") and "/api/auth/login" in spec["paths"]
