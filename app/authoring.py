@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.errors import Conflict, GpulabError, InvalidInput
+from app.exercises import add_version
 from app.markdown import render_markdown
 from app.models import Exercise, ExerciseCheck, ExerciseVersion, User
 from app.schemas import ExerciseDetail
@@ -326,24 +327,7 @@ def add_draft(*, session: Session, spec: ExerciseSpec, source: str, user: User |
     )
     if same is not None:
         return same, False
-    last = session.scalar(select(func.max(ExerciseVersion.number)).where(ExerciseVersion.exercise_id == exercise.id))
-    version = ExerciseVersion(
-        exercise_id=exercise.id,
-        number=(last or 0) + 1,
-        content_hash=spec.content_hash,
-        title=spec.title,
-        kind=spec.kind,
-        topic=spec.topic,
-        difficulty=spec.difficulty,
-        framework=spec.framework,
-        queue=spec.queue,
-        max_score=spec.max_score,
-        files=dict(spec.files),
-        source=source,
-        created_by_id=user.id if user else None,
-    )
-    session.add(version)
-    session.flush()
+    version = add_version(session=session, exercise=exercise, spec=spec, source=source, created_by=user)
     return version, True
 
 

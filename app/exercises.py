@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.errors import NotFound
-from app.models import Exercise, ExerciseVersion
+from app.models import Exercise, ExerciseVersion, User
 from worker.spec import ExerciseSpec, load_bank
 
 
@@ -32,18 +32,10 @@ def spec_of(version: ExerciseVersion) -> ExerciseSpec:
     return ExerciseSpec.from_files(version.exercise.slug, dict(version.files))
 
 
-def upsert_exercise(*, session: Session, spec: ExerciseSpec) -> tuple[Exercise, bool]:
-    """Store ``spec`` as the current version of its exercise; return it and whether a version was added."""
-    exercise = session.scalar(select(Exercise).where(Exercise.slug == spec.slug))
-    if exercise is None:
-        exercise = Exercise(slug=spec.slug)
-        session.add(exercise)
-        session.flush()
-    current = exercise.current_version
-    if current is not None and current.content_hash == spec.content_hash:
-        if not exercise.is_published:
-            exercise.is_published = True
-        return exercise, False
+def add_version(
+    *, session: Session, exercise: Exercise, spec: ExerciseSpec, source: str = "bank", created_by: User | None = None
+) -> ExerciseVersion:
+    """Add ``spec`` as the next numbered version of ``exercise`` (never changing an existing one)."""
     last = session.scalar(select(func.max(ExerciseVersion.number)).where(ExerciseVersion.exercise_id == exercise.id))
     version = ExerciseVersion(
         exercise_id=exercise.id,
@@ -57,9 +49,27 @@ def upsert_exercise(*, session: Session, spec: ExerciseSpec) -> tuple[Exercise, 
         queue=spec.queue,
         max_score=spec.max_score,
         files=dict(spec.files),
+        source=source,
+        created_by_id=created_by.id if created_by else None,
     )
     session.add(version)
     session.flush()
+    return version
+
+
+def upsert_exercise(*, session: Session, spec: ExerciseSpec) -> tuple[Exercise, bool]:
+    """Store ``spec`` as the current version of its exercise; return it and whether a version was added."""
+    exercise = session.scalar(select(Exercise).where(Exercise.slug == spec.slug))
+    if exercise is None:
+        exercise = Exercise(slug=spec.slug)
+        session.add(exercise)
+        session.flush()
+    current = exercise.current_version
+    if current is not None and current.content_hash == spec.content_hash:
+        if not exercise.is_published:
+            exercise.is_published = True
+        return exercise, False
+    version = add_version(session=session, exercise=exercise, spec=spec)
     exercise.current_version = version
     exercise.is_published = True
     return exercise, True
