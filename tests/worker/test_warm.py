@@ -1,4 +1,4 @@
-"""Warm subjects (``worker/sandbox/warm.py``): graded like cold ones, in the same sandbox, templates replaced.
+"""Warm subjects and judges (``worker/sandbox/warm.py``): graded like cold, in the same sandboxes, templates replaced.
 
 No timing assertions: speed is measured by ``benchmarks/``, not here.
 """
@@ -6,8 +6,10 @@ No timing assertions: speed is measured by ``benchmarks/``, not here.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -16,11 +18,11 @@ from pathlib import Path
 import pytest
 
 from app.config import Settings
-from tests.worker.conftest import CGROUP_NAME
+from tests.worker.conftest import CGROUP_NAME, tiny_add_files
 from worker.grading import grade
 from worker.sandbox import get_sandbox
 from worker.sandbox.local import LocalSandbox, sandbox_env
-from worker.sandbox.warm import RuntimeKey, WarmLocalSandbox, WarmPool, parse_runtimes
+from worker.sandbox.warm import JUDGE_KEY, RuntimeKey, WarmLocalSandbox, WarmPool, parse_runtimes
 from worker.spec import ExerciseSpec, Limits, load_exercise
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +39,30 @@ print("PID", os.getpid(), "FDS", sorted(int(fd) for fd in os.listdir("/proc/self
 
 def add(a, b):
     return a + b
+"""
+
+# A hidden test that reports how its own process (the judge) is sandboxed, as its failure message.
+JUDGE_INSPECT = """
+import json, os
+
+def test_inspect(submission):
+    status = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\\t" in l)
+    fds = {}
+    for fd in sorted(os.listdir("/proc/self/fd"), key=int):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        fds[fd] = target.split(":")[0] if ":" in target else target
+    info = {
+        "uid": status["Uid"].split(), "gid": status["Gid"].split()[0], "groups": status["Groups"].strip(),
+        "caps": [status[k].strip() for k in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb")],
+        "nnp": status["NoNewPrivs"].strip(), "seccomp": status["Seccomp"].strip(), "pid": os.getpid(),
+        "cgroup": open("/proc/self/cgroup").read(), "env": dict(os.environ), "fds": fds,
+        "cwd": os.getcwd(), "hostname": os.uname().nodename, "job": sorted(os.listdir("/job")),
+    }
+    assert submission.add(1, 2) == 3
+    assert False, "INFO<" + json.dumps(info) + ">INFO"
 """
 
 
@@ -100,6 +126,59 @@ def test_warm_grades_like_cold(slug: str, local_sandbox: LocalSandbox, warm: War
         assert [(t.name, t.outcome) for t in warm_outcome.tests] == [(t.name, t.outcome) for t in cold_outcome.tests]
         assert warm_outcome.sandbox == "local"
     assert cold_outcome.verdict.value == "failed"
+    assert any(t.key == JUDGE_KEY and t.alive() for t in warm.pool.templates()), "the judge must be warm too"
+
+
+def _judge_info(outcome: object) -> dict[str, object]:
+    message = outcome.tests[0].message  # type: ignore[attr-defined]
+    found = re.search(r"INFO<(.*)>INFO", message, re.S)
+    assert found, message
+    info: dict[str, object] = json.loads(found.group(1))
+    return info
+
+
+def test_warm_judge_is_sandboxed_like_cold(
+    local_sandbox: LocalSandbox,
+    warm: WarmLocalSandbox,
+    sandbox_user: pwd.struct_passwd,
+    leftovers: Callable[[int], tuple[list[str], list[str]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GPULAB_SECRET_KEY", "host-secret-that-must-not-leak-0123456789")
+    files = tiny_add_files()
+    files = {k: v for k, v in files.items() if not k.startswith("tests/")} | {"tests/test_add.py": JUDGE_INSPECT}
+    files["exercise.toml"] = re.sub(
+        r"\[points\][^\[]*", '[points]\n"test_add.py::test_inspect" = 1\n\n', files["exercise.toml"]
+    )
+    spec = ExerciseSpec.from_files("judge-inspect", files)
+    solution = "def add(a, b):\n    return a + b\n"
+    judge_user = pwd.getpwnam(local_sandbox.judge_user)
+    infos = {}
+    for name, sandbox in (("cold", local_sandbox), ("warm", warm)):
+        outcome = grade(spec, solution, sandbox=sandbox, work_root=tmp_path / name)
+        assert [t.outcome for t in outcome.tests] == ["failed"], outcome
+        infos[name] = _judge_info(outcome)
+    cold, warm_info = infos["cold"], infos["warm"]
+    uid, gid = str(judge_user.pw_uid), str(judge_user.pw_gid)
+    assert warm_info["uid"] == [uid] * 4 and warm_info["gid"] == gid and warm_info["groups"] == "", warm_info
+    assert warm_info["caps"] == ["0000000000000000"] * 5, warm_info
+    assert (warm_info["nnp"], warm_info["seccomp"]) == ("1", "2")
+    assert isinstance(warm_info["pid"], int) and warm_info["pid"] < 10, "the judge must sit in its own pid namespace"
+    # The job's judge cgroup (v1 controller paths or the v2 one), not the template's nor the subject's.
+    cgroup = str(warm_info["cgroup"])
+    assert f"/{CGROUP_NAME}/" in cgroup and "-judge" in cgroup and "-subject" not in cgroup, cgroup
+    assert "host-secret" not in json.dumps(warm_info)
+    # Everything the judge can observe about its sandbox is what the cold judge observes (bwrap's --chdir
+    # also exports PWD, the warm path does not: the environment is exactly sandbox_env(), as for warm subjects).
+    cold["env"].pop("PWD", None)  # type: ignore[union-attr]
+    for field in ("uid", "gid", "groups", "caps", "nnp", "seccomp", "env", "fds", "cwd", "hostname", "job"):
+        assert warm_info[field] == cold[field], (field, warm_info[field], cold[field])
+    env = dict(warm_info["env"])  # type: ignore[call-overload]
+    assert {k: v for k, v in env.items() if not k.startswith("PYTEST_")} == sandbox_env(spec.limits, "/opt/gpulab")
+    for user in (sandbox_user, judge_user):
+        assert _ours_left(leftovers, user) == ([], [])
+    assert list((tmp_path / "warm").iterdir()) == []
 
 
 def test_warm_subject_is_sandboxed(
@@ -154,6 +233,41 @@ def test_dead_template_is_replaced(
     while _ours_left(leftovers, sandbox_user) != ([], []) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _ours_left(leftovers, sandbox_user) == ([], [])
+
+
+def test_dead_judge_template_is_replaced(
+    local_sandbox: LocalSandbox,
+    warm: WarmLocalSandbox,
+    pool: WarmPool,
+    tiny_spec: Callable[..., ExerciseSpec],
+    sandbox_user: pwd.struct_passwd,
+    leftovers: Callable[[int], tuple[list[str], list[str]]],
+    tmp_path: Path,
+) -> None:
+    spec = tiny_spec()
+    solution = "def add(a, b):\n    return a + b\n"
+    assert grade(spec, solution, sandbox=warm, work_root=tmp_path).verdict.value == "passed"
+    template = pool.acquire(JUDGE_KEY)
+    os.kill(template.pid, signal.SIGKILL)
+    template.proc.wait(timeout=10)
+    started = pool.started
+    outcome = grade(spec, solution, sandbox=warm, work_root=tmp_path)
+    assert outcome.verdict.value == "passed", outcome
+    assert pool.started == started + 1
+    replacement = pool.acquire(JUDGE_KEY)
+    assert replacement is not template and replacement.alive()
+    users = (sandbox_user, pwd.getpwnam(local_sandbox.judge_user))
+    deadline = time.monotonic() + 2
+    while any(_ours_left(leftovers, u) != ([], []) for u in users) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for user in users:
+        assert _ours_left(leftovers, user) == ([], [])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_judge_key_is_served_by_any_warm_pool() -> None:
+    assert WarmPool(("python",)).serves(JUDGE_KEY) and not WarmPool(()).serves(JUDGE_KEY)
+    assert JUDGE_KEY.runtime == "judge" and not WarmPool(("python",)).serves(RuntimeKey(("torch",), "torch", 1, 1))
 
 
 def test_runtime_key_of_job(tmp_path: Path) -> None:

@@ -1,15 +1,17 @@
-"""Enter the subject sandbox from inside a running process (a fork of a warm template); stdlib only.
+"""Enter a role's sandbox (subject or judge) from inside a running process (a fork of a warm template); stdlib only.
 
 Contract: ``enter(spec, stdout_fd, stderr_fd)`` is called as root in a freshly forked child of a template
-that has imported a framework but never seen a job. It turns the caller into the same sandbox the cold path
-(``launch.py`` -> ``setpriv`` -> ``prlimit`` -> ``bwrap``) builds, then returns **in a new process**: the
-sandboxed subject, pid 2 of a new pid namespace under a small init (pid 1), like bwrap's. Every other
-process of the chain exits with the subject's status and never returns. The spec (``warm.py`` writes it)::
+that has imported a framework (subject) or pytest and the judge's modules (judge) but never seen a job. It
+turns the caller into the same sandbox the cold path (``launch.py`` -> ``setpriv`` -> ``prlimit`` -> ``bwrap``)
+builds for ``spec["role"]``, then returns **in a new process**: the sandboxed subject or judge, pid 2 of a new
+pid namespace under a small init (pid 1), like bwrap's. Every other process of the chain exits with that
+process's status and never returns. The spec (``warm.py`` writes it; the role decides only what the caller
+passes in: the role's mount plan, uid/gid, cgroups and limits)::
 
-    {"cgroup_procs": [path...], "plan": [[kind, ...]...] (local.mount_plan), "root": empty dir for the new
-     root, "uid": int, "gid": int, "rlimits": {"cpu": [s, h], "fsize": n, "nofile": n}, "env": {...},
-     "seccomp": path (root-only BPF program of seccomp.py), "hostname": "gpulab", "chdir": "/job",
-     "error_file": path}
+    {"role": "subject"|"judge", "cgroup_procs": [path...], "plan": [[kind, ...]...] (local.mount_plan for
+     the role), "root": empty dir for the new root, "uid": int, "gid": int, "rlimits": {"cpu": [s, h],
+     "fsize": n, "nofile": n}, "env": {...}, "seccomp": path (root-only BPF program of seccomp.py),
+     "hostname": "gpulab", "chdir": "/job", "runner_root": "/opt/gpulab", "error_file": path}
 
 Steps, in this order (each acts on the calling process only):
 1. join the job's cgroups (so everything after is accounted), die with the template, stdio from the job;
@@ -22,7 +24,7 @@ Steps, in this order (each acts on the calling process only):
    dropped at once (effective, permitted, inheritable, bounding, ambient all 0); ``no_new_privs``; the
    seccomp filter; the parent-death signal; the environment is exactly ``spec["env"]``; every inherited fd
    but 0, 1, 2 is closed; a new session;
-5. fork the subject (pid 2); pid 1 stays as a reaper and exits with the subject's status.
+5. fork the subject or judge (pid 2); pid 1 stays as a reaper and exits with its status.
 Before step 4 completes a failure is written to ``error_file`` (root-only) and the chain exits 125.
 """
 
@@ -264,7 +266,7 @@ def _fail(stage_fd: int | None, name: str, exc: BaseException) -> None:
 
 
 def enter(spec: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
-    """Turn the calling (root, forked) process into the sandboxed subject; see the module contract."""
+    """Turn the calling (root, forked) process into the sandboxed subject or judge; see the module contract."""
     stage_fd: int | None = None
     error_name = os.path.basename(spec["error_file"])
     try:
@@ -332,4 +334,4 @@ def enter(spec: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
     if subject != 0:
         os._exit(_wait_for(subject))
     _die_with_parent()
-    sys.argv = [f"{spec['runner_root']}/runner/subject.py", spec["chdir"]]
+    sys.argv = [f"{spec['runner_root']}/runner/{spec.get('role', 'subject')}.py", spec["chdir"]]

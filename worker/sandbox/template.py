@@ -1,18 +1,20 @@
-"""A warm template: one root process per runtime that has imported its framework and forks one subject per job.
+"""A warm template: one root process per runtime (or the judge's) that has imported what it needs, forking per job.
 
 Contract: started by ``warm.Template`` as ``python template.py CONFIG_JSON`` with exactly the sandbox's
 environment (``local.sandbox_env``: no host variable, so nothing secret sits in memory the children share)
 and a ``SOCK_SEQPACKET`` control socket at fd ``CONFIG["fd"]``. ``CONFIG`` is ``{"fd": int, "runner_parent":
-host folder holding runner/, "runner_root": "/opt/gpulab", "preload": [...], "devices": {"framework",
-"replicas"}}``. It:
+host folder holding runner/, "runner_root": "/opt/gpulab", "role": "subject"|"judge", "preload": [...],
+"devices": {"framework", "replicas"}}``. It:
 
 - imports the runner and calls ``runner.subject.warm(preload, devices)`` (framework import, virtual devices:
-  no job is read, no learner code runs, no multi-threaded op), then sends ``{"event": "ready"}``;
+  no job is read, no learner code runs, no multi-threaded op) or, for ``role == "judge"``, ``_warm_judge()``
+  (the judge's modules, pytest and its plugins; no job, no hidden test), then sends ``{"event": "ready"}``;
 - stays single-threaded in Python and waits for messages: ``{"op": "spawn", "id": str, "spec": {...}}``
   with two fds (the job's stdout and stderr pipes) forks a child that calls ``entry.enter(spec, ...)`` and
-  then runs ``runner.subject.main`` in the sandbox; the template answers ``{"event": "started", "id",
-  "pid"}`` and, when that child ends, ``{"event": "exited", "id", "code"}`` (the subject's status, 128+N
-  for signal N; ``entry.EXIT_LAUNCH_FAILED`` when the sandbox could not be entered);
+  then runs ``runner.subject.main`` (``runner.judge.main`` for the judge) in the sandbox; the template
+  answers ``{"event": "started", "id", "pid"}`` and, when that child ends, ``{"event": "exited", "id",
+  "code"}`` (the subject's or judge's status, 128+N for signal N; ``entry.EXIT_LAUNCH_FAILED`` when the
+  sandbox could not be entered);
 - exits when the control socket closes, and dies with the worker (parent-death signal).
 """
 
@@ -37,34 +39,59 @@ def _send(ctrl: socket.socket, message: dict[str, Any]) -> None:
 
 
 def _child(config: dict[str, Any], spec: dict[str, Any], fds: list[int]) -> None:
-    """In the forked child: enter the sandbox, then be the subject. Never returns."""
+    """In the forked child: enter the sandbox, then be the subject or the judge. Never returns."""
     code = 70
+    role = config.get("role", "subject")
     try:
         entry = sys.modules["entry"]
-        entry.enter(spec, fds[0], fds[1])
-        # Now the sandboxed subject: forget the host folders the template imported from.
+        entry.enter({**spec, "role": role}, fds[0], fds[1])
+        # Now sandboxed: forget the host folders the template imported from (all it needs is imported).
         import runner
-        import runner.vdev
-        from runner import subject
 
         root = config["runner_root"]
         sys.path[:] = [p for p in sys.path if p not in (config["runner_parent"], os.path.dirname(__file__))]
         if root not in sys.path:
             sys.path.insert(0, root)
         runner.__path__ = [f"{root}/runner"]
-        runner.vdev.__path__ = [f"{root}/runner/vdev"]
+        if "runner.vdev" in sys.modules:
+            sys.modules["runner.vdev"].__path__ = [f"{root}/runner/vdev"]
         sys.path_importer_cache.clear()
-        code = subject.main(["subject", spec["chdir"]])
+        if role == "judge":
+            from runner import judge
+
+            code = judge.main(["judge", spec["chdir"]])
+        else:
+            from runner import subject
+
+            code = subject.main(["subject", spec["chdir"]])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException as exc:  # report to the learner's stderr: it is our failure, shown as a crash
+    except BaseException as exc:  # report to the role's stderr: it is our failure, shown as a crash
         with contextlib.suppress(OSError):
-            os.write(2, f"gpulab subject: {type(exc).__name__}: {exc}\n".encode())
+            os.write(2, f"gpulab {role}: {type(exc).__name__}: {exc}\n".encode())
     finally:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):  # nothing left to report to
                 stream.flush()
         os._exit(code)
+
+
+def _warm_judge() -> None:
+    """Import what every judge run needs before it reads a job: the judge's modules, pytest and its plugins.
+
+    No job, hidden test or learner code is read here (it lives beside the runner, not in it, so the runner's
+    source, and the digest grading images are labelled with, stays the same).
+    """
+    import importlib
+
+    import _pytest.config
+    from runner import judge  # noqa: F401 - with runner.plugin, runner.client and pytest
+
+    skipped = {"cacheprovider", "terminal", "stepwise", "pastebin"}  # disabled by ``runner.plugin.pytest_args``
+    for name in getattr(_pytest.config, "default_plugins", ()):
+        if name not in skipped:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(f"_pytest.{name}")
 
 
 def main(argv: list[str]) -> int:
@@ -75,9 +102,13 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, config["runner_parent"])
     import entry  # noqa: F401 - imported before any fork
-    from runner import subject
 
-    subject.warm(config["preload"], config["devices"])
+    if config.get("role", "subject") == "judge":
+        _warm_judge()
+    else:
+        from runner import subject
+
+        subject.warm(config["preload"], config["devices"])
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)

@@ -1,4 +1,4 @@
-"""The ``local`` backend with warm subjects: per-runtime template processes fork the subject of each job.
+"""The ``local`` backend with warm subjects and judges: template processes fork the subject and judge of each job.
 
 Contract:
 - ``WarmLocalSandbox`` is ``LocalSandbox`` (same name, same judge, same cgroups, same result) except for how
@@ -8,6 +8,11 @@ Contract:
   namespaces, the tree of ``local.mount_plan``, the sandbox uid with no groups and no capabilities,
   rlimits, ``no_new_privs``, the seccomp filter of ``seccomp.py``, exactly ``sandbox_env()``, no inherited
   fd but stdio) before any job or learner code is read. Other runtimes start cold.
+- Whenever the pool serves any runtime, the **judge** is warm too: one template kind (``JUDGE_KEY``) that
+  has imported pytest and the runner's judge modules (``template._warm_judge``: nothing job-specific, no
+  hidden test, no learner code) forks a child per job that enters the judge's sandbox exactly as the cold judge
+  (the ``judge`` mount plan of ``ROLE_MOUNTS``, the judge uid, the judge's limits and cgroup, seccomp, its
+  environment, no inherited fd but stdio) and runs ``runner.judge.main``. The hidden tests run only there.
 - ``WarmPool`` keeps up to ``size`` templates per runtime key (preloads, virtual devices, thread count),
   started on first use (or by ``prewarm``), used round-robin. A template that died or stops answering is
   replaced; a job whose template dies fails as a platform error (retried), never as the learner's fault.
@@ -66,9 +71,12 @@ class RuntimeKey:
     framework: str
     replicas: int
     threads: int
+    role: str = "subject"
 
     @property
     def runtime(self) -> str:
+        if self.role == "judge":
+            return "judge"
         for name in ("torch", "tensorflow"):
             if name in self.preload or self.framework == name:
                 return name
@@ -84,6 +92,10 @@ class RuntimeKey:
             replicas=int(devices.get("replicas", 1)),
             threads=max(1, int(limits.cpus)),
         )
+
+
+# The one judge template kind: pytest and the runner's judge modules, the same for every job and runtime.
+JUDGE_KEY = RuntimeKey(preload=(), framework="none", replicas=1, threads=1, role="judge")
 
 
 def parse_runtimes(value: str) -> tuple[str, ...]:
@@ -138,6 +150,7 @@ class Template:
             "fd": theirs.fileno(),
             "runner_parent": str(RUNNER_DIR.parent),
             "runner_root": SANDBOX_RUNNER_ROOT,
+            "role": key.role,
             "preload": list(key.preload),
             "devices": {"framework": key.framework, "replicas": key.replicas},
         }
@@ -240,6 +253,8 @@ class WarmPool:
         self.started = 0  # templates started so far (replacements included)
 
     def serves(self, key: RuntimeKey) -> bool:
+        if key.role == "judge":
+            return bool(self.runtimes)  # any warm pool warms the judge too (it serves every runtime)
         return key.runtime in self.runtimes
 
     def acquire(self, key: RuntimeKey) -> Template:
@@ -303,6 +318,22 @@ class WarmLocalSandbox(LocalSandbox):
         super().__init__(**kwargs)
         self.pool = pool
 
+    def _starter(
+        self,
+        stage: Path,
+        job_dir: Path,
+        role: str,
+        limits: Limits,
+        ids: tuple[int, int],
+        tools: dict[str, str],
+        groups: dict[str, JobCgroups],
+        seccomp: Path,
+    ) -> Callable[[float], ProcessResult]:
+        if role == "judge" and self.pool.serves(JUDGE_KEY):
+            template = self.pool.acquire(JUDGE_KEY)
+            return self._warm_starter(template, stage, job_dir, role, limits, ids, groups, seccomp)
+        return super()._starter(stage, job_dir, role, limits, ids, tools, groups, seccomp)
+
     def _subject_starter(
         self,
         stage: Path,
@@ -317,16 +348,31 @@ class WarmLocalSandbox(LocalSandbox):
         if not self.pool.serves(key):
             return super()._subject_starter(stage, job_dir, limits, ids, tools, groups, seccomp)
         template = self.pool.acquire(key)
-        role_stage = stage / "subject"
+        return self._warm_starter(template, stage, job_dir, "subject", limits, ids, groups, seccomp)
+
+    def _warm_starter(
+        self,
+        template: Template,
+        stage: Path,
+        job_dir: Path,
+        role: str,
+        limits: Limits,
+        ids: tuple[int, int],
+        groups: dict[str, JobCgroups],
+        seccomp: Path,
+    ) -> Callable[[float], ProcessResult]:
+        """Prepare ``role``'s sandbox (the cold path's cgroups, mount plan, ids, rlimits) for a template fork."""
+        role_stage = stage / role
         role_stage.mkdir(mode=0o711)
         root = role_stage / "root"
         root.mkdir(mode=0o700)
-        procs = groups["subject"].create(limits)
+        procs = groups[role].create(limits)
         uid, gid = ids
         cpu_s = int(limits.timeout_s) + 2
         spec = {
+            "role": role,
             "cgroup_procs": [str(p) for p in procs],
-            "plan": [list(op) for op in mount_plan(role_stage, job_dir, "subject", limits, uid, gid)],
+            "plan": [list(op) for op in mount_plan(role_stage, job_dir, role, limits, uid, gid)],
             "root": str(root),
             "uid": uid,
             "gid": gid,
@@ -336,7 +382,7 @@ class WarmLocalSandbox(LocalSandbox):
             "hostname": "gpulab",
             "chdir": JOB_MOUNT,
             "runner_root": SANDBOX_RUNNER_ROOT,
-            "error_file": str(stage / "subject-launch-error"),
+            "error_file": str(stage / f"{role}-launch-error"),
         }
 
         def start(timeout_s: float) -> ProcessResult:
@@ -354,13 +400,17 @@ class WarmLocalSandbox(LocalSandbox):
             finally:
                 os.close(out_w)
                 os.close(err_w)
-            return supervise(
+            result = supervise(
                 remote,
                 started=started,
                 timeout_s=timeout_s,
                 output_bytes=limits.output_bytes,
                 hard_cap_bytes=hard_output_cap(limits),
-                kill=lambda _remote: groups["subject"].kill(),
+                kill=lambda _remote: groups[role].kill(),
             )
+            if role == "judge" and remote.done.is_set() and remote.code is None:
+                # The template died under the judge: no verdict of ours, so a platform error (retried).
+                raise PlatformError("the warm judge template died during the job")
+            return result
 
         return start
