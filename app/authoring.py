@@ -31,7 +31,6 @@ from sqlalchemy.orm import Session
 
 from app.errors import Conflict, GpulabError, InvalidInput
 from app.exercises import add_version
-from app.markdown import render_markdown
 from app.models import Exercise, ExerciseCheck, ExerciseVersion, User
 from app.schemas import ExerciseDetail
 from worker.spec import MAX_FILE_BYTES, MAX_FILES, SLUG_RE, TEXT_SUFFIXES, ExerciseSpec, discover_test_ids
@@ -371,21 +370,5 @@ def get_version(*, session: Session, exercise: Exercise, number: int) -> Exercis
 
 
 def learner_view(exercise: Exercise, version: ExerciseVersion) -> ExerciseDetail:
-    """Return exactly what a learner would receive for ``version`` (same allow-list as the API)."""
-    files: dict[str, str] = dict(version.files)
-    prompt = files.get("prompt.md", "")
-    examples = {p.removeprefix("examples/"): c for p, c in files.items() if p.startswith("examples/")}
-    return ExerciseDetail(
-        slug=exercise.slug,
-        title=version.title,
-        kind=version.kind,
-        topic=version.topic,
-        difficulty=version.difficulty,
-        framework=version.framework,
-        points=version.max_score,
-        version=version.number,
-        prompt_md=prompt,
-        prompt_html=render_markdown(prompt),
-        starter_code=files.get("starter.py", "") if version.kind == "code" else "",
-        examples=dict(sorted(examples.items())),
-    )
+    """Return exactly what a learner would receive for ``version`` (the API's own allow-list)."""
+    return ExerciseDetail.of(exercise, version)

@@ -67,8 +67,9 @@ class ExerciseSummary(BaseModel):
     version: int
 
     @classmethod
-    def of(cls, exercise: Exercise) -> ExerciseSummary:
-        version = _current(exercise)
+    def of(cls, exercise: Exercise, version: ExerciseVersion | None = None) -> ExerciseSummary:
+        """Describe ``version`` of ``exercise`` (its current version unless given, e.g. a draft's preview)."""
+        version = version or _current(exercise)
         return cls(
             slug=exercise.slug,
             title=version.title,
@@ -120,13 +121,14 @@ class ExerciseDetail(ExerciseSummary):
     quiz: QuizOut | None = None  # only for kind "quiz"
 
     @classmethod
-    def of(cls, exercise: Exercise) -> ExerciseDetail:
-        version = _current(exercise)
+    def of(cls, exercise: Exercise, version: ExerciseVersion | None = None) -> ExerciseDetail:
+        """Return what a learner receives for ``version`` (default: current): never hidden tests or keys."""
+        version = version or _current(exercise)
         files: dict[str, str] = dict(version.files)
         prompt = files.get("prompt.md", "")
         examples = {p.removeprefix("examples/"): c for p, c in files.items() if p.startswith("examples/")}
         return cls(
-            **ExerciseSummary.of(exercise).model_dump(),
+            **ExerciseSummary.of(exercise, version).model_dump(),
             prompt_md=prompt,
             prompt_html=render_markdown(prompt),
             starter_code=files.get("starter.py", "") if version.kind == "code" else "",

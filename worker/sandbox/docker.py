@@ -54,6 +54,7 @@ from app.errors import PlatformError, SandboxUnavailable
 from worker.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.sandbox.gpus import GpuLease, GpuSlots
 from worker.sandbox.local import JUDGE_EXTRA_MB, JUDGE_PIDS, hard_output_cap, sandbox_env
+from worker.sandbox.process import Capped
 from worker.sandbox.seccomp import CLONE_NEW_FLAGS, DENIED
 from worker.spec import Limits
 
@@ -208,32 +209,13 @@ def create_args(spec: ContainerSpec) -> dict[str, Any]:
     }
 
 
-class _Capped:
-    """Keep the first ``limit`` bytes of a stream and count the rest."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.data = bytearray()
-        self.total = 0
-
-    def add(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        room = self.limit - len(self.data)
-        if room > 0:
-            self.data += chunk[:room]
-
-    @property
-    def truncated(self) -> bool:
-        return self.total > len(self.data)
-
-
 class _Pump(threading.Thread):
     """Read the attach stream's frames into capped stdout/stderr until EOF or ``stop``; flag the hard cap."""
 
     def __init__(self, sock: socket.socket, output_bytes: int, hard_cap_bytes: int) -> None:
         super().__init__(name="gpulab-docker-output", daemon=True)
         self.sock = sock
-        self.streams = {STDOUT: _Capped(output_bytes), STDERR: _Capped(output_bytes)}
+        self.streams = {STDOUT: Capped(output_bytes), STDERR: Capped(output_bytes)}
         self.hard_cap_bytes = hard_cap_bytes
         self.exceeded = False
         self.done = threading.Event()

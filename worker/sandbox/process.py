@@ -37,7 +37,7 @@ class ProcessResult:
     wall_s: float
 
 
-class _Capped:
+class Capped:
     """Keep the first ``limit`` bytes of a stream and count the rest."""
 
     def __init__(self, limit: int) -> None:
@@ -106,7 +106,7 @@ def supervise(
 ) -> ProcessResult:
     """Drain ``proc``'s output pipes under the wall clock and caps of ``run_process``, then reap it."""
     assert proc.stdout is not None and proc.stderr is not None
-    streams = {proc.stdout.fileno(): _Capped(output_bytes), proc.stderr.fileno(): _Capped(output_bytes)}
+    streams = {proc.stdout.fileno(): Capped(output_bytes), proc.stderr.fileno(): Capped(output_bytes)}
     timed_out = output_exceeded = killed = False
     deadline = started + timeout_s
     linger_until: float | None = None
