@@ -126,7 +126,40 @@ def test_warm_grades_like_cold(slug: str, local_sandbox: LocalSandbox, warm: War
         assert [(t.name, t.outcome) for t in warm_outcome.tests] == [(t.name, t.outcome) for t in cold_outcome.tests]
         assert warm_outcome.sandbox == "local"
     assert cold_outcome.verdict.value == "failed"
-    assert any(t.key == JUDGE_KEY and t.alive() for t in warm.pool.templates()), "the judge must be warm too"
+    judge = "judge-torch" if spec.framework == "torch" else "judge"
+    assert any(t.key.runtime == judge and t.alive() for t in warm.pool.templates()), "the judge must be warm too"
+
+
+FRAMEWORK_JUDGE_TEST = """
+import gc, sys
+
+SEEN = {"torch": "torch" in sys.modules, "frozen": gc.get_freeze_count()}  # before this file imports anything
+
+
+def test_preloaded(submission):
+    assert submission.add(1, 2) == 3
+    assert False, "SEEN<" + repr(SEEN) + ">SEEN"
+"""
+
+
+def test_framework_judge_is_preloaded_and_frozen(
+    local_sandbox: LocalSandbox, warm: WarmLocalSandbox, tmp_path: Path
+) -> None:
+    """A torch job's warm judge forks from a template that imported torch and froze its objects; cold imports none."""
+    files = tiny_add_files() | {"tests/test_add.py": FRAMEWORK_JUDGE_TEST}
+    files["exercise.toml"] = 'title = "Tiny add"\nframework = "torch"\n\n[points]\n"test_add.py::test_preloaded" = 1\n'
+    spec = ExerciseSpec.from_files("judge-preload", files)
+    seen = {}
+    for name, sandbox in (("cold", local_sandbox), ("warm", warm)):
+        outcome = grade(spec, "def add(a, b):\n    return a + b\n", sandbox=sandbox, work_root=tmp_path / name)
+        found = re.search(r"SEEN<(.*)>SEEN", outcome.tests[0].message)
+        assert found, outcome
+        seen[name] = found.group(1)
+    assert seen["cold"] == "{'torch': False, 'frozen': 0}"
+    torch_seen, frozen = re.fullmatch(r"\{'torch': (\w+), 'frozen': (\d+)\}", seen["warm"]).groups()  # type: ignore[union-attr]
+    assert torch_seen == "True" and int(frozen) > 10_000, seen["warm"]
+    keys = {t.key for t in warm.pool.templates() if t.alive()}
+    assert RuntimeKey(("torch",), "none", 1, 1, role="judge") in keys
 
 
 def _judge_info(outcome: object) -> dict[str, object]:
@@ -268,6 +301,17 @@ def test_dead_judge_template_is_replaced(
 def test_judge_key_is_served_by_any_warm_pool() -> None:
     assert WarmPool(("python",)).serves(JUDGE_KEY) and not WarmPool(()).serves(JUDGE_KEY)
     assert JUDGE_KEY.runtime == "judge" and not WarmPool(("python",)).serves(RuntimeKey(("torch",), "torch", 1, 1))
+
+
+def test_judge_key_follows_the_jobs_framework(tmp_path: Path) -> None:
+    (tmp_path / "subject.json").write_text(
+        '{"version": 1, "preload": ["torch"], "devices": {"framework": "torch", "replicas": 2}}'
+    )
+    torch_judge = WarmPool(("python", "torch")).judge_key(tmp_path, Limits(cpus=2.0))
+    assert torch_judge == RuntimeKey(("torch",), "none", 1, 2, role="judge") and torch_judge.runtime == "judge-torch"
+    # A pool without torch templates still warms the judge, without the framework (no torch copy for it).
+    assert WarmPool(("python",)).judge_key(tmp_path, Limits(cpus=2.0)) == JUDGE_KEY
+    assert WarmPool(()).judge_key(tmp_path, Limits(cpus=2.0)) is None
 
 
 def test_runtime_key_of_job(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ host folder holding runner/, "runner_root": "/opt/gpulab", "role": "subject"|"ju
 
 - imports the runner and calls ``runner.subject.warm(preload, devices)`` (framework import, virtual devices:
   no job is read, no learner code runs, no multi-threaded op) or, for ``role == "judge"``, ``_warm_judge()``
-  (the judge's modules, pytest and its plugins; no job, no hidden test), then sends ``{"event": "ready"}``;
+  (the judge's modules, pytest and its plugins, and the framework in ``preload``; no job, no hidden
+  test), then sends ``{"event": "ready"}``;
 - stays single-threaded in Python and waits for messages: ``{"op": "spawn", "id": str, "spec": {...}}``
   with two fds (the job's stdout and stderr pipes) forks a child that calls ``entry.enter(spec, ...)`` and
   then runs ``runner.subject.main`` (``runner.judge.main`` for the judge) in the sandbox; the template
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import select
@@ -76,22 +78,30 @@ def _child(config: dict[str, Any], spec: dict[str, Any], fds: list[int]) -> None
         os._exit(code)
 
 
-def _warm_judge() -> None:
+def _warm_judge(preload: list[str]) -> None:
     """Import what every judge run needs before it reads a job: the judge's modules, pytest and its plugins.
 
-    No job, hidden test or learner code is read here (it lives beside the runner, not in it, so the runner's
-    source, and the digest grading images are labelled with, stays the same).
+    A framework judge (``preload`` names torch or tensorflow) also imports the framework, as hidden tests and
+    ``probes.py`` do, the same fork-safe way as a subject template (``runner.subject.warm`` with no devices:
+    no op that starts threads or TensorFlow's runtime). No job, hidden test or learner code is read here (it
+    lives beside the runner, not in it, so the runner's source, and the digest grading images are labelled
+    with, stays the same).
     """
     import importlib
 
     import _pytest.config
-    from runner import judge  # noqa: F401 - with runner.plugin, runner.client and pytest
+    from runner import judge, subject  # noqa: F401 - judge brings runner.plugin, runner.client and pytest
 
     skipped = {"cacheprovider", "terminal", "stepwise", "pastebin"}  # disabled by ``runner.plugin.pytest_args``
     for name in getattr(_pytest.config, "default_plugins", ()):
         if name not in skipped:
             with contextlib.suppress(ImportError):
                 importlib.import_module(f"_pytest.{name}")
+    subject.warm(preload, {"framework": "none", "replicas": 1})
+    if "torch" in preload:
+        from runner import vdev
+
+        vdev.warm_torch()
 
 
 def main(argv: list[str]) -> int:
@@ -104,11 +114,15 @@ def main(argv: list[str]) -> int:
     import entry  # noqa: F401 - imported before any fork
 
     if config.get("role", "subject") == "judge":
-        _warm_judge()
+        _warm_judge(config["preload"])
     else:
         from runner import subject
 
         subject.warm(config["preload"], config["devices"])
+    # Children share the template's objects copy-on-write: a collection in a child would touch (and so copy)
+    # every page of them, and rescan the framework's objects each time. Frozen objects are never collected.
+    gc.collect()
+    gc.freeze()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)

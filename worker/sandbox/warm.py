@@ -74,13 +74,23 @@ class RuntimeKey:
     role: str = "subject"
 
     @property
-    def runtime(self) -> str:
-        if self.role == "judge":
-            return "judge"
+    def framework_runtime(self) -> str:
+        """Return the runtime whose framework this key imports: ``python``, ``torch`` or ``tensorflow``."""
         for name in ("torch", "tensorflow"):
             if name in self.preload or self.framework == name:
                 return name
         return "python"
+
+    @property
+    def runtime(self) -> str:
+        if self.role == "judge":
+            runtime = self.framework_runtime
+            return "judge" if runtime == "python" else f"judge-{runtime}"
+        return self.framework_runtime
+
+    def judge(self) -> RuntimeKey:
+        """Return the judge's key for jobs of this subject key: the same framework import, no devices."""
+        return RuntimeKey(preload=self.preload, framework="none", replicas=1, threads=self.threads, role="judge")
 
     @classmethod
     def of_job(cls, job_dir: Path, limits: Limits) -> RuntimeKey:
@@ -94,7 +104,7 @@ class RuntimeKey:
         )
 
 
-# The one judge template kind: pytest and the runner's judge modules, the same for every job and runtime.
+# The plain judge template: pytest and the runner's judge modules (framework judges add the framework's import).
 JUDGE_KEY = RuntimeKey(preload=(), framework="none", replicas=1, threads=1, role="judge")
 
 
@@ -253,9 +263,16 @@ class WarmPool:
         self.started = 0  # templates started so far (replacements included)
 
     def serves(self, key: RuntimeKey) -> bool:
-        if key.role == "judge":
-            return bool(self.runtimes)  # any warm pool warms the judge too (it serves every runtime)
-        return key.runtime in self.runtimes
+        if key.role == "judge" and key.framework_runtime == "python":
+            return bool(self.runtimes)  # any warm pool warms the plain judge too (it serves every runtime)
+        return key.framework_runtime in self.runtimes
+
+    def judge_key(self, job_dir: Path, limits: Limits) -> RuntimeKey | None:
+        """Return the warm judge key for a job: its framework's judge when that runtime is warm, else the plain one."""
+        if not self.runtimes:
+            return None
+        key = RuntimeKey.of_job(job_dir, limits).judge()
+        return key if self.serves(key) else JUDGE_KEY
 
     def acquire(self, key: RuntimeKey) -> Template:
         """Return a live template for ``key`` (round-robin), starting or replacing it when needed."""
@@ -329,8 +346,9 @@ class WarmLocalSandbox(LocalSandbox):
         groups: dict[str, JobCgroups],
         seccomp: Path,
     ) -> Callable[[float], ProcessResult]:
-        if role == "judge" and self.pool.serves(JUDGE_KEY):
-            template = self.pool.acquire(JUDGE_KEY)
+        judge_key = self.pool.judge_key(job_dir, limits) if role == "judge" else None
+        if judge_key is not None:
+            template = self.pool.acquire(judge_key)
             return self._warm_starter(template, stage, job_dir, role, limits, ids, groups, seccomp)
         return super()._starter(stage, job_dir, role, limits, ids, tools, groups, seccomp)
 

@@ -44,7 +44,7 @@ def setup(framework: str, replicas: int = 2, real_gpus: bool = False, gpu_name: 
         from . import torch_cuda
 
         torch_cuda.enable(replicas)
-        _warm_torch()
+        warm_torch()
         _label = torch_cuda.describe()
     elif framework == "tensorflow":
         from . import tf_devices
@@ -56,7 +56,7 @@ def setup(framework: str, replicas: int = 2, real_gpus: bool = False, gpu_name: 
     return _label
 
 
-def _warm_torch() -> None:
+def warm_torch() -> None:
     """Import what a first training step imports, running no multi-threaded op (children start warm)."""
     import torch
 
