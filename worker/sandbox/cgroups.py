@@ -7,6 +7,11 @@ Contract:
 - ``JobCgroups.create(limits)`` makes ``<root>/<controller>/<parent>/<job>`` (v2: ``<root>/<parent>/<job>``)
   and returns the ``cgroup.procs`` files a launcher writes its own pid into before exec.
 - ``kill()`` ends every process inside; ``remove()`` kills, waits for the groups to empty and removes them.
+- The shared ``parent`` group gets a low CPU weight (``PARENT_CPU_SHARES`` of cgroup v1's default 1024, or the
+  same fraction of v2's default ``cpu.weight`` 100): under contention the web server and the worker's own
+  threads run before sandboxes, so a page stays fast while gradings saturate the cores; with nothing else to
+  run the weight costs gradings nothing. Each job's own CPU quota (``cpu.cfs_quota_us``/``cpu.max``) is
+  unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ from worker.spec import Limits
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 CFS_PERIOD_US = 100_000
 EMPTY_WAIT_S = 3.0
+# One eighth of a default group's share: requests of the API preempt grading; idle cores still go to grading.
+PARENT_CPU_SHARES = 128
+V1_DEFAULT_SHARES = 1024
+V2_DEFAULT_WEIGHT = 100
 
 
 def detect_layout(root: Path) -> str | None:
@@ -84,6 +93,7 @@ class JobCgroups:
                     _write(d.parent / "cgroup.subtree_control", "+memory +pids +cpu")
                 d.mkdir()
                 self.created.append(d)
+            self._lower_parent_weight()
             if self.layout == "hybrid":
                 mem = self._dir("memory")
                 _write(mem / "memory.limit_in_bytes", memory)
@@ -104,6 +114,16 @@ class JobCgroups:
             raise SandboxUnavailable(f"cannot set up cgroups under {self.root}: {exc}") from exc
         return self.procs_files
 
+    def _lower_parent_weight(self) -> None:
+        """Give the shared parent group its low CPU weight (see the module contract)."""
+        if self.layout == "hybrid":
+            path, value = self._dir("cpu").parent / "cpu.shares", PARENT_CPU_SHARES
+        else:
+            path = self.dirs[0].parent / "cpu.weight"
+            value = max(1, PARENT_CPU_SHARES * V2_DEFAULT_WEIGHT // V1_DEFAULT_SHARES)
+        if path.exists() and path.read_text().strip() != str(value):
+            _write(path, str(value))
+
     def kill(self) -> None:
         """Kill every process in the groups: ``cgroup.kill`` when the kernel has it, else SIGKILL each pid."""
         for d in self.created:
@@ -111,14 +131,16 @@ class JobCgroups:
                 with contextlib.suppress(OSError):
                     _write(d / "cgroup.kill", "1")
         # Signalling pids one by one races with forks; repeat until no pid is left (pids.max bounds the work).
-        for _ in range(50):
+        pause_s = 0.001  # most jobs are gone within a few ms of the kill: look again soon, then back off
+        for _ in range(60):
             pids = {pid for d in self.created for pid in _pids(d / "cgroup.procs")}
             if not pids:
                 return
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            time.sleep(0.02)
+            time.sleep(pause_s)
+            pause_s = min(0.02, pause_s * 2)
 
     def oom_killed(self) -> bool:
         """Say whether the kernel's OOM killer fired inside the job's memory group."""
