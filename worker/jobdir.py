@@ -69,6 +69,7 @@ def write_job_dir(
         "module": MODULE,
         "tests": [{"id": t.id, "points": t.points} for t in spec.tests],
         "max_reply_bytes": MAX_REPLY_BYTES,
+        "learner_process": spec.learner_process,
     }
     _write_file(root / "job.json", json.dumps(job, indent=2))
     subject = {

@@ -34,6 +34,9 @@ MAX_FILES = 200
 # "auto": the framework's virtual devices on CPU workers (virtual CUDA for torch, logical CPUs for TensorFlow);
 # "processes": one real process per replica (DistributedDataParallel over gloo), no virtual CUDA.
 DEVICE_MODES = ("auto", "processes")
+# "per-test": each test gets a fresh learner process (nothing leaks between tests); "per-file": the tests of one
+# file share it (the learner's module is imported once per file), for exercises whose set-up dominates.
+LEARNER_PROCESS_MODES = ("per-test", "per-file")
 PRELOADS: dict[str, tuple[str, ...]] = {"python": (), "torch": ("torch",), "tensorflow": ("tensorflow",)}
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".json", ".csv", ".cfg"}
 
@@ -77,6 +80,7 @@ class ExerciseSpec:
     wrong: list[WrongVariant] = field(default_factory=list)
     replicas: int = 1
     devices: str = "auto"
+    learner_process: str = "per-test"
 
     @property
     def prompt_md(self) -> str:
@@ -195,6 +199,7 @@ def _build(slug: str, meta: dict[str, Any], files: dict[str, str]) -> ExerciseSp
         files=dict(files),
         replicas=_replicas(slug, meta),
         devices=_choice(slug, meta, "devices", DEVICE_MODES, "auto"),
+        learner_process=_choice(slug, meta, "learner_process", LEARNER_PROCESS_MODES, "per-test"),
     )
     if "prompt.md" not in files:
         raise ExerciseFormatError(slug, "prompt.md is missing")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,7 +19,9 @@ from worker.spec import discover_test_ids
 WORKER_DIR = Path(__file__).resolve().parents[2] / "worker"
 
 
-def make_job(root: Path, code: str, tests: dict[str, str], *, timeout_s: float = 10.0) -> Path:
+def make_job(
+    root: Path, code: str, tests: dict[str, str], *, timeout_s: float = 10.0, learner_process: str | None = None
+) -> Path:
     """Write a job directory the way the host does, with expected ids found by parsing the tests."""
     job = root / "job"
     (job / "submission").mkdir(parents=True)
@@ -31,7 +34,9 @@ def make_job(root: Path, code: str, tests: dict[str, str], *, timeout_s: float =
     sources = {name: textwrap.dedent(text) for name, text in tests.items()}
     ids = discover_test_ids("runner-test", sources)
     expected = [{"id": i, "points": 1.0} for i in ids]
-    spec = {"version": 1, "timeout_s": timeout_s, "module": "submission", "tests": expected}
+    spec: dict[str, Any] = {"version": 1, "timeout_s": timeout_s, "module": "submission", "tests": expected}
+    if learner_process is not None:
+        spec["learner_process"] = learner_process
     (job / "job.json").write_text(json.dumps(spec))
     (job / "submission" / "submission.py").write_text(textwrap.dedent(code))
     for name, text in sources.items():
@@ -222,6 +227,72 @@ def test_hard_exit_fails_every_test_but_the_judge_reports(tmp_path: Path) -> Non
     for test in result["tests"]:
         assert test["outcome"] == "failed"
         assert test["message"] == "Your code exited while the test was running (exit code 0)"
+
+
+# Each test reports which learner process ran it and how many calls that process had seen.
+COUNTING_CODE = """
+import os
+calls = 0
+
+def who():
+    global calls
+    calls += 1
+    return [os.getpid(), calls]
+
+def die():
+    os._exit(3)
+"""
+COUNTING_TESTS = {
+    "test_a.py": """
+        def test_one(submission):
+            assert False, repr(submission.who())
+
+        def test_two(submission):
+            assert False, repr(submission.who())
+
+        def test_dies(submission):
+            submission.die()
+
+        def test_after_death(submission):
+            assert False, repr(submission.who())
+    """,
+    "test_b.py": """
+        def test_other_file(submission):
+            assert False, repr(submission.who())
+    """,
+}
+
+
+def _seen(result: dict[str, Any]) -> dict[str, list[int]]:
+    found = {t["id"].split("::")[1]: re.match(r"\[(\d+), (\d+)\]", t["message"]) for t in result["tests"]}
+    return {name: [int(m.group(1)), int(m.group(2))] for name, m in found.items() if m}
+
+
+def test_each_test_gets_a_fresh_learner_process_by_default(tmp_path: Path) -> None:
+    proc, result = run_runner(make_job(tmp_path, COUNTING_CODE, COUNTING_TESTS))
+    assert proc.returncode == 0 and result is not None, proc.stderr
+    seen = _seen(result)
+    assert [calls for _, calls in seen.values()] == [1, 1, 1, 1]
+    assert len({pid for pid, _ in seen.values()}) == 4
+
+
+def test_per_file_learner_process_is_shared_within_a_file_and_replaced_when_it_dies(tmp_path: Path) -> None:
+    job = make_job(tmp_path, COUNTING_CODE, COUNTING_TESTS, learner_process="per-file")
+    proc, result = run_runner(job)
+    assert proc.returncode == 0 and result is not None, proc.stderr
+    seen = _seen(result)
+    assert seen["test_one"][1] == 1 and seen["test_two"] == [seen["test_one"][0], 2]
+    assert by_id(result)["test_a.py::test_dies"]["message"].startswith("Your code exited")
+    # The dead process is replaced by a fresh one; the next file starts from a fresh one too.
+    assert seen["test_after_death"][1] == 1 and seen["test_after_death"][0] != seen["test_one"][0]
+    assert seen["test_other_file"][1] == 1 and seen["test_other_file"][0] not in (
+        seen["test_one"][0], seen["test_after_death"][0])  # fmt: skip
+
+
+def test_unknown_learner_process_mode_is_a_bad_job(tmp_path: Path) -> None:
+    proc, result = run_runner(make_job(tmp_path, COUNTING_CODE, COUNTING_TESTS, learner_process="per-run"))
+    assert proc.returncode != 0 and result is None
+    assert "learner_process" in proc.stderr
 
 
 @pytest.mark.parametrize("job_json", [None, "not json", '{"version": 2, "timeout_s": 1}', '{"version": 1}'])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from app.errors import ExerciseFormatError
 from tests.support import BANK
+from worker.jobdir import write_job_dir
 from worker.spec import ExerciseSpec, discover_test_ids, load_bank, load_exercise
 
 TOML = 'title = "Tiny"\n[points]\n"test_a.py::test_one" = 3\n'
@@ -66,6 +68,7 @@ def test_stored_form_round_trips() -> None:
         ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\n[limits]\nbogus = 1'}), "unknown key"),
         ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\n[limits]\ntimeout_s = 100000'}), "out of range"),
         ("tiny-one", tiny(**{"tests/test_a.py": "def helper():\n    pass\n"}), "no test functions"),
+        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\nlearner_process = "never"'}), "learner_process must be"),
         ("tiny-one", tiny(**{"tests/test_a.py": "def test_(:\n"}), "syntax error"),
         ("tiny-one", tiny(**{"wrong/w.py": "x = 1\n"}), "without a [[wrong]] entry"),
         (
@@ -102,6 +105,14 @@ def test_folder_with_a_symlink_is_refused(tmp_path: Path) -> None:
 def test_discovery_ignores_non_test_files_and_helpers() -> None:
     ids = discover_test_ids("x", {"helpers.py": "def test_no(): pass", "test_b.py": "def test_yes(): pass\nx = 1\n"})
     assert ids == ["test_b.py::test_yes"]
+
+
+def test_learner_process_defaults_to_per_test_and_reaches_job_json(tmp_path: Path) -> None:
+    assert ExerciseSpec.from_files("tiny-one", tiny()).learner_process == "per-test"
+    spec = ExerciseSpec.from_files("tiny-one", tiny(**{"exercise.toml": 'learner_process = "per-file"\n' + TOML}))
+    assert spec.learner_process == "per-file"
+    write_job_dir(tmp_path / "job", spec=spec, code="def f(): return 1\n")
+    assert json.loads((tmp_path / "job" / "job.json").read_text())["learner_process"] == "per-file"
 
 
 def test_probes_and_preloads_follow_the_framework() -> None:
