@@ -24,7 +24,7 @@ from pathlib import Path
 
 from . import JOB_VERSION, RESULT_VERSION
 from .client import SubjectClient, listen
-from .plugin import Job, run_tests
+from .plugin import LEARNER_PROCESS_MODES, Job, run_tests
 
 EXIT_BAD_JOB = 2
 EXIT_NO_RESULT = 3
@@ -40,6 +40,7 @@ def read_job(job_dir: Path) -> Job:
     module = data.get("module", "submission")
     tests = data.get("tests", [])
     max_reply = data.get("max_reply_bytes", 4 * 1024 * 1024)
+    learner_process = data.get("learner_process", "per-test")
     if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or timeout_s <= 0:
         raise ValueError("job.json timeout_s must be a positive number")
     if not isinstance(module, str) or not module.isidentifier():
@@ -48,12 +49,15 @@ def read_job(job_dir: Path) -> Job:
         raise ValueError("job.json tests must be a list of {id, points}")
     if type(max_reply) is not int or not 0 < max_reply <= MAX_REPLY_LIMIT:
         raise ValueError("job.json max_reply_bytes must be a positive integer")
+    if learner_process not in LEARNER_PROCESS_MODES:
+        raise ValueError(f"job.json learner_process must be one of {', '.join(LEARNER_PROCESS_MODES)}")
     return Job(
         job_dir=job_dir,
         timeout_s=float(timeout_s),
         module=module,
         expected=[t["id"] for t in tests],
         max_reply_bytes=max_reply,
+        learner_process=learner_process,
     )
 
 

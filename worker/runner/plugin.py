@@ -7,7 +7,8 @@ Contract:
 - Tests reach the learner's code through the ``submission`` fixture (or ``import submission``), a
   ``SubmissionProxy`` whose calls run in the subject, and the ``probe`` fixture: ``probe("name", *args)``
   runs ``probes.name(submission_module, *args)`` there. Both return data only. Each test gets a fresh
-  learner process on its first call, stopped after the test.
+  learner process on its first call, stopped after the test (with ``learner_process = "per-file"`` in
+  ``job.json``, after the last test of its file; one that died is replaced at the next call).
 - The learner's module is never imported here; ``sys.path`` holds the tests and ``probes/`` only.
 - Messages are the teaching part of a failure (assertion text, ``ExcType: message``), never a traceback.
 """
@@ -43,6 +44,7 @@ FUNCTION_REPR = re.compile(r"<(?:function|bound method|built-in function) ([\w.]
 RETRIGGER_S = 0.5
 # The alarm backs up the client's per-call deadline (same instant) for time spent in the tests themselves.
 ALARM_GRACE_S = 0.5
+LEARNER_PROCESS_MODES = ("per-test", "per-file")
 
 
 @dataclass
@@ -53,6 +55,7 @@ class Job:
     expected: list[str] = field(default_factory=list)
 
     max_reply_bytes: int = 4 * 1024 * 1024
+    learner_process: str = "per-test"
 
     @property
     def probes_dir(self) -> Path:
@@ -139,8 +142,11 @@ class GradingPlugin:
         return self.client.probe(name, args, kwargs)
 
     @pytest.hookimpl(trylast=True)
-    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
-        # The next test must start from a fresh process: nothing of this one may leak into it.
+    def pytest_runtest_teardown(self, item: pytest.Item, nextitem: pytest.Item | None) -> None:
+        # The next test must start from a fresh process: nothing of this one may leak into it. With
+        # ``per-file`` the exercise lets the tests of one file share it (a process that died is replaced).
+        if self.job.learner_process == "per-file" and nextitem is not None and nextitem.path == item.path:
+            return
         # A learner process that will not stop is the next test's failure, not this one's.
         with contextlib.suppress(Exception, RunnerTimeout, SubjectExited, SubjectProtocolError):
             self.client.end()
