@@ -1,7 +1,8 @@
 """gpulab benchmarks: ``.venv/bin/python -m benchmarks [--quick] [--out docs/benchmarks.json]`` (root, Linux).
 
 One run, one machine: starts a real ``gpulab serve`` on SQLite (in-process dispatcher, local sandbox) once
-cold (``GPULAB_WARM_POOLS`` unset) and once warm (``all``), and measures through the HTTP API
+cold (``GPULAB_WARM_POOLS`` unset) and once warm (``all``) (and, with ``--only docker``, once on the docker
+backend: a fresh container per job), and measures through the HTTP API
 
 - submit->verdict latency p50/p95 per exercise (plain Python, torch, TensorFlow), one submission at a time;
 - sustained gradings per second (and per core) with a queue kept full;
@@ -133,7 +134,7 @@ class Server:
     bank when one exercise is half-written, which would leave nothing to submit to.
     """
 
-    def __init__(self, warm: bool, workers: int) -> None:
+    def __init__(self, warm: bool, workers: int, sandbox: str = "local") -> None:
         self.data = Path(tempfile.mkdtemp(prefix="gpulab-bench-"))
         self.workers = workers
         bank = self.data / "exercises"
@@ -145,7 +146,7 @@ class Server:
         self.env = {**os.environ, "GPULAB_MODE": "dev", "GPULAB_DATA_DIR": str(self.data),
                     "GPULAB_CGROUP_NAME": CGROUP, "GPULAB_GRADING_WORKERS": str(workers),
                     "GPULAB_WARM_POOLS": "all" if warm else "", "GPULAB_BROKER_URL": "",
-                    "GPULAB_EXERCISES_DIR": str(bank)}  # fmt: skip
+                    "GPULAB_EXERCISES_DIR": str(bank), "GPULAB_SANDBOX": sandbox}  # fmt: skip
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -413,7 +414,9 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer runs (a smoke test of the harness)")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.json")
-    parser.add_argument("--only", default="cold,warm,otter", help="comma list of cold, warm, otter")
+    parser.add_argument("--only", default="cold,warm,otter",
+                        help="comma list of cold, warm, docker (the docker backend: needs dockerd and the grading "
+                             "image, docker/build-image), otter")  # fmt: skip
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)}")
     parser.add_argument("--no-plot", action="store_true", help="do not write docs/benchmarks.png")
     args = parser.parse_args(argv)
@@ -423,10 +426,11 @@ def main(argv: list[str]) -> int:
     phases = set(args.phases.split(","))
     results: dict[str, Any] = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     with LoadSampler() as load:
-        for mode in ("cold", "warm"):
+        for mode in ("cold", "warm", "docker"):
             if mode not in only:
                 continue
-            with Server(warm=mode == "warm", workers=os.cpu_count() or 2) as server:
+            sandbox = "docker" if mode == "docker" else "local"
+            with Server(warm=mode == "warm", workers=os.cpu_count() or 2, sandbox=sandbox) as server:
                 results[mode] = {}
                 if "latency" in phases:
                     print(f"[{mode}] latency", flush=True)
