@@ -5,6 +5,8 @@ Contract:
   only one delivery grade; a graded submission is never graded again.
 - The claim is committed before the sandbox runs (the UI sees ``running``) and the result in a second
   transaction, so no database transaction stays open while learner code runs.
+- After each of those commits it publishes the change (``app.news``), so a status stream in this process
+  (the embedded server) shows it without waiting for its next poll.
 - Only platform errors (``internal_error``) are retried, up to ``settings.max_attempts`` tries in all;
   then the submission settles as ``error``. Learner verdicts are final.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
+from app import news
 from app.config import get_settings
 from app.db import session_scope
 from app.errors import GpulabError
@@ -38,6 +41,7 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
             return None
         spec = spec_of(submission.exercise_version)
         code = submission.code
+    news.publish(submission_id)  # now running (committed): a live stream in this process shows it at once
     try:
         outcome = grade(spec, code, sandbox=get_sandbox(settings))
     except GpulabError as exc:
@@ -55,9 +59,12 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
             requeued = record_platform_failure(
                 session=session, submission=stored, message=outcome.message, max_attempts=settings.max_attempts
             )
-            return outcome, not requeued
-        record_outcome(session=session, submission=stored, outcome=outcome)
-    return outcome, True
+            settled = not requeued
+        else:
+            record_outcome(session=session, submission=stored, outcome=outcome)
+            settled = True
+    news.publish(submission_id)
+    return outcome, settled
 
 
 def grade_submission(submission_id: str) -> Verdict | None:
