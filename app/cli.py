@@ -63,7 +63,11 @@ def _serve(host: str, port: int) -> None:
         raise click.ClickException(exc.message) from exc
     mode = f"Celery via {settings.broker_url}" if settings.broker_url else "in-process"
     click.echo(f"gpulab: grading {mode}, sandbox {settings.sandbox.value}, database {_safe_url(settings.database_url)}")
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", proxy_headers=False)
+    # timeout_keep_alive: longer than clients keep an idle connection (httpx: 5 s, like uvicorn's default), so a
+    # client never reuses a connection the server is closing at that moment (a ReadError instead of an answer).
+    uvicorn.run(
+        create_app(settings), host=host, port=port, log_level="info", proxy_headers=False, timeout_keep_alive=30
+    )
 
 
 def _safe_url(url: str) -> str:

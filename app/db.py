@@ -6,7 +6,9 @@ SQLite gets WAL and a busy timeout so the API and the in-process dispatcher thre
 The pool never holds fewer connections than can wait for one: a request takes a connection in its first
 dependency and needs a threadpool thread for every later sync dependency and the route, so a pool smaller
 than the threadpool (40 threads) plus the grading threads deadlocks under load until ``pool_timeout`` (30 s)
-— the API timeout seen with 100 concurrent learners. SQLite connections are file handles: no overflow limit.
+— the API timeout seen with 100 concurrent learners. SQLite connections are file handles: no overflow limit,
+and 20 are kept open, since opening one (file, schema, pragmas) costs more than a request's queries and
+connections above ``pool_size`` are closed when returned.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def engine_for(url: str) -> Engine:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # max_overflow=-1: as many connections as there are threads asking (see the module contract).
         engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 10}, pool_size=5, max_overflow=-1
+            url, connect_args={"check_same_thread": False, "timeout": 10}, pool_size=20, max_overflow=-1
         )
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine

@@ -9,16 +9,24 @@ Contract:
   ``Forbidden``. ``ExerciseDep`` and ``SubmissionDep`` authenticate first, then load or raise ``NotFound``
   (a submission that is not the learner's own is "not found", never "forbidden").
 - ``DispatcherDep`` is the process dispatcher from ``app.dispatch``; tests override ``get_dispatcher_dep``.
+
+Cost: FastAPI runs every sync dependency in a threadpool thread (one hand-off each, and behind the GIL a busy
+process pays dearly for every hand-off). Dependencies that do no blocking I/O are therefore ``async def`` and
+run on the event loop; database work stays in the threadpool, one hand-off per step: the session is opened on
+the loop (a ``Session`` connects on its first query) and closed in one hand-off, the user is looked up in one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractContextManager
-from typing import Annotated, Protocol
+from types import TracebackType
+from typing import Annotated, Any, Protocol
 
+import anyio
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from app.config import Settings
 from app.errors import Forbidden, NotFound, Unauthorized
@@ -30,7 +38,7 @@ from app.submissions import get_for_user
 SessionFactory = Callable[[], AbstractContextManager[Session]]
 
 
-def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -38,7 +46,7 @@ def get_settings_dep(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 
 
-def get_session_factory(request: Request) -> SessionFactory:
+async def get_session_factory(request: Request) -> SessionFactory:
     factory: SessionFactory = request.app.state.sessionmaker
     return factory
 
@@ -46,20 +54,59 @@ def get_session_factory(request: Request) -> SessionFactory:
 SessionFactoryDep = Annotated[SessionFactory, Depends(get_session_factory)]
 
 
-def get_session(factory: SessionFactoryDep) -> Iterator[Session]:
-    """Yield a request's session; roll back if the route fails."""
-    with factory() as session:
-        try:
-            yield session
-        except BaseException:
+def _end_session(
+    manager: AbstractContextManager[Session],
+    session: Session,
+    exc_type: type[BaseException] | None = None,
+    exc: BaseException | None = None,
+    tb: TracebackType | None = None,
+) -> None:
+    """Roll back if the route failed, then leave the factory's context (closing the session): one hand-off."""
+    try:
+        if exc is not None:
             session.rollback()
-            raise
+    finally:
+        manager.__exit__(exc_type, exc, tb)
+
+
+def _ends_without_io(session: Session) -> bool:
+    """Say whether closing ``session`` cannot block: SQLite, whose connection goes back to the pool in memory.
+
+    Returning a pysqlite connection rolls it back, a no-op after reads (pysqlite opens no transaction for a
+    SELECT) and a local, lock-free discard after a failed write; a PostgreSQL rollback is a network round trip.
+    """
+    return session.get_bind().dialect.name == "sqlite"
+
+
+async def get_session(factory: SessionFactoryDep) -> AsyncIterator[Session]:
+    """Yield a request's session; roll back if the route fails.
+
+    Opened on the event loop (no I/O until the first query). Rollback and close run on the loop for SQLite (see
+    ``_ends_without_io``), else in the threadpool, shielded from cancellation so the connection always goes back.
+    """
+    manager = factory()
+    session = manager.__enter__()
+    try:
+        yield session
+    except BaseException as exc:
+        if _ends_without_io(session):
+            _end_session(manager, session, type(exc), exc, exc.__traceback__)
+        else:
+            with anyio.CancelScope(shield=True):
+                await run_in_threadpool(_end_session, manager, session, type(exc), exc, exc.__traceback__)
+        raise
+    else:
+        if _ends_without_io(session):
+            _end_session(manager, session)
+        else:
+            with anyio.CancelScope(shield=True):
+                await run_in_threadpool(_end_session, manager, session)
 
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def get_login_limiter(request: Request) -> LoginLimiter:
+async def get_login_limiter(request: Request) -> LoginLimiter:
     limiter: LoginLimiter = request.app.state.login_limiter
     return limiter
 
@@ -67,7 +114,7 @@ def get_login_limiter(request: Request) -> LoginLimiter:
 LoginLimiterDep = Annotated[LoginLimiter, Depends(get_login_limiter)]
 
 
-def get_revoked_sessions(request: Request) -> RevokedSessions:
+async def get_revoked_sessions(request: Request) -> RevokedSessions:
     revoked: RevokedSessions = request.app.state.revoked_sessions
     return revoked
 
@@ -75,14 +122,14 @@ def get_revoked_sessions(request: Request) -> RevokedSessions:
 RevokedSessionsDep = Annotated[RevokedSessions, Depends(get_revoked_sessions)]
 
 
-def get_optional_user(request: Request, session: SessionDep, revoked: RevokedSessionsDep) -> User | None:
-    return user_from_session(request, session=session, revoked=revoked)
+async def get_optional_user(request: Request, session: SessionDep, revoked: RevokedSessionsDep) -> User | None:
+    return await run_in_threadpool(user_from_session, request, session=session, revoked=revoked)
 
 
 OptionalUser = Annotated[User | None, Depends(get_optional_user)]
 
 
-def get_current_user(user: OptionalUser) -> User:
+async def get_current_user(user: OptionalUser) -> User:
     if user is None:
         raise Unauthorized("log in first")
     return user
@@ -91,11 +138,11 @@ def get_current_user(user: OptionalUser) -> User:
 CurrentUser = Annotated[User, Depends(get_current_user)]
 
 
-def require_role(*roles: Role) -> Callable[[User], User]:
-    """Return a dependency that lets only users with one of ``roles`` through."""
+def require_role(*roles: Role) -> Callable[[User], Coroutine[Any, Any, User]]:
+    """Return an (async) dependency that lets only users with one of ``roles`` through."""
     names = " or ".join(r.value for r in roles)
 
-    def dependency(user: CurrentUser) -> User:
+    async def dependency(user: CurrentUser) -> User:
         if user.role not in roles:
             raise Forbidden(f"this needs the {names} role")
         return user
@@ -132,13 +179,19 @@ class Dispatcher(Protocol):
     def shutdown(self) -> None: ...
 
 
-def get_dispatcher_dep(request: Request) -> Dispatcher:
+def _start_dispatcher(request: Request) -> Dispatcher:
+    from app.dispatch import get_dispatcher  # lazily: grading machinery is not needed to serve pages
+
+    dispatcher: Dispatcher = get_dispatcher()  # process-wide and locked: concurrent first calls share one
+    request.app.state.dispatcher = dispatcher
+    return dispatcher
+
+
+async def get_dispatcher_dep(request: Request) -> Dispatcher:
     """Return the process dispatcher, remembering it so the lifespan can shut it down."""
     dispatcher: Dispatcher | None = getattr(request.app.state, "dispatcher", None)
-    if dispatcher is None:
-        from app.dispatch import get_dispatcher  # lazily: grading machinery is not needed to serve pages
-
-        dispatcher = request.app.state.dispatcher = get_dispatcher()
+    if dispatcher is None:  # first use without the lifespan: imports and starts grading, off the event loop
+        dispatcher = await run_in_threadpool(_start_dispatcher, request)
     return dispatcher
 
 

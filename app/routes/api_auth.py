@@ -32,13 +32,13 @@ def login(body: LoginIn, request: Request, session: SessionDep, limiter: LoginLi
 
 
 @router.post("/logout", status_code=204)
-def logout(request: Request, revoked: RevokedSessionsDep) -> Response:
+async def logout(request: Request, revoked: RevokedSessionsDep) -> Response:
     """End this session (also for anyone holding a copy of its cookie)."""
     end_session(request, revoked)
     return Response(status_code=204)
 
 
 @router.get("/me")
-def me(user: CurrentUser) -> MeOut:
+async def me(user: CurrentUser) -> MeOut:
     """Return the logged-in user."""
     return MeOut.of(user)

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import OrderedDict
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from app.deps import CurrentUser, Dispatcher, DispatcherDep, ExerciseDep, InstructorDep, SessionDep, SettingsDep
 from app.example_runs import RunGate, run_examples_now
 from app.exercises import list_published
-from app.models import Submission, utcnow
+from app.models import Exercise, Submission, utcnow
 from app.progress import attempts_for, progress_for
+from app.routes.preload import with_current_versions, with_submission_details
 from app.schemas import (
     ExerciseDetail,
     ExerciseSummary,
@@ -37,7 +40,7 @@ router = APIRouter(prefix="/api/exercises", tags=["exercises"])
 _gate_lock = threading.Lock()
 
 
-def get_run_gate(request: Request) -> RunGate:
+async def get_run_gate(request: Request) -> RunGate:
     """Return the process's example-run gate, made on first use with one slot per grading worker."""
     with _gate_lock:
         gate: RunGate | None = getattr(request.app.state, "run_gate", None)
@@ -47,6 +50,45 @@ def get_run_gate(request: Request) -> RunGate:
 
 
 RunGateDep = Annotated[RunGate, Depends(get_run_gate)]
+
+DETAIL_CACHE_SIZE = 256
+_details: OrderedDict[tuple[object, ...], ExerciseDetail] = OrderedDict()
+_details_lock = threading.Lock()
+
+
+async def exercise_detail_of(exercise: Exercise) -> ExerciseDetail:
+    """Return ``ExerciseDetail.of(exercise)``, built once per version content and then served from memory.
+
+    A version never changes (``app.models``), and the key holds everything the answer is made of: the slug, the
+    version number and the hash of all its files (from which title, kind, points... are derived, also in the
+    key). Building it (Markdown, a quiz's TOML) runs in the threadpool; a cached answer needs no thread at all.
+    The answer is shared between requests: read it, never change it.
+    """
+    version = exercise.current_version
+    if version is None:  # get_published never returns these; let the schema raise as it always did
+        return ExerciseDetail.of(exercise)
+    key = (
+        exercise.slug,
+        version.number,
+        version.content_hash,
+        version.title,
+        version.kind,
+        version.topic,
+        version.difficulty,
+        version.framework,
+        version.max_score,
+    )
+    with _details_lock:
+        detail = _details.get(key)
+        if detail is not None:
+            _details.move_to_end(key)
+            return detail
+    detail = await run_in_threadpool(ExerciseDetail.of, exercise)
+    with _details_lock:
+        _details[key] = detail
+        while len(_details) > DETAIL_CACHE_SIZE:
+            _details.popitem(last=False)
+    return detail
 
 
 def dispatch_committed(dispatcher: Dispatcher, submission: Submission) -> None:
@@ -62,13 +104,13 @@ def dispatch_committed(dispatcher: Dispatcher, submission: Submission) -> None:
 @router.get("")
 def list_exercises(session: SessionDep, _user: CurrentUser) -> list[ExerciseSummary]:
     """List the published exercises."""
-    return [ExerciseSummary.of(e) for e in list_published(session=session)]
+    return [ExerciseSummary.of(e) for e in with_current_versions(session, list_published(session=session))]
 
 
 @router.get("/{slug}")
-def exercise_detail(exercise: ExerciseDep) -> ExerciseDetail:
+async def exercise_detail(exercise: ExerciseDep) -> ExerciseDetail:
     """Return one exercise: prompt, starter code and the visible example tests."""
-    return ExerciseDetail.of(exercise)
+    return await exercise_detail_of(exercise)
 
 
 @router.post("/{slug}/submissions", status_code=202)
@@ -110,10 +152,12 @@ def my_progress(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -
 @router.get("/{slug}/attempts")
 def my_attempts(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> list[SubmissionOut]:
     """List my submissions to this exercise (any version), newest first."""
-    return [SubmissionOut.of(s) for s in attempts_for(session=session, user=user, exercise=exercise)]
+    attempts = attempts_for(session=session, user=user, exercise=exercise)
+    return [SubmissionOut.of(s) for s in with_submission_details(session, attempts)]
 
 
 @router.get("/{slug}/submissions")
 def exercise_submissions(_staff: InstructorDep, exercise: ExerciseDep, session: SessionDep) -> list[StaffSubmissionOut]:
     """List every learner's submissions to this exercise, newest first (instructors and admins)."""
-    return [StaffSubmissionOut.of(s) for s in list_for_exercise(session=session, exercise=exercise)]
+    submissions = list_for_exercise(session=session, exercise=exercise)
+    return [StaffSubmissionOut.of(s) for s in with_submission_details(session, submissions)]

@@ -3,7 +3,8 @@
 Contract: learners see only their own submissions (others' are 404); staff see all. A submission's diff is
 against its author's previous attempt on the same exercise (``previous_id`` null and no lines for the first).
 The events stream is ``text/event-stream``: an ``event: status`` whose data is the ``SubmissionOut`` JSON,
-sent first and then at every change of status or verdict, a ``: keep-alive`` comment every ``KEEPALIVE_S``
+sent first and then at every change of status or verdict (at once when this process graded it, see
+``app.news``; else within ``POLL_INTERVAL_S``), a ``: keep-alive`` comment every ``KEEPALIVE_S``
 without change, and it ends after the first graded/error event, when the client goes away, or after ``MAX_STREAM_S``.
 """
 
@@ -12,15 +13,16 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 
-import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from app import news
 from app.deps import CurrentUser, SessionDep, SessionFactory, SessionFactoryDep, SubmissionDep
 from app.exercises import list_published
 from app.models import Submission
 from app.progress import Progress, diff_lines, previous_attempt, progress_by_exercise
+from app.routes.preload import with_current_versions, with_submission_details
 from app.schemas import SETTLED, AttemptDiffOut, ProgressOut, SubmissionOut
 from app.submissions import list_for_user
 
@@ -40,14 +42,15 @@ def submission_detail(submission: SubmissionDep) -> SubmissionOut:
 @router.get("/api/me/submissions")
 def my_submissions(user: CurrentUser, session: SessionDep) -> list[SubmissionOut]:
     """List my submissions, newest first."""
-    return [SubmissionOut.of(s) for s in list_for_user(session=session, user=user)]
+    return [SubmissionOut.of(s) for s in with_submission_details(session, list_for_user(session=session, user=user))]
 
 
 @router.get("/api/me/progress")
 def my_progress(user: CurrentUser, session: SessionDep) -> list[ProgressOut]:
     """Return my standing on every published exercise."""
     mine = progress_by_exercise(session=session, user=user)
-    return [ProgressOut.of(e, mine.get(e.id, Progress())) for e in list_published(session=session)]
+    exercises = with_current_versions(session, list_published(session=session))
+    return [ProgressOut.of(e, mine.get(e.id, Progress())) for e in exercises]
 
 
 @router.get("/api/submissions/{submission_id}/diff")
@@ -74,26 +77,31 @@ async def _status_events(request: Request, factory: SessionFactory, submission_i
     """Yield SSE frames until the submission settles, the client leaves, or the stream is too old."""
     started = last_frame = time.monotonic()
     last_key: tuple[str, str | None] | None = None
-    while time.monotonic() - started < MAX_STREAM_S:
-        if await request.is_disconnected():
-            return
-        out = await run_in_threadpool(_snapshot, factory, submission_id)
-        if out is None:
-            return
-        key = (out.status.value, out.verdict)
-        if key != last_key:
-            yield _event(out)
-            last_key, last_frame = key, time.monotonic()
-            if out.status in SETTLED:
+    # Subscribed before the first read, so a change committed between a read and the wait is not missed.
+    async with news.Subscription(submission_id) as subscription:
+        while time.monotonic() - started < MAX_STREAM_S:
+            if await request.is_disconnected():
                 return
-        elif time.monotonic() - last_frame >= KEEPALIVE_S:
-            yield ": keep-alive\n\n"
-            last_frame = time.monotonic()
-        await anyio.sleep(POLL_INTERVAL_S)
+            out = await run_in_threadpool(_snapshot, factory, submission_id)
+            if out is None:
+                return
+            key = (out.status.value, out.verdict)
+            if key != last_key:
+                yield _event(out)
+                last_key, last_frame = key, time.monotonic()
+                if out.status in SETTLED:
+                    return
+            elif time.monotonic() - last_frame >= KEEPALIVE_S:
+                yield ": keep-alive\n\n"
+                last_frame = time.monotonic()
+            # Graded in this process: news wakes us at once. Graded elsewhere (Celery): the poll finds it.
+            await subscription.wait(POLL_INTERVAL_S)
 
 
 @router.get("/api/submissions/{submission_id}/events", response_class=StreamingResponse)
-def submission_events(request: Request, submission: SubmissionDep, factory: SessionFactoryDep) -> StreamingResponse:
+async def submission_events(
+    request: Request, submission: SubmissionDep, factory: SessionFactoryDep
+) -> StreamingResponse:
     """Stream the submission's status as Server-Sent Events until it is graded."""
     return StreamingResponse(
         _status_events(request, factory, submission.id),

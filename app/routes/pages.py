@@ -54,6 +54,7 @@ from app.progress import (
     summarize,
 )
 from app.routes.api_exercises import dispatch_committed
+from app.routes.preload import with_current_versions, with_submission_details
 from app.schemas import ExerciseDetail, ExerciseSummary, MeOut, SubmissionOut, as_utc
 from app.security import (
     UNSAFE_METHODS,
@@ -113,7 +114,7 @@ def render(request: Request, name: str, status_code: int = 200, **context: Any) 
     return templates.TemplateResponse(request, name, context, status_code=status_code)
 
 
-def get_page_user(request: Request, user: OptionalUser) -> User:
+async def get_page_user(request: Request, user: OptionalUser) -> User:
     """Return the logged-in user for a page or raise ``Unauthorized``; error pages get a detached copy."""
     # A copy, not the row: when the route fails, its session rolls back and the row can no longer load.
     request.state.user = MeOut.of(user) if user else None
@@ -136,7 +137,7 @@ PageExercise = Annotated[Exercise, Depends(get_page_exercise)]
 
 
 @router.get("/")
-def home(user: OptionalUser) -> Response:
+async def home(user: OptionalUser) -> Response:
     return RedirectResponse("/exercises" if user else "/login", status_code=303)
 
 
@@ -178,7 +179,7 @@ def login_form(
 
 
 @router.post("/logout")
-def logout_form(request: Request, revoked: RevokedSessionsDep) -> Response:
+async def logout_form(request: Request, revoked: RevokedSessionsDep) -> Response:
     """End this session and go to the log-in page."""
     end_session(request, revoked)
     return RedirectResponse("/login", status_code=303)
@@ -189,7 +190,7 @@ def logout_form(request: Request, revoked: RevokedSessionsDep) -> Response:
 
 @router.get("/exercises")
 def exercises_page(request: Request, user: PageUser, session: SessionDep) -> Response:
-    exercises = list_published(session=session)
+    exercises = list(with_current_versions(session, list_published(session=session)))
     progress = progress_by_exercise(session=session, user=user)
     topics: dict[str, list[tuple[ExerciseSummary, Progress]]] = defaultdict(list)
     for exercise in exercises:
@@ -269,7 +270,7 @@ def history_page(
     session: SessionDep,
     attempt: Annotated[str, Query(max_length=64)] = "",
 ) -> Response:
-    attempts = attempts_for(session=session, user=user, exercise=exercise)
+    attempts = list(with_submission_details(session, attempts_for(session=session, user=user, exercise=exercise)))
     chosen = _chosen(attempts, attempt, session=session, user=user)
     previous = previous_attempt(session=session, submission=chosen) if chosen else None
     numbers = {s.id: len(attempts) - i for i, s in enumerate(attempts)}
@@ -302,7 +303,7 @@ def _user_for_error_page(request: Request) -> MeOut | None:
     if "session" not in request.scope or not request.session.get("uid"):
         return None  # an anonymous session holds only the log-in form's token, which must survive
     override = request.app.dependency_overrides.get(get_session_factory)  # honour overrides as routes do
-    factory = override() if override else get_session_factory(request)
+    factory = override() if override else request.app.state.sessionmaker
     with factory() as session:
         found = user_from_session(request, session=session, revoked=request.app.state.revoked_sessions)
         return MeOut.of(found) if found else None

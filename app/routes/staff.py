@@ -74,7 +74,7 @@ def install(app: FastAPI) -> None:
 def _page_guard(*roles: Role) -> Any:
     names = " or ".join(r.value for r in roles)
 
-    def dependency(request: Request, user: OptionalUser) -> User:
+    async def dependency(request: Request, user: OptionalUser) -> User:
         if user is None:
             raise PageError(401, "log in first")
         # A detached copy for the error page: the request's session is rolled back and closed before it renders.

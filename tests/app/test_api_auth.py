@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -98,10 +99,10 @@ def test_role_check_admin_dependency(make_user: Callable[..., User]) -> None:
     from app.deps import require_role
     from app.errors import Forbidden
 
-    check = require_role(Role.admin)
-    assert check(make_user(Role.admin)).role is Role.admin
+    check = require_role(Role.admin)  # async: it runs on the event loop, not in the threadpool
+    assert asyncio.run(check(make_user(Role.admin))).role is Role.admin
     with pytest.raises(Forbidden, match="admin role"):
-        check(make_user(Role.instructor))
+        asyncio.run(check(make_user(Role.instructor)))
 
 
 class TestCsrf:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -12,6 +13,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app import news
 from app.models import Role, Submission, SubmissionStatus, TestResult, User
 from app.routes import api_submissions
 from app.submissions import create_submission
@@ -314,6 +316,29 @@ def test_events_follow_the_submission_until_it_is_graded(
         final = json.loads(payload)
         assert final["status"] == "graded" and final["verdict"] == "failed" and len(final["tests"]) == 2
         assert all(kind == "comment" for kind, _ in events)  # and then the stream ends
+
+
+def test_events_wake_on_news_without_waiting_for_the_poll(
+    learner_client: TestClient,
+    learner: User,
+    tiny_exercise: TinyExercise,
+    db_session: Session,
+    db_lock: threading.RLock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(api_submissions, "POLL_INTERVAL_S", 30.0)  # only the news can deliver in time
+    submission = _submit_row(db_session, learner, tiny_exercise)
+    with learner_client.stream("GET", f"/api/submissions/{submission.id}/events") as stream:
+        events = _events(stream.iter_lines())
+        assert json.loads(next(events)[1])["status"] == "queued"
+        with db_lock:
+            _grade(db_session, submission)
+        started = time.monotonic()
+        news.publish(submission.id)  # what the grading task does after its commit
+        _kind, payload = next(e for e in events if e[0] == "status")
+        waited_s = time.monotonic() - started
+    assert json.loads(payload)["status"] == "graded"
+    assert waited_s < 10.0, f"the stream waited {waited_s:.1f} s: it slept through the news"
 
 
 def test_events_stop_after_the_time_cap(
