@@ -323,6 +323,9 @@ async def _learner(
     think_s: tuple[float, float],
 ) -> None:
     rng = random.Random()  # noqa: S311 - think times, not secrets
+    # Learners arrive spread over one think time, not all in the same millisecond: a class does not click in
+    # lockstep, and a synchronized first request from every learner would measure one artificial burst.
+    await asyncio.sleep(rng.uniform(0, think_s[1]))
     while time.monotonic() < until:
         choice = rng.random()
         started = time.monotonic()
