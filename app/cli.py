@@ -231,6 +231,9 @@ def worker(queues: str, concurrency: int | None) -> None:
         get_sandbox(settings).check()
     except GpulabError as exc:
         raise click.ClickException(exc.message) from exc
+    from worker.prewarm import prewarm_in_background
+
+    prewarm_in_background(settings)  # warm templates start while the worker connects to the broker
     celery_app.worker_main(
         [
             "worker",

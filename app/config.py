@@ -51,7 +51,8 @@ class Settings(BaseSettings):
     cgroup_name: str = "gpulab"
     grading_workers: int = Field(default=2, ge=1, le=64)
     # local sandbox only: runtimes whose subjects fork from warm template processes ("", "all", or a comma
-    # list of python,torch,tensorflow); GPULAB_GRADING_WORKERS templates per runtime, started on first use.
+    # list of python,torch,tensorflow); GPULAB_GRADING_WORKERS templates per runtime key, started when the
+    # server or worker starts (worker/prewarm.py) or on first use.
     warm_pools: str = ""
     max_code_bytes: int = Field(default=64 * 1024, ge=1024)
     max_attempts: int = Field(default=3, ge=1, le=10)

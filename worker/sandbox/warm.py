@@ -54,7 +54,7 @@ from worker.sandbox.local import (
     sandbox_env,
 )
 from worker.sandbox.process import ProcessResult, supervise
-from worker.spec import Limits
+from worker.spec import ExerciseSpec, Limits
 
 log = logging.getLogger(__name__)
 TEMPLATE_SCRIPT = Path(__file__).resolve().parent / "template.py"
@@ -91,6 +91,16 @@ class RuntimeKey:
     def judge(self) -> RuntimeKey:
         """Return the judge's key for jobs of this subject key: the same framework import, no devices."""
         return RuntimeKey(preload=self.preload, framework="none", replicas=1, threads=self.threads, role="judge")
+
+    @classmethod
+    def of_spec(cls, spec: ExerciseSpec) -> RuntimeKey:
+        """Return the key the jobs of ``spec`` will ask for (what ``of_job`` reads from their ``subject.json``)."""
+        return cls(
+            preload=tuple(spec.preload),
+            framework=spec.vdev_framework,
+            replicas=spec.replicas,
+            threads=max(1, int(spec.limits.cpus)),
+        )
 
     @classmethod
     def of_job(cls, job_dir: Path, limits: Limits) -> RuntimeKey:
@@ -269,10 +279,28 @@ class WarmPool:
 
     def judge_key(self, job_dir: Path, limits: Limits) -> RuntimeKey | None:
         """Return the warm judge key for a job: its framework's judge when that runtime is warm, else the plain one."""
+        return self.judge_key_for(RuntimeKey.of_job(job_dir, limits))
+
+    def judge_key_for(self, subject: RuntimeKey) -> RuntimeKey | None:
+        """Return the warm judge key for jobs whose subject key is ``subject`` (None: this pool warms nothing)."""
         if not self.runtimes:
             return None
-        key = RuntimeKey.of_job(job_dir, limits).judge()
+        key = subject.judge()
         return key if self.serves(key) else JUDGE_KEY
+
+    def keys_for(self, specs: Iterable[ExerciseSpec]) -> list[RuntimeKey]:
+        """Return the distinct template keys (subjects and judges) that grading ``specs`` would start."""
+        keys: dict[RuntimeKey, None] = {}
+        for spec in specs:
+            if spec.kind != "code":
+                continue
+            subject = RuntimeKey.of_spec(spec)
+            if self.serves(subject):
+                keys[subject] = None
+            judge = self.judge_key_for(subject)
+            if judge is not None:
+                keys[judge] = None
+        return list(keys)
 
     def acquire(self, key: RuntimeKey) -> Template:
         """Return a live template for ``key`` (round-robin), starting or replacing it when needed."""

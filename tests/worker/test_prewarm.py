@@ -1,0 +1,54 @@
+"""Prewarming: the template keys derived from exercises are the ones their jobs ask for, and start up front."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.config import Settings
+from tests.support import BANK
+from tests.worker.conftest import tiny_add_files
+from worker import prewarm
+from worker.jobdir import write_job_dir
+from worker.sandbox.warm import JUDGE_KEY, RuntimeKey, WarmPool, shared_pool
+from worker.spec import ExerciseSpec, load_bank
+
+
+def test_spec_keys_are_the_keys_their_jobs_ask_for(tmp_path: Path) -> None:
+    specs = [s for s in load_bank(BANK) if s.kind == "code"]
+    assert {s.framework for s in specs} == {"python", "torch", "tensorflow"}
+    for spec in specs:
+        job = write_job_dir(tmp_path / spec.slug, spec=spec, code=spec.solution)
+        assert RuntimeKey.of_spec(spec) == RuntimeKey.of_job(job, spec.limits), spec.slug
+
+
+def test_keys_for_the_bank_are_distinct_and_include_the_judges() -> None:
+    specs = load_bank(BANK)
+    keys = WarmPool(("python", "torch")).keys_for(specs)
+    assert len(keys) == len(set(keys))
+    assert JUDGE_KEY in keys and any(k.runtime == "judge-torch" for k in keys)
+    assert any(k.role == "subject" and k.runtime == "torch" for k in keys)
+    assert not any(k.framework_runtime == "tensorflow" for k in keys), "tensorflow is not warm in this pool"
+    assert WarmPool(()).keys_for(specs) == []
+
+
+def test_prewarm_starts_every_template_before_the_first_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    spec = ExerciseSpec.from_files("tiny-add", tiny_add_files())
+    monkeypatch.setattr(prewarm, "published_specs", lambda: [spec])
+    settings = Settings(mode="dev", data_dir=tmp_path, warm_pools="python", grading_workers=2)  # type: ignore[arg-type]
+    pool = shared_pool(("python",), 2)
+    pool.close()  # nothing left from other tests
+    try:
+        assert prewarm.prewarm(settings) == 2
+        live = [t.key for t in pool.templates() if t.alive()]
+        assert sorted(live, key=repr) == sorted([RuntimeKey.of_spec(spec)] * 2 + [JUDGE_KEY] * 2, key=repr)
+    finally:
+        pool.close()
+
+
+def test_nothing_to_prewarm_without_warm_local_pools(tmp_path: Path) -> None:
+    cold = Settings(mode="dev", data_dir=tmp_path)  # type: ignore[arg-type]
+    docker = Settings(mode="dev", data_dir=tmp_path, sandbox="docker", warm_pools="all")  # type: ignore[arg-type]
+    assert prewarm.prewarm_in_background(cold) is None and prewarm.prewarm_in_background(docker) is None
+    assert prewarm.prewarm(cold) == 0 and prewarm.prewarm(docker) == 0

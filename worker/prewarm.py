@@ -1,0 +1,64 @@
+"""Start the warm templates a grading process will need before its first submission arrives.
+
+Contract: ``prewarm_in_background(settings)`` returns at once. When the ``local`` sandbox has warm pools, a
+daemon thread reads the current versions of the published code exercises, derives the template keys their
+jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its judge's) and starts ``pool.size``
+templates of each in this process's shared pool, so no learner waits for a framework import. Nothing else
+changes: a template that fails to start is only logged (the first job that needs it starts it again), and an
+exercise published later gets its templates on first use, as without prewarming. Memory: every template is
+its own process (a torch one holds ~300 MB, a TensorFlow one ~600 MB, not shared between templates), so the
+bank's distinct keys times ``GPULAB_GRADING_WORKERS`` is what a warm worker holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from app.config import SandboxKind, Settings
+from app.db import session_scope
+from app.errors import GpulabError
+from app.exercises import list_published, spec_of
+from worker.spec import ExerciseSpec
+
+log = logging.getLogger(__name__)
+
+
+def published_specs() -> list[ExerciseSpec]:
+    """Return the grading specs of the current versions of every published exercise."""
+    with session_scope() as session:
+        return [spec_of(e.current_version) for e in list_published(session=session) if e.current_version is not None]
+
+
+def prewarm(settings: Settings) -> int:
+    """Start the templates the published exercises need; return how many keys were warmed."""
+    from worker.sandbox.warm import parse_runtimes, shared_pool
+
+    runtimes = parse_runtimes(settings.warm_pools)
+    if settings.sandbox is not SandboxKind.local or not runtimes:
+        return 0
+    pool = shared_pool(runtimes, settings.grading_workers)
+    keys = pool.keys_for(published_specs())
+    for key in keys:
+        try:
+            pool.prewarm([key])
+        except GpulabError as exc:  # the first job that needs it will try again
+            log.warning("could not prewarm the %s template: %s", key.runtime, exc.message)
+    log.info("prewarmed %d warm template kind(s), %d each", len(keys), pool.size)
+    return len(keys)
+
+
+def prewarm_in_background(settings: Settings) -> threading.Thread | None:
+    """Run ``prewarm`` in a daemon thread when there is something to warm; return the thread."""
+    if settings.sandbox is not SandboxKind.local or not settings.warm_pools.strip():
+        return None
+
+    def run() -> None:
+        try:
+            prewarm(settings)
+        except Exception:  # never take the server down for a head start
+            log.exception("prewarming the grading templates failed")
+
+    thread = threading.Thread(target=run, name="gpulab-prewarm", daemon=True)
+    thread.start()
+    return thread
