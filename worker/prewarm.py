@@ -2,12 +2,13 @@
 
 Contract: ``prewarm_in_background(settings)`` returns at once. When the ``local`` sandbox has warm pools, a
 daemon thread reads the current versions of the published code exercises, derives the template keys their
-jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its judge's) and starts ``pool.size``
-templates of each in this process's shared pool, so no learner waits for a framework import. Nothing else
+jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its judge's) and starts one
+template of each (the pool's other slots come up in the background as jobs arrive, see ``WarmPool.acquire``)
+in this process's shared pool, so no learner waits for a framework import. Nothing else
 changes: a template that fails to start is only logged (the first job that needs it starts it again), and an
 exercise published later gets its templates on first use, as without prewarming. Memory: every template is
-its own process (a torch one holds ~300 MB, a TensorFlow one ~600 MB, not shared between templates), so the
-bank's distinct keys times ``GPULAB_GRADING_WORKERS`` is what a warm worker holds.
+its own process (a torch one holds ~300 MB, a TensorFlow one ~600 MB, not shared between templates): the
+bank's distinct keys at start, up to that times ``GPULAB_GRADING_WORKERS`` under load.
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ def prewarm(settings: Settings) -> int:
     keys = pool.keys_for(published_specs())
     for key in keys:
         try:
-            pool.prewarm([key])
+            pool.prewarm([key], per_key=1)
         except GpulabError as exc:  # the first job that needs it will try again
             log.warning("could not prewarm the %s template: %s", key.runtime, exc.message)
-    log.info("prewarmed %d warm template kind(s), %d each", len(keys), pool.size)
+    log.info("prewarmed %d warm template kind(s)", len(keys))
     return len(keys)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ from tests.support import BANK
 from tests.worker.conftest import tiny_add_files
 from worker import prewarm
 from worker.jobdir import write_job_dir
-from worker.sandbox.warm import JUDGE_KEY, RuntimeKey, WarmPool, shared_pool
+from worker.sandbox.warm import JUDGE_KEY, RuntimeKey, Template, WarmPool, shared_pool
 from worker.spec import ExerciseSpec, load_bank
 
 
@@ -40,9 +42,38 @@ def test_prewarm_starts_every_template_before_the_first_job(monkeypatch: pytest.
     pool = shared_pool(("python",), 2)
     pool.close()  # nothing left from other tests
     try:
-        assert prewarm.prewarm(settings) == 2
+        thread = prewarm.prewarm_in_background(settings)  # as serve and worker do, in a thread that then ends
+        assert thread is not None
+        thread.join(timeout=60)
+        time.sleep(0.2)
         live = [t.key for t in pool.templates() if t.alive()]
-        assert sorted(live, key=repr) == sorted([RuntimeKey.of_spec(spec)] * 2 + [JUDGE_KEY] * 2, key=repr)
+        assert sorted(live, key=repr) == sorted([RuntimeKey.of_spec(spec), JUDGE_KEY], key=repr)
+    finally:
+        pool.close()
+
+
+def test_a_slot_that_is_not_up_yet_does_not_make_the_job_wait() -> None:
+    pool = WarmPool(("python",), size=2)
+    key = RuntimeKey.of_spec(ExerciseSpec.from_files("tiny-add", tiny_add_files()))
+    try:
+        # Nothing live: this job waits for its template. It asks from a thread that then ends (as the prewarm
+        # thread does): the template must outlive it (its parent-death signal follows the starting thread).
+        got: list[Template] = []
+        asker = threading.Thread(target=lambda: got.append(pool.acquire(key)))
+        asker.start()
+        asker.join()
+        first = got[0]
+        time.sleep(0.2)
+        assert first.alive(), "the template died with the thread that asked for it"
+        started = time.monotonic()
+        second = pool.acquire(key)  # slot 1 is not up: served by the live slot 0, slot 1 starts behind it
+        assert second is first and time.monotonic() - started < 0.5
+        deadline = time.monotonic() + 60
+        while len([t for t in pool.templates() if t.alive()]) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        third = pool.acquire(key)  # slot 0 again, then slot 1: round-robin over two live templates
+        fourth = pool.acquire(key)
+        assert {third.pid, fourth.pid} == {t.pid for t in pool.templates()} and third is not fourth
     finally:
         pool.close()
 

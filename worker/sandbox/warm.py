@@ -14,7 +14,8 @@ Contract:
   (the ``judge`` mount plan of ``ROLE_MOUNTS``, the judge uid, the judge's limits and cgroup, seccomp, its
   environment, no inherited fd but stdio) and runs ``runner.judge.main``. The hidden tests run only there.
 - ``WarmPool`` keeps up to ``size`` templates per runtime key (preloads, virtual devices, thread count),
-  started on first use (or by ``prewarm``), used round-robin. A template that died or stops answering is
+  started on first use (or by ``prewarm``), used round-robin; a slot that is not up yet is started in the
+  background while its turn goes to a live template of the same key. A template that died or stops answering is
   replaced; a job whose template dies fails as a platform error (retried), never as the learner's fault.
   Templates run as root outside any sandbox, never see a job directory, run no learner code, and hold no
   host environment; they die with the worker (parent-death signal) and on ``close()``.
@@ -36,6 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -98,7 +100,8 @@ class RuntimeKey:
         return cls(
             preload=tuple(spec.preload),
             framework=spec.vdev_framework,
-            replicas=spec.replicas,
+            # Without virtual devices the replica count changes nothing in a template: one key for all.
+            replicas=spec.replicas if spec.vdev_framework != "none" else 1,
             threads=max(1, int(spec.limits.cpus)),
         )
 
@@ -106,10 +109,11 @@ class RuntimeKey:
     def of_job(cls, job_dir: Path, limits: Limits) -> RuntimeKey:
         config = json.loads((job_dir / "subject.json").read_text(encoding="utf-8"))
         devices = config.get("devices") or {}
+        framework = str(devices.get("framework", "none"))
         return cls(
             preload=tuple(str(p) for p in config.get("preload", [])),
-            framework=str(devices.get("framework", "none")),
-            replicas=int(devices.get("replicas", 1)),
+            framework=framework,
+            replicas=int(devices.get("replicas", 1)) if framework != "none" else 1,
             threads=max(1, int(limits.cpus)),
         )
 
@@ -270,6 +274,9 @@ class WarmPool:
         self._templates: dict[RuntimeKey, list[Template | None]] = {}
         self._next: dict[RuntimeKey, int] = {}
         self._starting: dict[tuple[RuntimeKey, int], threading.Lock] = {}
+        # Templates are started from these long-lived threads only: a template's parent-death signal fires when
+        # the *thread* that started it ends, so a short-lived thread (a background start) would take it along.
+        self._spawner = ThreadPoolExecutor(max_workers=len(RUNTIMES), thread_name_prefix="gpulab-template-spawn")
         self.started = 0  # templates started so far (replacements included)
 
     def serves(self, key: RuntimeKey) -> bool:
@@ -303,33 +310,73 @@ class WarmPool:
         return list(keys)
 
     def acquire(self, key: RuntimeKey) -> Template:
-        """Return a live template for ``key`` (round-robin), starting or replacing it when needed."""
+        """Return a live template for ``key`` (round-robin), starting or replacing it when needed.
+
+        When this turn's slot is not up but another slot of the key is, the job takes the live one and the
+        slot comes up in the background: only the very first job of a key waits for a framework import.
+        """
         with self._lock:
             slots = self._templates.setdefault(key, [None] * self.size)
             index = self._next.get(key, 0) % self.size
             self._next[key] = index + 1
-            slot_lock = self._starting.setdefault((key, index), threading.Lock())
-        with slot_lock:
-            template = slots[index]
-            if template is not None and template.alive():
-                return template
-            if template is not None:
-                log.warning("warm template %s (pid %s) died; replacing it", key.runtime, template.pid)
-                template.close()
-            template = Template(key)
-            with self._lock:
-                slots[index] = template
-                self.started += 1
+            live = [t for t in slots if t is not None and t.alive()]
+        template = slots[index]
+        if template is not None and template.alive():
             return template
+        if live:
+            self._fill_in_background(key, index)
+            return live[0]
+        return self._fill(key, index)
+
+    def _slot_lock(self, key: RuntimeKey, index: int) -> threading.Lock:
+        with self._lock:
+            self._templates.setdefault(key, [None] * self.size)
+            return self._starting.setdefault((key, index), threading.Lock())
+
+    def _start(self, key: RuntimeKey, index: int) -> Template:
+        """Return slot ``index`` of ``key`` alive, starting or replacing its template (the slot lock is held)."""
+        slots = self._templates[key]
+        template = slots[index]
+        if template is not None and template.alive():
+            return template
+        if template is not None:
+            log.warning("warm template %s (pid %s) died; replacing it", key.runtime, template.pid)
+            template.close()
+        template = self._spawner.submit(Template, key).result()
+        with self._lock:
+            slots[index] = template
+            self.started += 1
+        return template
+
+    def _fill(self, key: RuntimeKey, index: int) -> Template:
+        with self._slot_lock(key, index):
+            return self._start(key, index)
+
+    def _fill_in_background(self, key: RuntimeKey, index: int) -> None:
+        """Bring slot ``index`` up in a thread of its own, unless a start of it is already under way."""
+        lock = self._slot_lock(key, index)
+        if not lock.acquire(blocking=False):
+            return
+
+        def run() -> None:
+            try:
+                self._start(key, index)
+            except PlatformError as exc:  # the next job whose turn it is tries again
+                log.warning("warm template %s did not start in the background: %s", key.runtime, exc.message)
+            finally:
+                lock.release()
+
+        threading.Thread(target=run, name=f"gpulab-template-{key.runtime}-start", daemon=True).start()
 
     def templates(self) -> list[Template]:
         with self._lock:
             return [t for slots in self._templates.values() for t in slots if t is not None]
 
-    def prewarm(self, keys: Iterable[RuntimeKey]) -> None:
+    def prewarm(self, keys: Iterable[RuntimeKey], per_key: int | None = None) -> None:
+        """Start ``per_key`` (default: all ``size``) templates of each key now, in this thread."""
         for key in keys:
-            for _ in range(self.size):
-                self.acquire(key)
+            for index in range(min(self.size, per_key or self.size)):
+                self._fill(key, index)
 
     def close(self) -> None:
         with self._lock:
