@@ -140,6 +140,8 @@ def settings(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) 
 class RecordingDispatcher:
     """Stands in for ``app.dispatch`` at the API boundary: records what would have been graded."""
 
+    name: str = "recording"
+    owns_all_running: bool = False
     calls: list[tuple[str, str]] = field(default_factory=list)
     shut_down: bool = False
 
