@@ -8,6 +8,7 @@ uses exactly the grading pipeline the server uses and exits 0 (passed), 1 (grade
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import sys
 from pathlib import Path
@@ -47,11 +48,23 @@ def serve(host: str, port: int) -> None:
     _serve(host, port)
 
 
+def _log_to_stderr() -> None:
+    """Show the app's and the grading's own INFO messages (recovery, prewarming) beside uvicorn's."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+    for name in ("app", "worker"):
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            logger.setLevel(logging.INFO)
+            logger.addHandler(handler)
+
+
 def _serve(host: str, port: int) -> None:
     import uvicorn
 
     from app.main import create_app
 
+    _log_to_stderr()
     settings = get_settings()
     try:
         settings.session_secret()

@@ -138,6 +138,7 @@ class Server:
     def __init__(self, warm: bool, workers: int, sandbox: str = "local") -> None:
         self.data = Path(tempfile.mkdtemp(prefix="gpulab-bench-"))
         self.workers = workers
+        self.warm = warm
         bank = self.data / "exercises"
         for slug in exercises().values():
             shutil.copytree(REPO / "exercises" / slug, bank / slug)
@@ -165,10 +166,20 @@ class Server:
         while time.monotonic() < deadline:
             try:
                 if httpx.get(self.url + "/api/exercises", timeout=1).status_code in (200, 401):
-                    return self
+                    break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        raise RuntimeError("gpulab serve did not start: " + (self.data / "serve.log").read_text()[-2000:])
+        else:
+            raise RuntimeError("gpulab serve did not start: " + (self.data / "serve.log").read_text()[-2000:])
+        if self.warm:
+            # The server starts its warm templates in the background (worker/prewarm.py): measuring while
+            # frameworks import on the same cores would charge that one-off start-up to the first samples.
+            deadline = time.monotonic() + 300
+            while "prewarmed" not in (self.data / "serve.log").read_text(errors="replace"):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the warm templates did not come up within 300 s")
+                time.sleep(0.5)
+        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.proc is not None:

@@ -2,13 +2,14 @@
 
 Contract: ``prewarm_in_background(settings)`` returns at once. When the ``local`` sandbox has warm pools, a
 daemon thread reads the current versions of the published code exercises, derives the template keys their
-jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its judge's) and starts one
-template of each (the pool's other slots come up in the background as jobs arrive, see ``WarmPool.acquire``)
-in this process's shared pool, so no learner waits for a framework import. Nothing else
+jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its judge's) and starts the pool's
+templates for them, one of each key first, then the other slots (``WarmPool.prewarm``), so no learner waits
+for a framework import and no template start competes with gradings later (round-robin uses every slot soon
+anyway: starting them lazily would only move the same memory and CPU to a worse moment). Nothing else
 changes: a template that fails to start is only logged (the first job that needs it starts it again), and an
 exercise published later gets its templates on first use, as without prewarming. Memory: every template is
 its own process (a torch one holds ~300 MB, a TensorFlow one ~600 MB, not shared between templates): the
-bank's distinct keys at start, up to that times ``GPULAB_GRADING_WORKERS`` under load.
+bank's distinct keys times ``GPULAB_GRADING_WORKERS``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import threading
 
 from app.config import SandboxKind, Settings
 from app.db import session_scope
-from app.errors import GpulabError
 from app.exercises import list_published, spec_of
 from worker.spec import ExerciseSpec
 
@@ -40,12 +40,8 @@ def prewarm(settings: Settings) -> int:
         return 0
     pool = shared_pool(runtimes, settings.grading_workers)
     keys = pool.keys_for(published_specs())
-    for key in keys:
-        try:
-            pool.prewarm([key], per_key=1)
-        except GpulabError as exc:  # the first job that needs it will try again
-            log.warning("could not prewarm the %s template: %s", key.runtime, exc.message)
-    log.info("prewarmed %d warm template kind(s)", len(keys))
+    pool.prewarm(keys)
+    log.info("prewarmed %d warm template kind(s), %d of each", len(keys), pool.size)
     return len(keys)
 
 

@@ -372,11 +372,18 @@ class WarmPool:
         with self._lock:
             return [t for slots in self._templates.values() for t in slots if t is not None]
 
-    def prewarm(self, keys: Iterable[RuntimeKey], per_key: int | None = None) -> None:
-        """Start ``per_key`` (default: all ``size``) templates of each key now, in this thread."""
-        for key in keys:
-            for index in range(min(self.size, per_key or self.size)):
-                self._fill(key, index)
+    def prewarm(self, keys: Iterable[RuntimeKey]) -> None:
+        """Start every slot of each key now, in this thread: first one per key, then the rest.
+
+        A template that does not start is logged and skipped: the first job that needs it tries again.
+        """
+        keys = list(keys)
+        for index in range(self.size):
+            for key in keys:
+                try:
+                    self._fill(key, index)
+                except PlatformError as exc:
+                    log.warning("could not prewarm a %s template: %s", key.runtime, exc.message)
 
     def close(self) -> None:
         with self._lock:
