@@ -307,11 +307,12 @@ def test_judge_key_follows_the_jobs_framework(tmp_path: Path) -> None:
     (tmp_path / "subject.json").write_text(
         '{"version": 1, "preload": ["torch"], "devices": {"framework": "torch", "replicas": 2}}'
     )
-    torch_judge = WarmPool(("python", "torch")).judge_key(tmp_path, Limits(cpus=2.0))
+    subject = RuntimeKey.of_job(tmp_path, Limits(cpus=2.0))
+    torch_judge = WarmPool(("python", "torch")).judge_key_for(subject)
     assert torch_judge == RuntimeKey(("torch",), "none", 1, 2, role="judge") and torch_judge.runtime == "judge-torch"
     # A pool without torch templates still warms the judge, without the framework (no torch copy for it).
-    assert WarmPool(("python",)).judge_key(tmp_path, Limits(cpus=2.0)) == JUDGE_KEY
-    assert WarmPool(()).judge_key(tmp_path, Limits(cpus=2.0)) is None
+    assert WarmPool(("python",)).judge_key_for(subject) == JUDGE_KEY
+    assert WarmPool(()).judge_key_for(subject) is None
 
 
 def test_runtime_key_of_job(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from app.errors import PlatformError, SandboxUnavailable
 from worker.sandbox.base import ROLE_MOUNTS, SandboxRun
@@ -174,6 +175,50 @@ def bwrap_args(plan: list[MountOp], staged: Callable[[str], str]) -> list[str]:
     return args
 
 
+@dataclasses.dataclass(frozen=True)
+class RolePlan:
+    """One role's sandbox for one job, as both start paths (cold launcher, warm fork) apply it."""
+
+    role: str
+    stage: Path  # the role's own folder in the job's stage (mount points, the warm path's new root)
+    job_dir: Path
+    limits: Limits
+    uid: int
+    gid: int
+    tools: dict[str, str]
+    cgroups: JobCgroups
+    procs: list[Path]  # the cgroup.procs files the started process joins
+    seccomp: Path
+    error_file: Path  # where a launcher that could not enter the sandbox says why
+
+    @classmethod
+    def prepare(
+        cls,
+        stage: Path,
+        job_dir: Path,
+        role: str,
+        limits: Limits,
+        ids: tuple[int, int],
+        tools: dict[str, str],
+        cgroups: JobCgroups,
+        seccomp: Path,
+    ) -> RolePlan:
+        """Make the role's stage folder and its cgroups (with ``limits``); return the plan."""
+        role_stage = stage / role
+        role_stage.mkdir(mode=0o711)
+        procs = cgroups.create(limits)
+        return cls(role, role_stage, job_dir, limits, *ids, tools, cgroups, procs, seccomp,
+                   stage / f"{role}-launch-error")  # fmt: skip
+
+    def mount_plan(self) -> list[MountOp]:
+        return mount_plan(self.stage, self.job_dir, self.role, self.limits, self.uid, self.gid)
+
+    def rlimits(self) -> dict[str, Any]:
+        """Return the process limits both start paths set: CPU seconds (soft, hard), file size, open files."""
+        cpu_s = int(self.limits.timeout_s) + 2
+        return {"cpu": [cpu_s, cpu_s + 1], "fsize": self.limits.file_size_mb * 1024 * 1024, "nofile": OPEN_FILES}
+
+
 class LocalSandbox:
     """Run the judge and the subject under bubblewrap as two unprivileged users in per-job cgroups."""
 
@@ -257,10 +302,11 @@ class LocalSandbox:
             seccomp = stage / "seccomp.bpf"
             write_filter(seccomp)
             timeout_s = limits.timeout_s + self.timeout_margin_s
-            starters = {
-                "judge": self._starter(stage, job_dir, "judge", judge_limits, judge_ids, tools, groups, seccomp),
-                "subject": self._subject_starter(stage, job_dir, limits, subject_ids, tools, groups, seccomp),
+            plans = {
+                role: RolePlan.prepare(stage, job_dir, role, role_limits, ids, tools, groups[role], seccomp)
+                for role, role_limits, ids in (("judge", judge_limits, judge_ids), ("subject", limits, subject_ids))
             }
+            starters = {role: self._starter(plan) for role, plan in plans.items()}
 
             def start(role: str) -> None:
                 results[role] = starters[role](timeout_s)
@@ -275,7 +321,7 @@ class LocalSandbox:
                 subject_thread.join(timeout=timeout_s + 10)
             for role in ("judge", "subject"):
                 result = results.get(role)
-                error_file = stage / f"{role}-launch-error"
+                error_file = plans[role].error_file
                 if result is None or (result.exit_code == EXIT_LAUNCH_FAILED and error_file.exists()):
                     detail = error_file.read_text()[:500] if error_file.exists() else "no result"
                     raise PlatformError(f"sandbox launcher ({role}) failed: {detail}")
@@ -305,97 +351,51 @@ class LocalSandbox:
             judge_stderr=judge.stderr,
         )
 
-    def _starter(
-        self,
-        stage: Path,
-        job_dir: Path,
-        role: str,
-        limits: Limits,
-        ids: tuple[int, int],
-        tools: dict[str, str],
-        groups: dict[str, JobCgroups],
-        seccomp: Path,
-    ) -> Callable[[float], ProcessResult]:
-        """Prepare ``role``'s cold start (cgroups, mounts, argv) and return the function that runs it."""
-        launch = self._launch_spec(stage, job_dir, role, limits, ids, tools, groups, seccomp)
-        error_file = stage / f"{role}-launch-error"
+    def _starter(self, plan: RolePlan) -> Callable[[float], ProcessResult]:
+        """Return the function that starts ``plan.role`` cold (``warm.WarmLocalSandbox`` may fork it instead)."""
+        launch = {
+            "cgroup_procs": [str(p) for p in plan.procs],
+            "binds": (mounts := self._mounts(plan))[0],
+            "fds": {str(SECCOMP_FD): str(plan.seccomp)},
+            "argv": self._argv(plan, mounts[1]),
+            "env": sandbox_env(plan.limits, SANDBOX_RUNNER_ROOT),
+        }
 
         def start(timeout_s: float) -> ProcessResult:
             return run_process(
-                [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(launch), str(error_file)],
+                [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(launch), str(plan.error_file)],
                 timeout_s=timeout_s,
-                output_bytes=limits.output_bytes,
-                hard_cap_bytes=hard_output_cap(limits),
-                kill=lambda _proc: groups[role].kill(),
+                output_bytes=plan.limits.output_bytes,
+                hard_cap_bytes=hard_output_cap(plan.limits),
+                kill=lambda _proc: plan.cgroups.kill(),
                 env={},
                 cwd="/",
             )
 
         return start
 
-    def _subject_starter(
-        self,
-        stage: Path,
-        job_dir: Path,
-        limits: Limits,
-        ids: tuple[int, int],
-        tools: dict[str, str],
-        groups: dict[str, JobCgroups],
-        seccomp: Path,
-    ) -> Callable[[float], ProcessResult]:
-        """Return how the subject starts: cold here; ``warm.WarmLocalSandbox`` forks it from a template."""
-        return self._starter(stage, job_dir, "subject", limits, ids, tools, groups, seccomp)
-
-    def _launch_spec(
-        self,
-        stage: Path,
-        job_dir: Path,
-        role: str,
-        limits: Limits,
-        ids: tuple[int, int],
-        tools: dict[str, str],
-        groups: dict[str, JobCgroups],
-        seccomp: Path,
-    ) -> dict[str, object]:
-        """Return the launcher spec (cgroups, binds, fds, argv, env) of one role."""
-        role_stage = stage / role
-        role_stage.mkdir(mode=0o711)
-        procs = groups[role].create(limits)
-        binds, bwrap_args = self._mounts(role_stage, job_dir, role, limits, *ids)
-        return {
-            "cgroup_procs": [str(p) for p in procs],
-            "binds": binds,
-            "fds": {str(SECCOMP_FD): str(seccomp)},
-            "argv": self._argv(tools, *ids, limits, bwrap_args, role),
-            "env": sandbox_env(limits, SANDBOX_RUNNER_ROOT),
-        }
-
-    def _mounts(
-        self, stage: Path, job_dir: Path, role: str, limits: Limits, uid: int, gid: int
-    ) -> tuple[list[list[str]], list[str]]:
-        """Return the launcher's bind list and bwrap's filesystem arguments for ``role``."""
+    def _mounts(self, plan: RolePlan) -> tuple[list[list[str]], list[str]]:
+        """Return the launcher's bind list and bwrap's filesystem arguments for the role."""
         binds: list[list[str]] = []
 
         def staged(source: str) -> str:
-            target = stage / f"m{len(binds)}"
+            target = plan.stage / f"m{len(binds)}"
             target.mkdir(mode=0o755)
             binds.append([source, str(target)])
             return str(target)
 
-        return binds, bwrap_args(mount_plan(stage, job_dir, role, limits, uid, gid), staged)
+        return binds, bwrap_args(plan.mount_plan(), staged)
 
-    def _argv(
-        self, tools: dict[str, str], uid: int, gid: int, limits: Limits, fs_args: list[str], role: str
-    ) -> list[str]:
-        """Return the setpriv -> prlimit -> bwrap -> python command line of ``role``."""
-        cpu_s = int(limits.timeout_s) + 2
-        fsize = limits.file_size_mb * 1024 * 1024
+    def _argv(self, plan: RolePlan, fs_args: list[str]) -> list[str]:
+        """Return the setpriv -> prlimit -> bwrap -> python command line of the role."""
+        tools, limits = plan.tools, plan.rlimits()
+        cpu_soft, cpu_hard = limits["cpu"]
         return [
             tools["setpriv"],
-            f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+            f"--reuid={plan.uid}", f"--regid={plan.gid}", "--clear-groups",
             "--no-new-privs", "--bounding-set=-all", "--inh-caps=-all",
             tools["prlimit"],
-            f"--cpu={cpu_s}:{cpu_s + 1}", f"--fsize={fsize}", f"--nofile={OPEN_FILES}", "--core=0",
+            f"--cpu={cpu_soft}:{cpu_hard}", f"--fsize={limits['fsize']}", f"--nofile={limits['nofile']}", "--core=0",
             "--",
             tools["bwrap"],
             "--unshare-all", "--unshare-user", "--disable-userns",
@@ -405,5 +405,5 @@ class LocalSandbox:
             *fs_args,
             "--chdir", JOB_MOUNT,
             "--",
-            sys.executable, "-m", f"runner.{role}", JOB_MOUNT,
+            sys.executable, "-m", f"runner.{plan.role}", JOB_MOUNT,
         ]  # fmt: skip

@@ -43,16 +43,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from app.errors import PlatformError
-from worker.sandbox.cgroups import JobCgroups
 from worker.sandbox.local import (
     EXIT_LAUNCH_FAILED,
     JOB_MOUNT,
-    OPEN_FILES,
     RUNNER_DIR,
     SANDBOX_RUNNER_ROOT,
     LocalSandbox,
+    RolePlan,
     hard_output_cap,
-    mount_plan,
     sandbox_env,
 )
 from worker.sandbox.process import ProcessResult, supervise
@@ -284,10 +282,6 @@ class WarmPool:
             return bool(self.runtimes)  # any warm pool warms the plain judge too (it serves every runtime)
         return key.framework_runtime in self.runtimes
 
-    def judge_key(self, job_dir: Path, limits: Limits) -> RuntimeKey | None:
-        """Return the warm judge key for a job: its framework's judge when that runtime is warm, else the plain one."""
-        return self.judge_key_for(RuntimeKey.of_job(job_dir, limits))
-
     def judge_key_for(self, subject: RuntimeKey) -> RuntimeKey | None:
         """Return the warm judge key for jobs whose subject key is ``subject`` (None: this pool warms nothing)."""
         if not self.runtimes:
@@ -417,72 +411,37 @@ class WarmLocalSandbox(LocalSandbox):
         super().__init__(**kwargs)
         self.pool = pool
 
-    def _starter(
-        self,
-        stage: Path,
-        job_dir: Path,
-        role: str,
-        limits: Limits,
-        ids: tuple[int, int],
-        tools: dict[str, str],
-        groups: dict[str, JobCgroups],
-        seccomp: Path,
-    ) -> Callable[[float], ProcessResult]:
-        judge_key = self.pool.judge_key(job_dir, limits) if role == "judge" else None
-        if judge_key is not None:
-            template = self.pool.acquire(judge_key)
-            return self._warm_starter(template, stage, job_dir, role, limits, ids, groups, seccomp)
-        return super()._starter(stage, job_dir, role, limits, ids, tools, groups, seccomp)
+    def _starter(self, plan: RolePlan) -> Callable[[float], ProcessResult]:
+        key = self._template_key(plan)
+        if key is None:
+            return super()._starter(plan)
+        return self._warm_starter(self.pool.acquire(key), plan)
 
-    def _subject_starter(
-        self,
-        stage: Path,
-        job_dir: Path,
-        limits: Limits,
-        ids: tuple[int, int],
-        tools: dict[str, str],
-        groups: dict[str, JobCgroups],
-        seccomp: Path,
-    ) -> Callable[[float], ProcessResult]:
-        key = RuntimeKey.of_job(job_dir, limits)
-        if not self.pool.serves(key):
-            return super()._subject_starter(stage, job_dir, limits, ids, tools, groups, seccomp)
-        template = self.pool.acquire(key)
-        return self._warm_starter(template, stage, job_dir, "subject", limits, ids, groups, seccomp)
+    def _template_key(self, plan: RolePlan) -> RuntimeKey | None:
+        """Return the template kind that forks ``plan.role`` for this job, or None to start it cold."""
+        subject = RuntimeKey.of_job(plan.job_dir, plan.limits)
+        if plan.role == "judge":
+            return self.pool.judge_key_for(subject)
+        return subject if self.pool.serves(subject) else None
 
-    def _warm_starter(
-        self,
-        template: Template,
-        stage: Path,
-        job_dir: Path,
-        role: str,
-        limits: Limits,
-        ids: tuple[int, int],
-        groups: dict[str, JobCgroups],
-        seccomp: Path,
-    ) -> Callable[[float], ProcessResult]:
-        """Prepare ``role``'s sandbox (the cold path's cgroups, mount plan, ids, rlimits) for a template fork."""
-        role_stage = stage / role
-        role_stage.mkdir(mode=0o711)
-        root = role_stage / "root"
+    def _warm_starter(self, template: Template, plan: RolePlan) -> Callable[[float], ProcessResult]:
+        """Describe ``plan`` (the cold path's cgroups, mount plan, ids, rlimits) for a template fork."""
+        root = plan.stage / "root"
         root.mkdir(mode=0o700)
-        procs = groups[role].create(limits)
-        uid, gid = ids
-        cpu_s = int(limits.timeout_s) + 2
         spec = {
-            "role": role,
-            "cgroup_procs": [str(p) for p in procs],
-            "plan": [list(op) for op in mount_plan(role_stage, job_dir, role, limits, uid, gid)],
+            "role": plan.role,
+            "cgroup_procs": [str(p) for p in plan.procs],
+            "plan": [list(op) for op in plan.mount_plan()],
             "root": str(root),
-            "uid": uid,
-            "gid": gid,
-            "rlimits": {"cpu": [cpu_s, cpu_s + 1], "fsize": limits.file_size_mb * 1024 * 1024, "nofile": OPEN_FILES},
-            "env": sandbox_env(limits, SANDBOX_RUNNER_ROOT),
-            "seccomp": str(seccomp),
+            "uid": plan.uid,
+            "gid": plan.gid,
+            "rlimits": plan.rlimits(),
+            "env": sandbox_env(plan.limits, SANDBOX_RUNNER_ROOT),
+            "seccomp": str(plan.seccomp),
             "hostname": "gpulab",
             "chdir": JOB_MOUNT,
             "runner_root": SANDBOX_RUNNER_ROOT,
-            "error_file": str(stage / f"{role}-launch-error"),
+            "error_file": str(plan.error_file),
         }
 
         def start(timeout_s: float) -> ProcessResult:
@@ -504,11 +463,11 @@ class WarmLocalSandbox(LocalSandbox):
                 remote,
                 started=started,
                 timeout_s=timeout_s,
-                output_bytes=limits.output_bytes,
-                hard_cap_bytes=hard_output_cap(limits),
-                kill=lambda _remote: groups[role].kill(),
+                output_bytes=plan.limits.output_bytes,
+                hard_cap_bytes=hard_output_cap(plan.limits),
+                kill=lambda _remote: plan.cgroups.kill(),
             )
-            if role == "judge" and remote.done.is_set() and remote.code is None:
+            if plan.role == "judge" and remote.done.is_set() and remote.code is None:
                 # The template died under the judge: no verdict of ours, so a platform error (retried).
                 raise PlatformError("the warm judge template died during the job")
             return result
