@@ -52,7 +52,7 @@ async def get_run_gate(request: Request) -> RunGate:
 RunGateDep = Annotated[RunGate, Depends(get_run_gate)]
 
 DETAIL_CACHE_SIZE = 256
-_details: OrderedDict[tuple[object, ...], ExerciseDetail] = OrderedDict()
+_details: OrderedDict[tuple[str, int, str], ExerciseDetail] = OrderedDict()
 _details_lock = threading.Lock()
 
 
@@ -60,24 +60,14 @@ async def exercise_detail_of(exercise: Exercise) -> ExerciseDetail:
     """Return ``ExerciseDetail.of(exercise)``, built once per version content and then served from memory.
 
     A version never changes (``app.models``), and the key holds everything the answer is made of: the slug, the
-    version number and the hash of all its files (from which title, kind, points... are derived, also in the
-    key). Building it (Markdown, a quiz's TOML) runs in the threadpool; a cached answer needs no thread at all.
-    The answer is shared between requests: read it, never change it.
+    version number and the hash of all its files (title, kind, points... are read from those files). Building it
+    (Markdown, a quiz's TOML) runs in the threadpool; a cached answer needs no thread at all. The answer is shared
+    between requests: read it, never change it.
     """
     version = exercise.current_version
     if version is None:  # get_published never returns these; let the schema raise as it always did
         return ExerciseDetail.of(exercise)
-    key = (
-        exercise.slug,
-        version.number,
-        version.content_hash,
-        version.title,
-        version.kind,
-        version.topic,
-        version.difficulty,
-        version.framework,
-        version.max_score,
-    )
+    key = (exercise.slug, version.number, version.content_hash)
     with _details_lock:
         detail = _details.get(key)
         if detail is not None:
