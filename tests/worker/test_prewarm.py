@@ -8,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
-from tests.support import BANK
+from app.config import Settings, get_settings
+from app.db import session_scope
+from app.exercises import sync_bank
+from app.migrate import upgrade
+from tests.support import BANK, configure
 from tests.worker.conftest import tiny_add_files
 from worker import prewarm
 from worker.jobdir import write_job_dir
@@ -36,13 +39,21 @@ def test_keys_for_the_bank_are_distinct_and_include_the_judges() -> None:
 
 
 def test_prewarm_starts_every_template_before_the_first_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A real embedded database holding one published exercise: the prewarm reads it as serve would.
+    bank = tmp_path / "bank"
+    for name, text in tiny_add_files().items():
+        (bank / "tiny-add" / name).parent.mkdir(parents=True, exist_ok=True)
+        (bank / "tiny-add" / name).write_text(text)
+    configure(monkeypatch, mode="dev", data_dir=str(tmp_path), warm_pools="python", grading_workers="2")
+    upgrade()
+    with session_scope() as session:
+        sync_bank(session=session, root=bank)
     spec = ExerciseSpec.from_files("tiny-add", tiny_add_files())
-    monkeypatch.setattr(prewarm, "published_specs", lambda: [spec])
-    settings = Settings(mode="dev", data_dir=tmp_path, warm_pools="python", grading_workers=2)  # type: ignore[arg-type]
+    assert [s.slug for s in prewarm.published_specs()] == ["tiny-add"]
     pool = shared_pool(("python",), 2)
     pool.close()  # nothing left from other tests
     try:
-        thread = prewarm.prewarm_in_background(settings)  # as serve and worker do, in a thread that then ends
+        thread = prewarm.prewarm_in_background(get_settings())  # as serve and worker do, in a thread that ends
         assert thread is not None
         thread.join(timeout=60)
         time.sleep(0.2)
