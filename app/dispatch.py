@@ -98,8 +98,12 @@ _dispatcher_lock = threading.Lock()
 
 
 def make_dispatcher(settings: Settings) -> Dispatcher:
+    """Return Celery's dispatcher, or the in-process one, whose gradings start warming their templates now."""
     if settings.broker_url:
         return CeleryDispatcher(settings)
+    from worker.prewarm import prewarm_in_background  # grading happens in this process: warm it up
+
+    prewarm_in_background(settings)
     return InProcessDispatcher(settings.grading_workers)
 
 

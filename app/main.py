@@ -3,9 +3,9 @@
 Contract:
 - ``create_app(settings)`` has no side effects until it serves: the database, the dispatcher and the grading
   code are touched only by requests and by the lifespan.
-- The lifespan re-dispatches unfinished submissions at start (unless ``app.state.recover_on_start`` is False),
-  starts the warm grading templates in the background when it grades in-process (``worker.prewarm``), and
-  shuts the dispatcher down at stop. ``app.dispatch`` is imported there, lazily.
+- The lifespan re-dispatches unfinished submissions at start (unless ``app.state.recover_on_start`` is False)
+  and shuts the dispatcher down at stop (an in-process dispatcher starts warming its templates when made).
+  ``app.dispatch`` is imported there, lazily.
 - Middleware, outermost first: security headers, request-body size limit (twice ``max_code_bytes`` + slack,
   answered 413 before anything is parsed), CSRF rule for ``/api``, signed session cookie.
 """
@@ -63,10 +63,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from app.dispatch import get_dispatcher, recover_unfinished
 
         app.state.dispatcher = get_dispatcher()
-        if app.state.dispatcher.name == "in-process":
-            from worker.prewarm import prewarm_in_background
-
-            prewarm_in_background(app.state.settings)  # grading here: start the warm templates now
         count = await run_in_threadpool(recover_unfinished, app.state.dispatcher)
         if count:
             log.info("re-dispatched %d unfinished submissions", count)
