@@ -241,34 +241,9 @@ def test_warm_subject_is_sandboxed(
     assert list((tmp_path / "work").iterdir()) == []
 
 
+@pytest.mark.parametrize("role", ["subject", "judge"])
 def test_dead_template_is_replaced(
-    warm: WarmLocalSandbox,
-    pool: WarmPool,
-    tiny_spec: Callable[..., ExerciseSpec],
-    sandbox_user: pwd.struct_passwd,
-    leftovers: Callable[[int], tuple[list[str], list[str]]],
-    tmp_path: Path,
-) -> None:
-    spec = tiny_spec()
-    solution = "def add(a, b):\n    return a + b\n"
-    assert grade(spec, solution, sandbox=warm, work_root=tmp_path).verdict.value == "passed"
-    key = RuntimeKey((), "none", 1, max(1, int(spec.limits.cpus)))
-    template = pool.acquire(key)
-    os.kill(template.pid, signal.SIGKILL)
-    template.proc.wait(timeout=10)
-    started = pool.started
-    outcome = grade(spec, solution, sandbox=warm, work_root=tmp_path)
-    assert outcome.verdict.value == "passed", outcome
-    assert pool.started == started + 1
-    replacement = pool.acquire(key)
-    assert replacement is not template and replacement.alive()
-    deadline = time.monotonic() + 2
-    while _ours_left(leftovers, sandbox_user) != ([], []) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _ours_left(leftovers, sandbox_user) == ([], [])
-
-
-def test_dead_judge_template_is_replaced(
+    role: str,
     local_sandbox: LocalSandbox,
     warm: WarmLocalSandbox,
     pool: WarmPool,
@@ -280,14 +255,15 @@ def test_dead_judge_template_is_replaced(
     spec = tiny_spec()
     solution = "def add(a, b):\n    return a + b\n"
     assert grade(spec, solution, sandbox=warm, work_root=tmp_path).verdict.value == "passed"
-    template = pool.acquire(JUDGE_KEY)
+    key = RuntimeKey.of_spec(spec) if role == "subject" else JUDGE_KEY
+    template = pool.acquire(key)
     os.kill(template.pid, signal.SIGKILL)
     template.proc.wait(timeout=10)
     started = pool.started
     outcome = grade(spec, solution, sandbox=warm, work_root=tmp_path)
     assert outcome.verdict.value == "passed", outcome
     assert pool.started == started + 1
-    replacement = pool.acquire(JUDGE_KEY)
+    replacement = pool.acquire(key)
     assert replacement is not template and replacement.alive()
     users = (sandbox_user, pwd.getpwnam(local_sandbox.judge_user))
     deadline = time.monotonic() + 2
