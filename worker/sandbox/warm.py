@@ -8,14 +8,18 @@ Contract:
   namespaces, the tree of ``local.mount_plan``, the sandbox uid with no groups and no capabilities,
   rlimits, ``no_new_privs``, the seccomp filter of ``seccomp.py``, exactly ``sandbox_env()``, no inherited
   fd but stdio) before any job or learner code is read. Other runtimes start cold.
-- Whenever the pool serves any runtime, the **judge** is warm too: one template kind (``JUDGE_KEY``) that
-  has imported pytest and the runner's judge modules (``template._warm_judge``: nothing job-specific, no
-  hidden test, no learner code) forks a child per job that enters the judge's sandbox exactly as the cold judge
-  (the ``judge`` mount plan of ``ROLE_MOUNTS``, the judge uid, the judge's limits and cgroup, seccomp, its
-  environment, no inherited fd but stdio) and runs ``runner.judge.main``. The hidden tests run only there.
+- Whenever the pool serves any runtime, the **judge** is warm too: a judge template has imported pytest and
+  the runner's judge modules and, when the pool serves the job's framework, that framework (``RuntimeKey.judge``;
+  else the plain ``JUDGE_KEY``; ``template._warm_judge``: nothing job-specific, no hidden test, no learner
+  code). It forks a child per job that enters the judge's sandbox exactly as the cold judge (the ``judge``
+  mount plan of ``ROLE_MOUNTS``, the judge uid, the judge's limits and cgroup, seccomp, its environment, no
+  inherited fd but stdio) and runs ``runner.judge.main``. The hidden tests run only there.
+- Both start paths apply the same ``local.RolePlan`` (stage, cgroups, ids, limits, rlimits); templates
+  ``gc.freeze()`` before forking, so children never copy the template's heap by collecting it.
 - ``WarmPool`` keeps up to ``size`` templates per runtime key (preloads, virtual devices, thread count),
   started on first use (or by ``prewarm``), used round-robin; a slot that is not up yet is started in the
-  background while its turn goes to a live template of the same key. A template that died or stops answering is
+  background while its turn goes to a live template of the same key (templates are spawned from long-lived
+  threads: their parent-death signal follows the starting thread). A template that died or stops answering is
   replaced; a job whose template dies fails as a platform error (retried), never as the learner's fault.
   Templates run as root outside any sandbox, never see a job directory, run no learner code, and hold no
   host environment; they die with the worker (parent-death signal) and on ``close()``.
