@@ -12,6 +12,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import Response
 from sqlalchemy import select
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from app import accounts
 from app.deps import SessionDep, SettingsDep
@@ -131,6 +133,11 @@ async def import_users(
     request: Request, user: AdminPage, session: SessionDep, file: Annotated[UploadFile, File()]
 ) -> Response:
     data = await file.read(accounts.MAX_IMPORT_BYTES + 1)
+    # Hashing a password per row and the database work block: off the event loop.
+    return await run_in_threadpool(_import_users, request, user, session, data)
+
+
+def _import_users(request: Request, user: User, session: Session, data: bytes) -> Response:
     try:
         report = accounts.import_csv(session=session, data=data)
     except GpulabError as exc:

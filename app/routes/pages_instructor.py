@@ -16,6 +16,8 @@ from urllib.parse import quote
 from fastapi import APIRouter, File, Form, Query, Request, UploadFile
 from fastapi.responses import Response
 from sqlalchemy import select
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
 from app import authoring
@@ -23,7 +25,7 @@ from app.authoring import AuthoringForm, WrongForm
 from app.checks import create_check
 from app.deps import DispatcherDep, SessionDep
 from app.errors import GpulabError, InvalidInput
-from app.models import Exercise, GradingRecord, Regrade, Submission
+from app.models import Exercise, GradingRecord, Regrade, Submission, User
 from app.regrade import history, settled_submissions, start_regrade
 from app.review import VERDICT_CHOICES, SubmissionFilter, filter_submissions
 from app.routes.staff import (
@@ -63,9 +65,14 @@ async def upload(
     slug: Annotated[str, Form()] = "",
 ) -> Response:
     data = await archive.read(authoring.MAX_ZIP_BYTES + 1)
+    # Unzipping, checking and storing block: off the event loop, which serves every other request meanwhile.
+    return await run_in_threadpool(_store_upload, request, user, session, data, archive.filename or "", slug)
+
+
+def _store_upload(request: Request, user: User, session: Session, data: bytes, filename: str, slug: str) -> Response:
     try:
         folder = authoring.read_zip(data)
-        name = slug.strip() or folder.slug_hint or (archive.filename or "").removesuffix(".zip")
+        name = slug.strip() or folder.slug_hint or filename.removesuffix(".zip")
         spec = authoring.validate(name, folder.files)
         version, new = authoring.add_draft(session=session, spec=spec, source="upload", user=user)
         session.commit()
@@ -137,6 +144,10 @@ def _form_from(data: FormData) -> AuthoringForm:
 @router.post("/new", dependencies=[CsrfForm])
 async def save_draft(request: Request, user: InstructorPage, session: SessionDep) -> Response:
     data = await request.form()
+    return await run_in_threadpool(_store_draft, request, user, session, data)  # database work: off the loop
+
+
+def _store_draft(request: Request, user: User, session: Session, data: FormData) -> Response:
     base_slug, base_number = str(data.get("base_slug", "")), str(data.get("base_number", "0"))
     form = AuthoringForm(slug=str(data.get("slug", "")), title=str(data.get("title", "")))
     carried: list[str] = []
