@@ -12,6 +12,10 @@ Contract:
   version came from (``bank`` sync, ``upload``, ``editor``): sync only unpublishes exercises it owns.
 - ``GradingRecord`` keeps a submission's earlier result each time staff regrade it; ``ExerciseCheck`` is one
   background run of the bank check on a version. Neither changes the version itself.
+- Leases: a ``running`` submission (or check) is held by whoever claimed it while ``heartbeat_at`` is recent;
+  ``attempts`` is the fencing token of that claim. ``dispatched_at`` is when it was last handed to a queue.
+- ``WorkerBeat`` is one grading process's latest sign of life (every worker and the embedded server write
+  theirs); ``RevokedSession`` is a logged-out session nonce, shared by every API process.
 """
 
 from __future__ import annotations
@@ -135,6 +139,8 @@ class Submission(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     user: Mapped[User | None] = relationship(back_populates="submissions")
@@ -173,6 +179,10 @@ class ExerciseCheck(Base):
     problems: Mapped[list[str]] = mapped_column(JSON, default=list)
     requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     exercise_version: Mapped[ExerciseVersion] = relationship()
@@ -215,3 +225,29 @@ class GradingRecord(Base):
     archived_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     exercise_version: Mapped[ExerciseVersion] = relationship()
+
+
+class WorkerBeat(Base):
+    """The latest sign of life of one grading process (a Celery worker or the embedded server)."""
+
+    __tablename__ = "worker_heartbeats"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)  # e.g. celery@host or embedded@host:pid
+    queues: Mapped[list[str]] = mapped_column(JSON, default=list)
+    hostname: Mapped[str] = mapped_column(String(200), default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    sandbox: Mapped[str] = mapped_column(String(32), default="")
+    busy: Mapped[int] = mapped_column(Integer, default=0)  # gradings in progress at the last beat
+    redispatched: Mapped[int] = mapped_column(Integer, default=0)  # sweeper re-dispatches since it started
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class RevokedSession(Base):
+    """A logged-out session's nonce, refused by every API process until its cookie would have expired."""
+
+    __tablename__ = "revoked_sessions"
+
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
