@@ -57,8 +57,15 @@ class Settings(BaseSettings):
     max_code_bytes: int = Field(default=64 * 1024, ge=1024)
     max_attempts: int = Field(default=3, ge=1, le=10)
     timeout_margin_s: float = Field(default=5.0, ge=0.5)
-    # How long a running grading may hold its submission before another delivery may take it over.
-    grading_lease_s: float = Field(default=900.0, ge=30.0)
+    # Leases (app/sweeper.py, worker/heartbeat.py): a grading renews its claim every heartbeat_interval_s; one
+    # whose heartbeat is older than grading_lease_s (its worker died) is taken over. Every grading process
+    # beats as a worker every heartbeat_interval_s and counts as dead after worker_stale_s. The sweeper runs
+    # every sweep_interval_s and re-sends queued work that nobody picked up for stale_queued_s.
+    heartbeat_interval_s: float = Field(default=10.0, gt=0, le=300)
+    grading_lease_s: float = Field(default=45.0, ge=3.0)
+    worker_stale_s: float = Field(default=30.0, ge=1.0)
+    sweep_interval_s: float = Field(default=10.0, gt=0, le=600)
+    stale_queued_s: float = Field(default=30.0, ge=1.0)
     login_max_failures: int = Field(default=5, ge=1)
     login_window_s: int = Field(default=300, ge=1)
     session_max_age_s: int = Field(default=7 * 24 * 3600, ge=60)
@@ -76,6 +83,11 @@ class Settings(BaseSettings):
         relaxed = self.mode in (Mode.dev, Mode.demo)
         if not self.database_url:
             self.database_url = f"sqlite:///{self.data_dir / 'gpulab.db'}"
+        if self.grading_lease_s < 3 * self.heartbeat_interval_s:
+            raise ConfigError(
+                "GPULAB_GRADING_LEASE_S must be at least 3 × GPULAB_HEARTBEAT_INTERVAL_S, or a busy database "
+                "would let a live grading lose its lease"
+            )
         if not relaxed:
             if self.sandbox is SandboxKind.unsafe:
                 raise ConfigError("GPULAB_SANDBOX=unsafe runs learner code without isolation; only dev/demo allow it")
