@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     docker_api_timeout_s: float = Field(default=10.0, gt=0, le=120)
     gpu_ids: str = ""
     gpus_per_job: int = Field(default=1, ge=1, le=64)
+    # Health and metrics (app/routes/health.py, app/metrics.py): /metrics answers only this bearer token when
+    # set, else only loopback clients that did not come through a proxy.
+    metrics_token: str = ""
 
     @model_validator(mode="after")
     def _refuse_unsafe_defaults(self) -> Settings:
