@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     # Health and metrics (app/routes/health.py, app/metrics.py): /metrics answers only this bearer token when
     # set, else only loopback clients that did not come through a proxy.
     metrics_token: str = ""
+    # Example runs and checks as jobs (issue 10 item 2): in Celery mode an example-run request waits this long
+    # for a worker's answer (app/example_runs.py), then answers 503 with Retry-After.
+    example_run_wait_s: float = Field(default=30.0, gt=0, le=300)
 
     @model_validator(mode="after")
     def _refuse_unsafe_defaults(self) -> Settings:
