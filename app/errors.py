@@ -42,6 +42,16 @@ class RateLimited(GpulabError):
         self.retry_after_s = retry_after_s
 
 
+class RunnerUnavailable(GpulabError):
+    """No worker answered a job the request waits on (an example run) in time; nothing was stored."""
+
+    status_code = 503
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class PayloadTooLarge(GpulabError):
     status_code = 413
 
@@ -104,7 +114,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def gpulab_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, GpulabError)
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
+        retry_after_s = exc.retry_after_s if isinstance(exc, RateLimited | RunnerUnavailable) else None
+        headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
         return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=headers)
 
     async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
