@@ -32,7 +32,7 @@ from app.config import Settings
 from app.errors import Forbidden, NotFound, Unauthorized
 from app.exercises import get_published
 from app.models import Exercise, Role, Submission, User
-from app.security import LoginLimiter, RevokedSessions, user_from_session
+from app.security import LoginLimiter, user_from_session
 from app.submissions import get_for_user
 
 SessionFactory = Callable[[], AbstractContextManager[Session]]
@@ -114,16 +114,8 @@ async def get_login_limiter(request: Request) -> LoginLimiter:
 LoginLimiterDep = Annotated[LoginLimiter, Depends(get_login_limiter)]
 
 
-async def get_revoked_sessions(request: Request) -> RevokedSessions:
-    revoked: RevokedSessions = request.app.state.revoked_sessions
-    return revoked
-
-
-RevokedSessionsDep = Annotated[RevokedSessions, Depends(get_revoked_sessions)]
-
-
-async def get_optional_user(request: Request, session: SessionDep, revoked: RevokedSessionsDep) -> User | None:
-    return await run_in_threadpool(user_from_session, request, session=session, revoked=revoked)
+async def get_optional_user(request: Request, session: SessionDep) -> User | None:
+    return await run_in_threadpool(user_from_session, request, session=session)
 
 
 OptionalUser = Annotated[User | None, Depends(get_optional_user)]

@@ -1,9 +1,10 @@
 """Run a learner's code against an exercise's visible example tests, right away and without storing it.
 
 Contract:
-- ``RunGate`` bounds these runs in one process: at most ``max_parallel`` at once (a caller waits up to
+- ``RunGate`` bounds these runs: at most ``max_parallel`` at once in this process (a caller waits up to
   ``wait_s`` for a slot, then gets ``RateLimited``) and at most ``per_user`` starts per user in any ``window_s``
-  (``RateLimited`` with Retry-After). A refused run costs the user nothing.
+  (``RateLimited`` with Retry-After), counted by its ``app.ratelimit.Limiter``, which the API shares with
+  every process when a broker is set. A refused run costs the user nothing.
 - ``run_examples_now`` checks the code as a submission would (size, NUL), takes a slot, grades in the sandbox
   of the current settings through ``worker.examples`` and returns the outcome. It runs in the API process:
   examples are quick CPU checks, the graded submission still goes through the dispatcher.
@@ -12,15 +13,15 @@ Contract:
 from __future__ import annotations
 
 import threading
-import time
-from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import NoReturn
 
 from app.config import Settings
 from app.errors import InvalidInput, PayloadTooLarge, RateLimited
 from app.exercises import spec_of
 from app.models import ExerciseVersion
+from app.ratelimit import Limiter, Rule
 from worker.outcome import GradeOutcome
 
 RUNS_PER_USER = 10
@@ -29,7 +30,7 @@ WAIT_FOR_SLOT_S = 30.0
 
 
 class RunGate:
-    """Concurrency bound plus a per-user sliding-window rate limit; thread-safe, in memory."""
+    """Concurrency bound (this process) plus a per-user moving-window rate limit (a ``Limiter``); thread-safe."""
 
     def __init__(
         self,
@@ -37,42 +38,31 @@ class RunGate:
         per_user: int = RUNS_PER_USER,
         window_s: float = WINDOW_S,
         wait_s: float = WAIT_FOR_SLOT_S,
-        clock: Callable[[], float] = time.monotonic,
+        limiter: Limiter | None = None,
     ) -> None:
         self.per_user = per_user
         self.window_s = window_s
         self.wait_s = wait_s
-        self._clock = clock
+        self.rule = Rule("example-runs", per_user, window_s)
+        self.limiter = limiter or Limiter()
         self._slots = threading.BoundedSemaphore(max_parallel)
-        self._starts: dict[int, deque[float]] = {}
-        self._lock = threading.Lock()
 
-    def _count_start(self, user_id: int) -> None:
-        now = self._clock()
-        with self._lock:
-            starts = self._starts.setdefault(user_id, deque())
-            while starts and starts[0] <= now - self.window_s:
-                starts.popleft()
-            if len(starts) >= self.per_user:
-                oldest = starts[0] if starts else now
-                seconds = max(1, int(oldest + self.window_s - now + 0.999))
-                raise RateLimited(f"too many example runs; try again in {seconds} s", retry_after_s=seconds)
-            starts.append(now)
-
-    def _uncount_start(self, user_id: int) -> None:
-        with self._lock:
-            starts = self._starts.get(user_id)
-            if starts:
-                starts.pop()
+    def _refuse_if_used_up(self, user_id: int) -> NoReturn:
+        seconds = self.limiter.retry_after_s(self.rule, str(user_id))
+        raise RateLimited(f"too many example runs; try again in {seconds} s", retry_after_s=seconds)
 
     @contextmanager
     def slot(self, user_id: int) -> Iterator[None]:
         """Hold one run slot for ``user_id``, or raise ``RateLimited``."""
-        self._count_start(user_id)
+        if not self.limiter.allowed(self.rule, str(user_id)):
+            self._refuse_if_used_up(user_id)
         if not self._slots.acquire(timeout=self.wait_s):
-            self._uncount_start(user_id)
             raise RateLimited("the example runner is busy; try again in a few seconds", retry_after_s=5)
         try:
+            # Counted only once a slot is held, so a busy refusal costs nothing; a run that raced past the
+            # check above is refused here.
+            if not self.limiter.hit(self.rule, str(user_id)):
+                self._refuse_if_used_up(user_id)
             yield
         finally:
             self._slots.release()

@@ -28,6 +28,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from app.config import Settings, get_settings
 from app.db import engine_for
 from app.errors import install_error_handlers
+from app.ratelimit import limiter_for
 from app.routes import (
     api_admin,
     api_auth,
@@ -45,7 +46,6 @@ from app.security import (
     BodySizeLimitMiddleware,
     CSRFMiddleware,
     LoginLimiter,
-    RevokedSessions,
     SecurityHeadersMiddleware,
 )
 
@@ -99,8 +99,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.recover_on_start = True
     app.state.dispatcher = None
     app.state.sessionmaker = sessionmaker(bind=engine_for(settings.database_url), expire_on_commit=False)
-    app.state.login_limiter = LoginLimiter(settings.login_max_failures, settings.login_window_s)
-    app.state.revoked_sessions = RevokedSessions(settings.session_max_age_s)
+    app.state.rate_limiter = limiter_for(settings)  # shared by every process on the broker's Redis, if any
+    app.state.login_limiter = LoginLimiter(
+        settings.login_max_failures, settings.login_window_s, limiter=app.state.rate_limiter
+    )
 
     install_error_handlers(app)
     pages.install_page_errors(app)  # HTML error pages and login redirects outside /api

@@ -4,11 +4,13 @@ Contract:
 - Passwords are hashed with stdlib scrypt and stored as ``scrypt$n$r$p$salt$hash`` (salt and hash in
   URL-safe base64); ``verify_password`` compares in constant time and refuses absurd cost parameters.
 - ``create_user``/``authenticate`` take the session keyword-only and never commit.
-- ``LoginLimiter`` counts failed logins per e-mail and per client IP in memory (per process): after
-  ``login_max_failures`` failures inside ``login_window_s`` either key is refused with ``RateLimited``.
+- ``LoginLimiter`` counts failed logins per e-mail and per client IP in an ``app.ratelimit.Limiter`` (on
+  Redis, shared by every API process, when a broker is set): after ``login_max_failures`` failures inside
+  ``login_window_s`` either key is refused with ``RateLimited``; a success forgives the e-mail only.
 - A login stores ``uid``, a random per-login ``nonce`` and a fingerprint of the password hash in the signed
-  session cookie ``gpulab_session``; changing the password or logging out (nonce revoked in this process)
-  ends that session.
+  session cookie ``gpulab_session``; changing the password or logging out ends that session. Logging out
+  stores the nonce in ``RevokedSession`` (the database, so every process refuses it) until the cookie would
+  have expired; ``user_from_session`` checks it in the same query that loads the user.
 - ``CSRFMiddleware``: a state-changing ``/api`` request that carries the session cookie (and every login) must
   be ``Content-Type: application/json`` and, when the browser sends ``Origin``, come from this host.
 - HTML forms (outside ``/api``) carry a per-session token: ``csrf_token(request)`` makes it (stored in the
@@ -24,18 +26,17 @@ import hmac
 import json
 import re
 import secrets
-import threading
 import time
-from collections import deque
-from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.errors import Conflict, Forbidden, InvalidInput, RateLimited
-from app.models import Role, User
+from app.models import RevokedSession, Role, User, utcnow
+from app.ratelimit import Limiter, Rule
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -142,58 +143,32 @@ def authenticate(*, session: Session, email: str, password: str) -> User | None:
 
 
 class LoginLimiter:
-    """Sliding-window failure counter keyed by e-mail and by client IP; thread-safe, in memory."""
+    """Failed logins counted per e-mail and per client IP in a ``Limiter`` (shared by processes on Redis)."""
 
-    MAX_KEYS = 100_000  # bound memory under a spray of random e-mails
-
-    def __init__(self, max_failures: int, window_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, max_failures: int, window_s: float, limiter: Limiter | None = None) -> None:
         self.max_failures = max_failures
         self.window_s = window_s
-        self._clock = clock
-        self._failures: dict[str, deque[float]] = {}
-        self._lock = threading.Lock()
+        self.rule = Rule("login-failures", max_failures, window_s)
+        self.limiter = limiter or Limiter()
 
     @staticmethod
-    def _keys(email: str, ip: str) -> tuple[str, str]:
-        return f"email:{normalise_email(email)}", f"ip:{ip}"
-
-    def _recent(self, key: str, now: float) -> deque[float]:
-        stamps = self._failures.get(key)
-        if stamps is None:
-            return deque()
-        while stamps and stamps[0] <= now - self.window_s:
-            stamps.popleft()
-        if not stamps:
-            del self._failures[key]
-        return stamps
+    def _keys(email: str, ip: str) -> tuple[tuple[str, str], tuple[str, str]]:
+        return ("email", normalise_email(email)), ("ip", ip)
 
     def check(self, *, email: str, ip: str) -> None:
         """Raise ``RateLimited`` if the e-mail or the IP has used up its failures."""
-        now = self._clock()
-        with self._lock:
-            retry_after = 0.0
-            for key in self._keys(email, ip):
-                stamps = self._recent(key, now)
-                if len(stamps) >= self.max_failures:
-                    retry_after = max(retry_after, stamps[-self.max_failures] + self.window_s - now)
-        if retry_after > 0:
-            seconds = max(1, int(retry_after + 0.999))
+        used_up = [key for key in self._keys(email, ip) if not self.limiter.allowed(self.rule, *key)]
+        if used_up:
+            seconds = max(self.limiter.retry_after_s(self.rule, *key) for key in used_up)
             raise RateLimited(f"too many failed logins; try again in {seconds} s", retry_after_s=seconds)
 
     def record_failure(self, *, email: str, ip: str) -> None:
-        now = self._clock()
-        with self._lock:
-            if len(self._failures) >= self.MAX_KEYS:
-                for key in list(self._failures):
-                    self._recent(key, now)  # drops keys whose failures all left the window
-            for key in self._keys(email, ip):
-                if key in self._failures or len(self._failures) < self.MAX_KEYS:
-                    self._failures.setdefault(key, deque()).append(now)
+        for key in self._keys(email, ip):
+            self.limiter.hit(self.rule, *key)
 
     def record_success(self, *, email: str) -> None:
         # Only the e-mail is forgiven: clearing the IP too would let one attacker reset it with their own account.
-        with self._lock:
-            self._failures.pop(self._keys(email, "")[0], None)
+        self.limiter.clear(self.rule, *self._keys(email, "")[0])
 
 
 def client_ip(request: Request) -> str:
@@ -201,25 +176,6 @@ def client_ip(request: Request) -> str:
 
 
 # --- sessions ------------------------------------------------------------------------------------------------
-
-
-class RevokedSessions:
-    """Nonces of sessions logged out in this process, kept until their cookie would have expired anyway."""
-
-    def __init__(self, max_age_s: int) -> None:
-        self.max_age_s = max_age_s
-        self._until: dict[str, float] = {}
-        self._lock = threading.Lock()
-
-    def revoke(self, nonce: str) -> None:
-        now = time.time()
-        with self._lock:
-            self._until = {n: t for n, t in self._until.items() if t > now}
-            self._until[nonce] = now + self.max_age_s
-
-    def is_revoked(self, nonce: str) -> bool:
-        with self._lock:
-            return self._until.get(nonce, 0.0) > time.time()
 
 
 def password_fingerprint(user: User) -> str:
@@ -235,25 +191,44 @@ def start_session(request: Request, user: User) -> None:
     )
 
 
-def end_session(request: Request, revoked: RevokedSessions) -> None:
+def end_session(request: Request, *, session: Session, max_age_s: int) -> None:
+    """Clear the request's session and revoke its nonce for every process until its cookie would expire."""
     nonce = request.session.get("nonce")
-    if isinstance(nonce, str):
-        revoked.revoke(nonce)
     request.session.clear()
+    if isinstance(nonce, str):
+        revoke_nonce(session=session, nonce=nonce, max_age_s=max_age_s)
 
 
-def user_from_session(request: Request, *, session: Session, revoked: RevokedSessions) -> User | None:
+def revoke_nonce(*, session: Session, nonce: str, max_age_s: int) -> None:
+    """Store ``nonce`` as revoked until ``max_age_s`` from now, and purge rows that have expired."""
+    now = utcnow()
+    # Logouts are rare, so purging on each one keeps the table at about the logouts of one cookie lifetime.
+    session.execute(delete(RevokedSession).where(RevokedSession.expires_at < now))
+    if session.get(RevokedSession, nonce) is not None:
+        return
+    try:
+        with session.begin_nested():  # a copy of the cookie logged out at the same moment elsewhere
+            session.add(RevokedSession(nonce=nonce, expires_at=now + timedelta(seconds=max_age_s)))
+    except IntegrityError:
+        pass
+
+
+def user_from_session(request: Request, *, session: Session) -> User | None:
     """Return the active user this request's session belongs to, or None (and drop a stale session)."""
     uid, nonce, fingerprint = (request.session.get(k) for k in ("uid", "nonce", "pwd"))
     if not isinstance(uid, int) or not isinstance(nonce, str) or not isinstance(fingerprint, str):
         if request.session:
             request.session.clear()
         return None
-    user = session.get(User, uid)
+    # One round trip: the user by primary key, and whether the nonce is revoked (a primary-key probe too).
+    # An expired row needs no check: the signed cookie of its session has expired with it.
+    revoked = select(RevokedSession.nonce).where(RevokedSession.nonce == nonce).exists()
+    row = session.execute(select(User, revoked).where(User.id == uid)).one_or_none()
+    user, is_revoked = (row[0], row[1]) if row is not None else (None, False)
     if (
         user is None
         or not user.is_active
-        or revoked.is_revoked(nonce)
+        or is_revoked
         or not hmac.compare_digest(fingerprint, password_fingerprint(user))
     ):
         request.session.clear()

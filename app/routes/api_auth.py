@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from app.deps import CurrentUser, LoginLimiterDep, RevokedSessionsDep, SessionDep
+from app.deps import CurrentUser, LoginLimiterDep, SessionDep, SettingsDep
 from app.errors import Unauthorized
 from app.schemas import LoginIn, MeOut
 from app.security import authenticate, client_ip, end_session, start_session
@@ -32,9 +32,10 @@ def login(body: LoginIn, request: Request, session: SessionDep, limiter: LoginLi
 
 
 @router.post("/logout", status_code=204)
-async def logout(request: Request, revoked: RevokedSessionsDep) -> Response:
-    """End this session (also for anyone holding a copy of its cookie)."""
-    end_session(request, revoked)
+def logout(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """End this session (also for anyone holding a copy of its cookie, on every server process)."""
+    end_session(request, session=session, max_age_s=settings.session_max_age_s)
+    session.commit()
     return Response(status_code=204)
 
 

@@ -45,7 +45,8 @@ async def get_run_gate(request: Request) -> RunGate:
     with _gate_lock:
         gate: RunGate | None = getattr(request.app.state, "run_gate", None)
         if gate is None:
-            gate = request.app.state.run_gate = RunGate(max_parallel=request.app.state.settings.grading_workers)
+            state = request.app.state  # per-user counts live in the app's limiter, shared across processes
+            gate = state.run_gate = RunGate(max_parallel=state.settings.grading_workers, limiter=state.rate_limiter)
         return gate
 
 

@@ -35,7 +35,6 @@ from app.deps import (
     DispatcherDep,
     LoginLimiterDep,
     OptionalUser,
-    RevokedSessionsDep,
     SessionDep,
     SettingsDep,
     get_session_factory,
@@ -179,9 +178,10 @@ def login_form(
 
 
 @router.post("/logout")
-async def logout_form(request: Request, revoked: RevokedSessionsDep) -> Response:
+def logout_form(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     """End this session and go to the log-in page."""
-    end_session(request, revoked)
+    end_session(request, session=session, max_age_s=settings.session_max_age_s)
+    session.commit()
     return RedirectResponse("/login", status_code=303)
 
 
@@ -305,7 +305,7 @@ def _user_for_error_page(request: Request) -> MeOut | None:
     override = request.app.dependency_overrides.get(get_session_factory)  # honour overrides as routes do
     factory = override() if override else request.app.state.sessionmaker
     with factory() as session:
-        found = user_from_session(request, session=session, revoked=request.app.state.revoked_sessions)
+        found = user_from_session(request, session=session)
         return MeOut.of(found) if found else None
 
 
