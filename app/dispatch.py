@@ -6,7 +6,10 @@ Contract:
   graded in the order they arrived); ``CeleryDispatcher`` sends the id to the ``cpu`` or ``gpu`` queue.
 - ``recover_unfinished`` re-dispatches every submission left queued, and every running one whose lease
   expired, so nothing accepted is ever lost across restarts. In-process mode owns every running row (no
-  other process grades), so it takes them all back at start-up.
+  other process grades), so it takes them all back at start-up. While running, ``app.sweeper`` does the same
+  periodically, asking ``may_have_lost`` which stale queued submissions the transport may no longer hold.
+- ``CeleryDispatcher.dispatch`` fails within about a second when the broker is down (no long publish
+  retries): the route keeps the submission queued and the sweeper sends it once the broker is back.
 """
 
 from __future__ import annotations
@@ -14,12 +17,19 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from app.config import Settings, get_settings
 from app.db import session_scope
 from app.models import SubmissionStatus
 from app.submissions import unfinished
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from app.models import ExerciseVersion
+    from worker.outcome import GradeOutcome
+    from worker.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +40,18 @@ class Dispatcher(Protocol):
 
     def dispatch(self, submission_id: str, queue: str) -> None: ...
 
+    def may_have_lost(self, stale: list[tuple[str, str]], *, waiting_by_queue: dict[str, int]) -> list[str]:
+        """Return the ids among ``stale`` (queued, not picked up for a while) that may never be delivered."""
+        ...
+
+    def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
+        """Grade ``code`` against the version's example tests and return the outcome (see app.example_runs)."""
+        ...
+
+    def start_check(self, check_id: int, queue: str) -> None:
+        """Start a committed instructor check (see app.checks)."""
+        ...
+
     def shutdown(self) -> None: ...
 
 
@@ -39,7 +61,7 @@ class InProcessDispatcher:
 
     def __init__(self, workers: int) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpulab-grade")
-        self._pending: set[Future[object]] = set()
+        self._pending: dict[Future[object], str] = {}
         self._lock = threading.Lock()
 
     def dispatch(self, submission_id: str, queue: str) -> None:
@@ -48,12 +70,18 @@ class InProcessDispatcher:
 
         future: Future[object] = self._pool.submit(grade_submission, submission_id)
         with self._lock:
-            self._pending.add(future)
+            self._pending[future] = submission_id
         future.add_done_callback(self._done)
+
+    def may_have_lost(self, stale: list[tuple[str, str]], *, waiting_by_queue: dict[str, int]) -> list[str]:
+        """Return the stale ids this pool does not hold (it knows exactly what it holds)."""
+        with self._lock:
+            held = set(self._pending.values())
+        return [submission_id for submission_id, _ in stale if submission_id not in held]
 
     def _done(self, future: Future[object]) -> None:
         with self._lock:
-            self._pending.discard(future)
+            self._pending.pop(future, None)
         if future.exception() is not None:
             log.error("in-process grading failed", exc_info=future.exception())
 
@@ -70,24 +98,98 @@ class InProcessDispatcher:
                 log.debug("grading raised", exc_info=True)
         return True
 
+    def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
+        """Grade in the calling thread (the route holds a RunGate slot): examples are short and interactive."""
+        from app.example_runs import run_in_process
+
+        return run_in_process(version, code)
+
+    def start_check(self, check_id: int, queue: str) -> None:
+        """Run the check in this process's one check thread, made on first use."""
+        from app.checks import CheckRunner
+
+        with self._lock:
+            runner: CheckRunner | None = getattr(self, "_check_runner", None)
+            if runner is None:
+                runner = self._check_runner = CheckRunner(session_scope, _checked_sandbox)
+        runner.start(check_id)
+
+    def start_background(self, settings: Settings) -> None:
+        """Beat as this process's grading worker and sweep periodically, as a Celery worker does."""
+        from app.sweeper import Sweeper
+        from worker.heartbeat import ProcessBeat, count_redispatched, process_name
+
+        self._beat = ProcessBeat(settings, name=process_name("embedded"), queues=["cpu", "gpu"]).start()
+        self._sweeper = Sweeper(self, settings, on_report=lambda r: count_redispatched(r.redispatched)).start()
+
     def shutdown(self) -> None:
+        for helper in (getattr(self, "_sweeper", None), getattr(self, "_beat", None)):
+            if helper is not None:
+                helper.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if getattr(self, "_check_runner", None) is not None:
+            self._check_runner.shutdown()
+
+
+def _checked_sandbox() -> Sandbox:
+    """Return this process's sandbox after checking it works (a check says so on its page if not)."""
+    from worker.sandbox import get_sandbox
+
+    sandbox = get_sandbox(get_settings())
+    sandbox.check()
+    return sandbox
 
 
 class CeleryDispatcher:
     name = "celery"
     owns_all_running = False
+    PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.3, "interval_max": 0.5}
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, celery: Celery | None = None) -> None:
         from worker.celery_app import make_celery
 
-        self._celery = make_celery(settings)
+        self._celery = celery or make_celery(settings)
 
     def dispatch(self, submission_id: str, queue: str) -> None:
         """Send the id to the queue; a duplicate message is harmless because grading claims first."""
         from worker.celery_app import GRADE_TASK, QUEUES
 
-        self._celery.send_task(GRADE_TASK, args=[submission_id], queue=queue if queue in QUEUES else "cpu")
+        self._celery.send_task(
+            GRADE_TASK, args=[submission_id], queue=queue if queue in QUEUES else "cpu",
+            retry_policy=self.PUBLISH_RETRY,
+        )  # fmt: skip
+
+    def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
+        """Send the run to the exercise's fast lane (``examples-cpu``/``examples-gpu``) and wait for its outcome."""
+        from worker.example_tasks import run_on_lane
+
+        return run_on_lane(self._celery, version, code, wait_s=wait_s)
+
+    def start_check(self, check_id: int, queue: str) -> None:
+        """Send the check id to the exercise's queue; a duplicate is harmless because the check is claimed first."""
+        from worker.celery_app import QUEUES
+        from worker.check_tasks import CHECK_TASK
+
+        self._celery.send_task(
+            CHECK_TASK, args=[check_id], queue=queue if queue in QUEUES else "cpu", retry_policy=self.PUBLISH_RETRY
+        )
+
+    def broker_backlog(self) -> dict[str, int]:
+        """Return how many grading messages the broker holds per queue: waiting plus delivered, not acked."""
+        from worker.celery_app import QUEUES, broker_backlog
+
+        with self._celery.connection_for_write() as connection:
+            return broker_backlog(connection, QUEUES)
+
+    def may_have_lost(self, stale: list[tuple[str, str]], *, waiting_by_queue: dict[str, int]) -> list[str]:
+        """Return the stale ids of every queue whose broker backlog is shorter than its queued rows."""
+        try:
+            backlog = self.broker_backlog()
+        except Exception:  # broker unreachable: whatever it held may be gone; sending again will tell
+            log.warning("could not read the broker's queue lengths", exc_info=True)
+            return [submission_id for submission_id, _ in stale]
+        short = {queue for queue, waiting in waiting_by_queue.items() if backlog.get(queue, 0) < waiting}
+        return [submission_id for submission_id, queue in stale if queue in short or queue not in backlog]
 
     def shutdown(self) -> None:
         self._celery.close()
@@ -98,13 +200,15 @@ _dispatcher_lock = threading.Lock()
 
 
 def make_dispatcher(settings: Settings) -> Dispatcher:
-    """Return Celery's dispatcher, or the in-process one, whose gradings start warming their templates now."""
+    """Return Celery's dispatcher, or the in-process one: it starts warming its templates, beating and sweeping."""
     if settings.broker_url:
         return CeleryDispatcher(settings)
     from worker.prewarm import prewarm_in_background  # grading happens in this process: warm it up
 
     prewarm_in_background(settings)
-    return InProcessDispatcher(settings.grading_workers)
+    dispatcher = InProcessDispatcher(settings.grading_workers)
+    dispatcher.start_background(settings)
+    return dispatcher
 
 
 def get_dispatcher() -> Dispatcher:

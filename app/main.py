@@ -3,8 +3,9 @@
 Contract:
 - ``create_app(settings)`` has no side effects until it serves: the database, the dispatcher and the grading
   code are touched only by requests and by the lifespan.
-- The lifespan re-dispatches unfinished submissions at start (unless ``app.state.recover_on_start`` is False)
-  and shuts the dispatcher down at stop (an in-process dispatcher starts warming its templates when made).
+- The lifespan re-dispatches unfinished submissions at start when it grades in-process (unless
+  ``app.state.recover_on_start`` is False; in Celery mode the workers' sweepers do it) and shuts the
+  dispatcher down at stop (an in-process dispatcher starts warming, beating and sweeping when made).
   ``app.dispatch`` is imported there, lazily.
 - Middleware, outermost first: security headers, request-body size limit (twice ``max_code_bytes`` + slack,
   answered 413 before anything is parsed), CSRF rule for ``/api``, signed session cookie.
@@ -25,6 +26,7 @@ from sqlalchemy.orm import sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.sessions import SessionMiddleware
 
+from app import news
 from app.config import Settings, get_settings
 from app.db import engine_for
 from app.errors import install_error_handlers
@@ -36,6 +38,7 @@ from app.routes import (
     api_instructor,
     api_quiz,
     api_submissions,
+    health,
     pages,
     pages_admin,
     pages_instructor,
@@ -58,17 +61,22 @@ STAFF_BODY_LIMITS = {"/instructor/": 3 * 1024 * 1024, "/admin/users/import": 512
 
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Recover unfinished submissions at start; stop the dispatcher at the end."""
+    """Recover unfinished submissions at start (embedded grading); stop the dispatcher at the end."""
     if getattr(app.state, "recover_on_start", True):
         from app.dispatch import get_dispatcher, recover_unfinished
 
         app.state.dispatcher = get_dispatcher()
-        count = await run_in_threadpool(recover_unfinished, app.state.dispatcher)
-        if count:
-            log.info("re-dispatched %d unfinished submissions", count)
+        # Celery mode: the workers' sweepers send stranded work again; several API processes starting at
+        # once must not each flood the queues with the whole backlog.
+        if app.state.dispatcher.owns_all_running:
+            count = await run_in_threadpool(recover_unfinished, app.state.dispatcher)
+            if count:
+                log.info("re-dispatched %d unfinished submissions", count)
+    news_relay = news.relay(app.state.settings.broker_url)  # news from other processes' gradings (Celery mode)
     try:
         yield
     finally:
+        news.stop_relay(news_relay)
         if app.state.dispatcher is not None:
             app.state.dispatcher.shutdown()
             app.state.dispatcher = None
@@ -111,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     for router in (api_instructor.router, api_admin.router, pages_instructor.router, pages_admin.router):
         app.include_router(router)
+    app.include_router(health.router)  # /healthz, /readyz, /metrics: no login, no session
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _install_docs(app)
 

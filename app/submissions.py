@@ -4,17 +4,23 @@ Contract:
 - ``create_submission`` only adds the row; the caller commits, then dispatches (never the reverse).
 - ``claim`` is the idempotency gate of every grading task: it moves a submission to ``running`` with one
   conditional UPDATE, so of two deliveries of the same id only one grades. A ``running`` row whose lease
-  has expired (its worker died) can be claimed again.
+  has expired (no heartbeat for ``lease_s``: its worker died) can be claimed again. The claimed row's new
+  ``attempts`` value is the *fencing token* of that grading.
+- ``renew_lease`` moves ``heartbeat_at`` forward while the grading runs, only for the holder of the token;
+  ``held`` re-reads the row (locked on PostgreSQL) for the holder, so a grading whose lease was taken over
+  never writes its result: exactly one grading is ever recorded.
 - ``record_outcome`` writes the verdict and per-test rows; ``record_platform_failure`` counts a failed
   attempt and either requeues (attempts left) or settles the submission as ``error``/``internal_error``.
+- ``unfinished`` (start-up recovery) and ``app.sweeper`` decide what to send again.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from app.errors import InvalidInput, PayloadTooLarge
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
@@ -48,26 +54,63 @@ def create_submission(
     return submission
 
 
-def claim(*, session: Session, submission_id: str, lease_s: float) -> Submission | None:
-    """Move the submission to ``running`` if it is queued or its lease expired; return it, or None to skip."""
+def lease_expired(*, lease_s: float, now: datetime) -> ColumnElement[bool]:
+    """Return the SQL condition "running, and no heartbeat for ``lease_s``" (rows written before heartbeats count
+    from their start)."""
+    last_sign = func.coalesce(Submission.heartbeat_at, Submission.started_at)
+    return (Submission.status == SubmissionStatus.running) & (last_sign < now - timedelta(seconds=lease_s))
+
+
+def claim(*, session: Session, submission_id: str, lease_s: float, max_attempts: int = 1_000) -> Submission | None:
+    """Move the submission to ``running`` if it is queued or its lease expired; return it, or None to skip.
+
+    A submission that already had ``max_attempts`` tries is not claimed (the sweeper settles it as ``error``).
+    """
     now = utcnow()
-    stale_before = now - timedelta(seconds=lease_s)
     result = session.execute(
         update(Submission)
         .where(
             Submission.id == submission_id,
-            or_(
-                Submission.status == SubmissionStatus.queued,
-                (Submission.status == SubmissionStatus.running) & (Submission.started_at < stale_before),
-            ),
+            Submission.attempts < max_attempts,
+            or_(Submission.status == SubmissionStatus.queued, lease_expired(lease_s=lease_s, now=now)),
         )
-        .values(status=SubmissionStatus.running, started_at=now, attempts=Submission.attempts + 1)
+        .values(status=SubmissionStatus.running, started_at=now, heartbeat_at=now, attempts=Submission.attempts + 1)
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         return None
     session.expire_all()
     return session.get(Submission, submission_id)
+
+
+def renew_lease(*, session: Session, submission_id: str, attempt: int) -> bool:
+    """Move the heartbeat of a running grading forward; return False if ``attempt`` no longer holds it."""
+    result = session.execute(
+        update(Submission)
+        .where(
+            Submission.id == submission_id,
+            Submission.status == SubmissionStatus.running,
+            Submission.attempts == attempt,
+        )
+        .values(heartbeat_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def held(*, session: Session, submission_id: str, attempt: int) -> Submission | None:
+    """Return the submission locked for writing if grading ``attempt`` still holds it, else None."""
+    stmt = (
+        select(Submission)
+        .where(
+            Submission.id == submission_id,
+            Submission.status == SubmissionStatus.running,
+            Submission.attempts == attempt,
+        )
+        .with_for_update()  # PostgreSQL: a claim that takes the row over waits for this transaction (or wins first)
+        .execution_options(populate_existing=True)
+    )
+    return session.scalar(stmt)
 
 
 def _clip(text: str) -> str:
@@ -109,6 +152,8 @@ def record_platform_failure(*, session: Session, submission: Submission, message
     if submission.attempts < max_attempts:
         submission.status = SubmissionStatus.queued
         submission.started_at = None
+        submission.heartbeat_at = None
+        submission.dispatched_at = utcnow()  # the grading task itself tries again; the sweeper need not
         submission.message = f"retrying after a platform error: {message}"
         return True
     submission.status = SubmissionStatus.error
@@ -122,15 +167,9 @@ def record_platform_failure(*, session: Session, submission: Submission, message
 def unfinished(*, session: Session, lease_s: float, now: datetime | None = None) -> list[Submission]:
     """Return submissions to dispatch again at start-up: queued ones and running ones whose lease expired."""
     now = now or utcnow()
-    stale_before = now - timedelta(seconds=lease_s)
     stmt = (
         select(Submission)
-        .where(
-            or_(
-                Submission.status == SubmissionStatus.queued,
-                (Submission.status == SubmissionStatus.running) & (Submission.started_at < stale_before),
-            )
-        )
+        .where(or_(Submission.status == SubmissionStatus.queued, lease_expired(lease_s=lease_s, now=now)))
         .order_by(Submission.created_at)
     )
     return list(session.scalars(stmt))

@@ -148,6 +148,9 @@ class RecordingDispatcher:
     def dispatch(self, submission_id: str, queue: str) -> None:
         self.calls.append((submission_id, queue))
 
+    def may_have_lost(self, stale: list[tuple[str, str]], *, waiting_by_queue: dict[str, int]) -> list[str]:
+        return [submission_id for submission_id, _ in stale]
+
     def shutdown(self) -> None:
         self.shut_down = True
 

@@ -4,7 +4,9 @@ Contract:
 - ``grade_submission(submission_id)`` takes an id, re-fetches everything, and is idempotent: ``claim`` lets
   only one delivery grade; a graded submission is never graded again.
 - The claim is committed before the sandbox runs (the UI sees ``running``) and the result in a second
-  transaction, so no database transaction stays open while learner code runs.
+  transaction, so no database transaction stays open while learner code runs. While the sandbox runs, a
+  ``LeaseKeeper`` renews the claim's heartbeat; the result is written only if this grading's attempt still
+  holds the submission (``held``), so a grading taken over after a lost lease records nothing.
 - After each of those commits it publishes the change (``app.news``), so a status stream in this process
   (the embedded server) shows it without waiting for its next poll.
 - Only platform errors (``internal_error``) are retried, up to ``settings.max_attempts`` tries in all;
@@ -17,16 +19,17 @@ import logging
 import time
 
 from app import news
-from app.config import get_settings
+from app.config import Settings, get_settings
 from app.db import session_scope
 from app.errors import GpulabError
 from app.exercises import spec_of
-from app.models import Submission
-from app.submissions import claim, record_outcome, record_platform_failure
+from app.submissions import claim, held, record_outcome, record_platform_failure
 from worker.celery_app import GRADE_TASK, celery_app
 from worker.grading import grade
+from worker.heartbeat import LeaseKeeper, grading_finished, grading_started
 from worker.outcome import GradeOutcome, Verdict
 from worker.sandbox import get_sandbox
+from worker.spec import ExerciseSpec
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 0.5
@@ -36,24 +39,26 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
     """Claim and grade once; return the outcome and whether it was stored, or None when not ours to grade."""
     settings = get_settings()
     with session_scope() as session:
-        submission = claim(session=session, submission_id=submission_id, lease_s=settings.grading_lease_s)
+        submission = claim(
+            session=session, submission_id=submission_id, lease_s=settings.grading_lease_s,
+            max_attempts=settings.max_attempts,
+        )  # fmt: skip
         if submission is None:
             return None
         spec = spec_of(submission.exercise_version)
         code = submission.code
+        attempt = submission.attempts
     news.publish(submission_id)  # now running (committed): a live stream in this process shows it at once
+    grading_started()
     try:
-        outcome = grade(spec, code, sandbox=get_sandbox(settings))
-    except GpulabError as exc:
-        outcome = GradeOutcome(verdict=Verdict.internal_error, score=0.0, max_score=spec.max_score, message=exc.message)
-    except Exception as exc:  # the platform failed, not the learner: record it and retry
-        log.exception("grading %s failed", submission_id)
-        outcome = GradeOutcome(
-            verdict=Verdict.internal_error, score=0.0, max_score=spec.max_score, message=f"{type(exc).__name__}: {exc}"
-        )
+        with LeaseKeeper(submission_id, attempt, settings.heartbeat_interval_s):
+            outcome = _run_grading(submission_id, spec, code, settings)
+    finally:
+        grading_finished()
     with session_scope() as session:
-        stored = session.get(Submission, submission_id)
+        stored = held(session=session, submission_id=submission_id, attempt=attempt)
         if stored is None:
+            log.warning("grading %s attempt %d: the submission was taken over; result dropped", submission_id, attempt)
             return None
         if outcome.verdict.is_platform_error:
             requeued = record_platform_failure(
@@ -65,6 +70,19 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
             settled = True
     news.publish(submission_id)
     return outcome, settled
+
+
+def _run_grading(submission_id: str, spec: ExerciseSpec, code: str, settings: Settings) -> GradeOutcome:
+    """Grade in the sandbox; turn a failure of the platform into an ``internal_error`` outcome."""
+    try:
+        return grade(spec, code, sandbox=get_sandbox(settings))
+    except GpulabError as exc:
+        return GradeOutcome(verdict=Verdict.internal_error, score=0.0, max_score=spec.max_score, message=exc.message)
+    except Exception as exc:  # the platform failed, not the learner: record it and retry
+        log.exception("grading %s failed", submission_id)
+        return GradeOutcome(
+            verdict=Verdict.internal_error, score=0.0, max_score=spec.max_score, message=f"{type(exc).__name__}: {exc}"
+        )
 
 
 def grade_submission(submission_id: str) -> Verdict | None:

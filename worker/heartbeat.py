@@ -1,0 +1,157 @@
+"""Signs of life written to the database: one per running grading (its lease) and one per grading process.
+
+Contract:
+- ``LeaseKeeper(submission_id, attempt, interval_s)`` is a context manager around one grading: a daemon
+  thread renews the submission's ``heartbeat_at`` every ``interval_s`` for as long as grading ``attempt`` holds
+  it (``app.submissions.renew_lease``). A failed renewal (the database is restarting) is logged and tried at
+  the next tick; a lost lease (another delivery took the submission over) ends the thread and sets ``lost``.
+  Nothing here ever raises into the grading.
+- ``ProcessBeat(settings, name, queues)`` upserts this process's ``WorkerBeat`` row every heartbeat interval
+  from a daemon thread (busy count and sweeper re-dispatches included), and marks it stopped on ``stop()``.
+  ``/readyz``, ``/metrics`` and the admin dashboard read these rows: a process whose row is older than
+  ``worker_stale_s`` is dead.
+- ``busy`` counts the gradings this process holds now; the grading task keeps it with ``grading_started`` and
+  ``grading_finished``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from types import TracebackType
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.config import Settings
+from app.db import session_scope
+from app.models import WorkerBeat, utcnow
+from app.submissions import renew_lease
+
+log = logging.getLogger(__name__)
+
+_busy_lock = threading.Lock()
+_busy = 0
+_redispatched = 0
+
+
+def grading_started() -> None:
+    """Count one more grading in progress in this process."""
+    global _busy
+    with _busy_lock:
+        _busy += 1
+
+
+def grading_finished() -> None:
+    """Count one grading in progress less."""
+    global _busy
+    with _busy_lock:
+        _busy = max(0, _busy - 1)
+
+
+def count_redispatched(count: int) -> None:
+    """Add ``count`` sweeper re-dispatches to this process's total (shown on its beat)."""
+    global _redispatched
+    with _busy_lock:
+        _redispatched += count
+
+
+def busy() -> int:
+    """Return how many gradings this process holds now."""
+    with _busy_lock:
+        return _busy
+
+
+class LeaseKeeper:
+    """Renew one grading's lease in the background while the ``with`` block runs."""
+
+    def __init__(self, submission_id: str, attempt: int, interval_s: float) -> None:
+        self.submission_id = submission_id
+        self.attempt = attempt
+        self.interval_s = interval_s
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"gpulab-lease-{submission_id[:8]}", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                with session_scope() as session:
+                    kept = renew_lease(session=session, submission_id=self.submission_id, attempt=self.attempt)
+            except SQLAlchemyError:
+                # The database is away (a restart): keep grading; the lease allows three missed beats.
+                log.warning("could not renew the lease of %s; retrying", self.submission_id, exc_info=True)
+                continue
+            if not kept:
+                log.warning("grading %s lost its lease (attempt %d): its result will be dropped", self.submission_id,
+                            self.attempt)  # fmt: skip
+                self.lost = True
+                return
+
+
+def process_name(kind: str) -> str:
+    """Return a name for this grading process that is unique on the cluster: ``kind@host:pid``."""
+    return f"{kind}@{socket.gethostname()}:{os.getpid()}"
+
+
+class ProcessBeat:
+    """Upsert this process's ``WorkerBeat`` row every heartbeat interval until ``stop()``."""
+
+    def __init__(self, settings: Settings, *, name: str, queues: list[str]) -> None:
+        self.settings = settings
+        self.name = name
+        self.queues = queues
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ProcessBeat:
+        """Write the first beat now, then keep beating from a daemon thread."""
+        self.beat()
+        self._thread = threading.Thread(target=self._run, name="gpulab-beat", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.heartbeat_interval_s):
+            self.beat()
+
+    def beat(self, *, stopped: bool = False) -> bool:
+        """Write the row once; return False (and log) if the database did not answer."""
+        now = utcnow()
+        try:
+            with session_scope() as session:
+                row = session.get(WorkerBeat, self.name)
+                if row is None:
+                    row = WorkerBeat(
+                        name=self.name, hostname=socket.gethostname(), pid=os.getpid(), started_at=now,
+                        sandbox=self.settings.sandbox.value,
+                    )  # fmt: skip
+                    session.add(row)
+                row.queues = list(self.queues)
+                row.busy = busy()
+                with _busy_lock:
+                    row.redispatched = _redispatched
+                row.last_seen_at = now
+                row.stopped_at = now if stopped else None
+        except SQLAlchemyError:
+            log.warning("could not write the heartbeat of %s; retrying", self.name, exc_info=True)
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Stop beating and mark the row stopped (a clean exit is not a dead worker)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.beat(stopped=True)

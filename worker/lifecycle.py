@@ -1,0 +1,66 @@
+"""What a Celery grading worker does besides its tasks: beat, sweep, and stop cleanly.
+
+Contract (connected to Celery's signals when the worker imports this module, see ``worker.celery_app``):
+- ``worker_ready``: the worker writes its ``WorkerBeat`` (name ``celery@host:pid``-style from Celery's
+  hostname, the queues it consumes) every heartbeat interval and runs the sweeper (``app.sweeper``) with a
+  Celery dispatcher on its own app, so stranded work is sent again as long as any worker lives.
+- ``worker_shutdown``: both stop; the beat row is marked stopped (an orderly exit is not a dead worker).
+- SIGTERM is Celery's warm shutdown: the worker stops taking messages, finishes the gradings it holds (their
+  leases keep beating), gives back the messages it had prefetched but not started (kombu restores them to
+  the queue on close) and exits. SIGKILL gives nothing back: the leases stop beating and another worker's
+  sweeper sends the submissions again once ``grading_lease_s`` passed (see README, Scale-out).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import worker_ready, worker_shutdown
+
+from app.config import get_settings
+from app.dispatch import CeleryDispatcher
+from app.sweeper import Sweeper, SweepReport
+from worker.heartbeat import ProcessBeat, count_redispatched
+
+log = logging.getLogger(__name__)
+_running: dict[str, Any] = {}
+
+
+def _count(report: SweepReport) -> None:
+    count_redispatched(report.redispatched)
+
+
+@worker_ready.connect
+def start_background(sender: Any = None, **_kwargs: Any) -> None:
+    """Start the heartbeat and the sweeper once the worker consumes."""
+    settings = get_settings()
+    queues = sorted(queue.name for queue in sender.task_consumer.queues) if sender is not None else []
+    name = f"{sender.hostname}:{_pid()}" if sender is not None else f"celery:{_pid()}"
+    _running["beat"] = ProcessBeat(settings, name=name, queues=queues).start()
+    dispatcher = CeleryDispatcher(settings, celery=sender.app if sender is not None else None)
+    _running["sweeper"] = Sweeper(dispatcher, settings, extra_sweeps=_extra_sweeps(), on_report=_count).start()
+    log.info("worker %s: heartbeat every %.0f s, sweeper every %.0f s", name, settings.heartbeat_interval_s,
+             settings.sweep_interval_s)  # fmt: skip
+
+
+@worker_shutdown.connect
+def stop_background(**_kwargs: Any) -> None:
+    """Stop the sweeper and mark this worker stopped."""
+    sweeper = _running.pop("sweeper", None)
+    if sweeper is not None:
+        sweeper.stop()
+    beat = _running.pop("beat", None)
+    if beat is not None:
+        beat.stop()
+
+
+def _extra_sweeps() -> tuple[Any, ...]:
+    """Return the sweeps of other job kinds (instructor checks) when their module provides one."""
+    return ()
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
