@@ -69,7 +69,7 @@ from app.submissions import create_submission, get_for_user
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 EDITOR_BUNDLE = Path(__file__).resolve().parent.parent / "static" / "build" / "editor.js"
-JSON_ERROR_PREFIXES = ("/api/", "/static/", "/docs", "/redoc", "/openapi.json")
+JSON_ERROR_PREFIXES = ("/api/", "/static/", "/docs", "/redoc", "/openapi.json", "/healthz", "/readyz", "/metrics")
 DIFFICULTY_ORDER = {"beginner": 0, "intermediate": 1, "advanced": 2}
 
 
