@@ -120,7 +120,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for router in (api_instructor.router, api_admin.router, pages_instructor.router, pages_admin.router):
         app.include_router(router)
     app.include_router(health.router)  # /healthz, /readyz, /metrics: no login, no session
-    app.include_router(health.router)  # /healthz, /readyz, /metrics: no login, no session
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _install_docs(app)
 
