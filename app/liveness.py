@@ -48,6 +48,10 @@ class WorkerState:
     state: str  # live, dead or stopped
     seen_ago_s: float
 
+    @property
+    def seen_ago(self) -> str:
+        return duration_text(self.seen_ago_s)
+
 
 @dataclass(frozen=True)
 class StrandedSubmission:
@@ -60,6 +64,33 @@ class StrandedSubmission:
     since: datetime  # last heartbeat (running) or creation (queued)
     age_s: float
     why: str
+
+    @property
+    def age(self) -> str:
+        return duration_text(self.age_s)
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What the admin dashboard shows: recent workers, live ones per required queue, stranded work."""
+
+    now: datetime
+    workers: list[WorkerState]
+    required: list[str]
+    live: dict[str, int]
+    stranded: list[StrandedSubmission]
+    stranded_total: int
+    worker_stale_s: float
+    grading_lease_s: float
+    stranded_queued_s: float
+
+
+def duration_text(seconds: float) -> str:
+    """Say a duration the way a person reads it: ``45 s``, ``3 min``, ``2 h``, ``4 d``."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{int(seconds // size)} {unit}"
+    return f"{int(seconds)} s"
 
 
 def worker_state(beat: WorkerBeat, *, settings: Settings, now: datetime) -> WorkerState:
@@ -154,3 +185,16 @@ def stranded(
             age_s=max(0.0, (now - since).total_seconds()), why=why,
         ))  # fmt: skip
     return found, int(total)
+
+
+def overview(*, session: Session, settings: Settings, now: datetime) -> Overview:
+    """Return the workers, queue coverage and stranded submissions as of ``now``."""
+    recent = workers(session=session, settings=settings, now=now)
+    live = live_workers(session=session, settings=settings, now=now)
+    needed = required_queues(session=session)
+    found, total = stranded(session=session, settings=settings, now=now)
+    return Overview(
+        now=now, workers=recent, required=needed, live=live_per_queue(live, needed), stranded=found,
+        stranded_total=total, worker_stale_s=settings.worker_stale_s, grading_lease_s=settings.grading_lease_s,
+        stranded_queued_s=STRANDED_QUEUED_S,
+    )  # fmt: skip

@@ -1,4 +1,4 @@
-"""``/api/admin``: the dashboard's numbers as JSON, and user management.
+"""``/api/admin``: the dashboard's numbers and worker liveness as JSON, and user management.
 
 Contract: admins only (``AdminDep``: 401 logged out, 403 for everyone else). State changes are JSON bodies, so
 the API's CSRF rule covers them; they follow ``app.accounts`` (no changing one's own role, no disabling oneself).
@@ -6,13 +6,15 @@ the API's CSRF rule covers them; they follow ``app.accounts`` (no changing one's
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from app import accounts
+from app import accounts, liveness
 from app.deps import AdminDep, SessionDep, SettingsDep
 from app.errors import NotFound
 from app.models import Role, User
@@ -42,6 +44,46 @@ class StatsOut(BaseModel):
     exercises: list[ExerciseStatsOut]
     timing: dict[str, float | None]
     queues: QueuesOut
+
+
+class WorkerOut(BaseModel):
+    name: str
+    queues: list[str]
+    hostname: str
+    pid: int
+    sandbox: str
+    busy: int
+    redispatched: int
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None
+    state: Literal["live", "dead", "stopped"]
+    seen_ago_s: float
+
+
+class StrandedOut(BaseModel):
+    id: str
+    slug: str
+    queue: str
+    status: Literal["queued", "running"]
+    attempts: int
+    created_at: datetime
+    since: datetime = Field(description="last lease renewal (running) or submission time (queued)")
+    age_s: float
+    why: str
+
+
+class LivenessOut(BaseModel):
+    now: datetime
+    workers: list[WorkerOut] = Field(description=f"the {liveness.WORKERS_SHOWN} most recently seen, newest first")
+    required_queues: list[str] = Field(description="queues that need a live worker (cpu, and those of published "
+                                       "exercises)")  # fmt: skip
+    live_workers: dict[str, int]
+    stranded: list[StrandedOut] = Field(description=f"the {liveness.STRANDED_SHOWN} oldest stranded submissions")
+    stranded_total: int
+    worker_stale_s: float
+    grading_lease_s: float
+    stranded_queued_s: float
 
 
 class UserOut(BaseModel):
@@ -99,6 +141,18 @@ def stats(session: SessionDep, settings: SettingsDep, _admin: AdminDep) -> Stats
         ],
         timing=timing(session=session),
         queues=QueuesOut(mode=queues.mode, queues=queues.queues, workers=queues.workers, notes=queues.notes),
+    )  # fmt: skip
+
+
+@router.get("/liveness")
+def worker_liveness(session: SessionDep, settings: SettingsDep, _admin: AdminDep) -> LivenessOut:
+    """Return each grading process's last beat (live, dead or stopped) and every stranded submission."""
+    view = liveness.overview(session=session, settings=settings, now=datetime.now(UTC))
+    return LivenessOut(
+        now=view.now, workers=[WorkerOut(**asdict(w)) for w in view.workers], required_queues=view.required,
+        live_workers=view.live, stranded=[StrandedOut(**asdict(s)) for s in view.stranded],
+        stranded_total=view.stranded_total, worker_stale_s=view.worker_stale_s,
+        grading_lease_s=view.grading_lease_s, stranded_queued_s=view.stranded_queued_s,
     )  # fmt: skip
 
 

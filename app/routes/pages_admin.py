@@ -1,4 +1,5 @@
-"""Admin pages under ``/admin``: the dashboard, the grades CSV, and user management.
+"""Admin pages under ``/admin``: the dashboard (grades, queues, worker liveness, stranded work), the grades CSV,
+and user management.
 
 Contract: admins only (``AdminPage``); every POST is an HTML form carrying the session's CSRF token. Pages
 that reveal a new password render it once in the response (never in a cookie, never in a redirect URL).
@@ -15,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app import accounts
+from app import accounts, liveness
 from app.deps import SessionDep, SettingsDep
 from app.errors import GpulabError, InvalidInput
 from app.models import Role, User
@@ -42,6 +43,7 @@ def dashboard(request: Request, user: AdminPage, session: SessionDep, settings: 
     return render(
         request, "admin/dashboard.html", user=user, matrix=matrix, charts=charts, timing=timing(session=session),
         queues=queue_state(session=session, settings=settings),
+        health=liveness.overview(session=session, settings=settings, now=datetime.now(UTC)),
     )  # fmt: skip
 
 

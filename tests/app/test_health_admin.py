@@ -1,0 +1,134 @@
+"""The admin dashboard and ``/api/admin/liveness``: worker liveness and stranded submissions."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import pytest
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.models import Role, Submission, SubmissionStatus, User, WorkerBeat
+from tests.conftest import TinyExercise
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def admin_client(client: TestClient, admin: User, login: Callable[..., None]) -> TestClient:
+    login(client, admin)
+    return client
+
+
+def _ago(seconds: float) -> datetime:
+    return datetime.now(UTC) - timedelta(seconds=seconds)
+
+
+def beat(db: Session, name: str, queues: list[str], *, seen_ago_s: float, stopped: bool = False) -> None:
+    seen = _ago(seen_ago_s)
+    db.add(WorkerBeat(name=name, queues=queues, hostname="gpu-node-7", pid=77, sandbox="docker", busy=1,
+                      redispatched=4, started_at=seen - timedelta(hours=1), last_seen_at=seen,
+                      stopped_at=seen if stopped else None))  # fmt: skip
+
+
+def submission(db: Session, ex: TinyExercise, status: SubmissionStatus, **fields: object) -> str:
+    row = Submission(exercise_version_id=ex.exercise.current_version_id, code="x", status=status, **fields)
+    db.add(row)
+    db.flush()
+    return row.id
+
+
+@pytest.fixture
+def scene(db_session: Session, tiny_exercise: TinyExercise, settings: Settings) -> dict[str, str]:
+    """A live, a dead and a stopped worker; a stranded running, a stuck queued, and two healthy submissions."""
+    beat(db_session, "celery@alive", ["cpu"], seen_ago_s=2)
+    beat(db_session, "celery@crashed", ["cpu", "gpu"], seen_ago_s=settings.worker_stale_s + 300)
+    beat(db_session, "celery@retired", ["cpu"], seen_ago_s=10, stopped=True)
+    lease = settings.grading_lease_s
+    ids = {
+        "stranded": submission(db_session, tiny_exercise, SubmissionStatus.running, created_at=_ago(600),
+                               started_at=_ago(500), heartbeat_at=_ago(lease + 120), attempts=1),
+        "stuck": submission(db_session, tiny_exercise, SubmissionStatus.queued, created_at=_ago(90)),
+        "renewing": submission(db_session, tiny_exercise, SubmissionStatus.running, created_at=_ago(600),
+                               started_at=_ago(500), heartbeat_at=_ago(3), attempts=1),
+        "fresh": submission(db_session, tiny_exercise, SubmissionStatus.queued, created_at=_ago(5)),
+    }  # fmt: skip
+    db_session.commit()
+    return ids
+
+
+def _row(page: str, table_id: str, needle: str) -> str:
+    table = page.split(f'id="{table_id}"', 1)[1].split("</table>", 1)[0]
+    rows = [r for r in re.findall(r"<tr.*?</tr>", table, flags=re.S) if needle in r]
+    assert len(rows) == 1, (needle, table)
+    return html.unescape(re.sub(r"<[^>]+>", " ", rows[0]))
+
+
+def test_dashboard_shows_dead_workers_and_stranded_submissions(admin_client: TestClient, scene: dict[str, str]) -> None:
+    page = admin_client.get("/admin")
+    assert page.status_code == 200
+    text = page.text
+    dead = _row(text, "worker-table", "celery@crashed")
+    assert "dead" in dead.split() and "cpu, gpu" in dead and "gpu-node-7 pid 77" in dead
+    assert "no beat for 5 min" in dead
+    assert "live" in _row(text, "worker-table", "celery@alive").split()
+    assert "stopped" in _row(text, "worker-table", "celery@retired").split()
+
+    stranded = _row(text, "stranded-table", scene["stranded"][:12])
+    assert "running" in stranded and "stopped renewing the lease" in stranded and "2 min" in stranded
+    assert "no worker picked it up" in _row(text, "stranded-table", scene["stuck"][:12])
+    table = text.split('id="stranded-table"', 1)[1].split("</table>", 1)[0]
+    assert scene["renewing"][:12] not in table and scene["fresh"][:12] not in table
+    assert f'href="/instructor/submissions/{scene["stranded"]}"' in table
+    coverage = text.split('id="queue-coverage"', 1)[1].split("</ul>", 1)[0]
+    assert "1 live worker" in coverage and "cpu" in coverage  # the live worker serves cpu; no GPU exercise
+
+
+def test_dashboard_says_when_nothing_is_stranded(admin_client: TestClient, tiny_exercise: TinyExercise) -> None:
+    page = admin_client.get("/admin").text
+    assert 'id="stranded-table"' not in page
+    assert "None: every running grading renews its lease" in page.split('id="stranded"', 1)[1]
+
+
+def test_liveness_api_reports_workers_and_stranded_work(
+    admin_client: TestClient, scene: dict[str, str], settings: Settings
+) -> None:
+    response = admin_client.get("/api/admin/liveness")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    states = {w["name"]: w["state"] for w in body["workers"]}
+    assert states["celery@alive"] == "live" and states["celery@crashed"] == "dead"
+    assert states["celery@retired"] == "stopped"
+    crashed = next(w for w in body["workers"] if w["name"] == "celery@crashed")
+    assert crashed["queues"] == ["cpu", "gpu"] and crashed["redispatched"] == 4
+    assert crashed["seen_ago_s"] >= settings.worker_stale_s + 300
+    assert body["required_queues"] == ["cpu"] and body["live_workers"]["cpu"] >= 1
+    stranded = {s["id"]: s for s in body["stranded"]}
+    assert set(stranded) >= {scene["stranded"], scene["stuck"]}
+    assert scene["renewing"] not in stranded and scene["fresh"] not in stranded
+    assert stranded[scene["stranded"]]["status"] == "running" and stranded[scene["stuck"]]["status"] == "queued"
+    assert stranded[scene["stranded"]]["age_s"] >= settings.grading_lease_s + 120
+    assert body["stranded_total"] == len(body["stranded"])
+
+
+def test_liveness_api_is_for_admins_only(
+    client: TestClient, make_user: Callable[..., User], login: Callable[..., None]
+) -> None:
+    assert client.get("/api/admin/liveness").status_code == 401
+    login(client, make_user(Role.instructor))
+    assert client.get("/api/admin/liveness").status_code == 403
+
+
+def test_openapi_declares_the_liveness_schema(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    ok = spec["paths"]["/api/admin/liveness"]["get"]["responses"]["200"]["content"]["application/json"]
+    assert ok["schema"] == {"$ref": "#/components/schemas/LivenessOut"}
+    worker = spec["components"]["schemas"]["WorkerOut"]["properties"]
+    assert worker["state"]["enum"] == ["live", "dead", "stopped"]
