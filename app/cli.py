@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import subprocess
 import sys
 from pathlib import Path
 
@@ -226,38 +227,96 @@ def grade(slug: str, file: Path, as_json: bool, directory: Path | None) -> None:
 
 
 @cli.command()
-@click.option("--queues", default="cpu,gpu", show_default=True, help="Comma-separated queues to consume.")
+@click.option(
+    "--queues", default="cpu,gpu", show_default=True,
+    help="Comma-separated queues to consume: cpu, gpu, and their example-run lanes examples-cpu, examples-gpu.",
+)  # fmt: skip
 @click.option("--concurrency", default=None, type=int, help="Parallel gradings (default: GPULAB_GRADING_WORKERS).")
-def worker(queues: str, concurrency: int | None) -> None:
-    """Run a Celery grading worker (needs GPULAB_BROKER_URL)."""
+@click.option(
+    "--examples-concurrency", default=2, show_default=True, type=click.IntRange(min=0),
+    help="Parallel example runs in a companion process that consumes the example-run lane of each grading queue, "
+    "so example runs stay interactive while gradings fill the pool; 0 consumes the lanes in the grading pool.",
+)  # fmt: skip
+def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> None:
+    """Run a Celery grading worker (needs GPULAB_BROKER_URL); it also serves the example runs of its queues."""
     settings = get_settings()
     if not settings.broker_url:
         raise click.ClickException("set GPULAB_BROKER_URL (e.g. redis://127.0.0.1:6379/0) to run a worker")
     from worker.celery_app import QUEUES, celery_app
+    from worker.example_tasks import EXAMPLE_LANES
     from worker.sandbox import get_sandbox
 
-    wanted = [q.strip() for q in queues.split(",") if q.strip()]
-    unknown = set(wanted) - set(QUEUES)
+    wanted = list(dict.fromkeys(q.strip() for q in queues.split(",") if q.strip()))
+    known = (*QUEUES, *EXAMPLE_LANES.values())
+    unknown = set(wanted) - set(known)
     if unknown or not wanted:
-        raise click.ClickException(f"unknown queue(s) {', '.join(sorted(unknown)) or '(none)'}; choose from cpu,gpu")
+        raise click.ClickException(
+            f"unknown queue(s) {', '.join(sorted(unknown)) or '(none)'}; choose from {','.join(known)}"
+        )
+    lanes = [EXAMPLE_LANES[q] for q in wanted if q in EXAMPLE_LANES and EXAMPLE_LANES[q] not in wanted]
     try:
         get_sandbox(settings).check()
     except GpulabError as exc:
         raise click.ClickException(exc.message) from exc
+    if examples_concurrency == 0:
+        wanted += lanes  # the lanes share the grading pool: an example run may wait behind long gradings
+        lanes = []
+    # Started before any thread of ours exists (prewarm), as the companion is forked from this process.
+    companion = _start_example_lane(lanes, examples_concurrency) if lanes else None
     from worker.prewarm import prewarm_in_background
 
     prewarm_in_background(settings)  # warm templates start while the worker connects to the broker
-    celery_app.worker_main(
-        [
-            "worker",
-            f"--queues={','.join(wanted)}",
-            f"--concurrency={concurrency or settings.grading_workers}",
-            "--pool=threads",
-            "--loglevel=INFO",
-            "--without-gossip",
-            "--without-mingle",
-        ]
-    )
+    argv = [
+        "worker",
+        f"--queues={','.join(wanted)}",
+        f"--concurrency={concurrency or settings.grading_workers}",
+        "--pool=threads",
+        "--loglevel=INFO",
+        "--without-gossip",
+        "--without-mingle",
+    ]
+    if all(q in EXAMPLE_LANES.values() for q in wanted):
+        argv.append("--hostname=examples@%h")
+    try:
+        celery_app.worker_main(argv)
+    finally:
+        if companion is not None:
+            _stop_example_lane(companion)
+
+
+EXAMPLE_LANE_STOP_S = 30.0
+
+
+def _start_example_lane(lanes: list[str], concurrency: int) -> subprocess.Popen[bytes]:
+    """Start ``gpulab worker`` on the example-run lanes as a child that gets SIGTERM if this process dies."""
+    import os
+
+    env = {**os.environ, "GPULAB_GRADING_WORKERS": str(concurrency)}  # its warm templates, sized to its pool
+    command = [sys.executable, "-c", "from app.cli import main; main()", "worker", f"--queues={','.join(lanes)}"]
+    command.append(f"--concurrency={concurrency}")
+    click.echo(f"gpulab worker: example runs of {', '.join(lanes)} in a companion process ({concurrency} at once)")
+    return subprocess.Popen(command, env=env, preexec_fn=_die_with_parent)
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to send this child SIGTERM when its parent exits, even by SIGKILL."""
+    import contextlib
+    import ctypes
+    import signal
+
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: the parent still stops it on an orderly exit
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _stop_example_lane(companion: subprocess.Popen[bytes]) -> None:
+    """Stop the example-lane companion the way Celery stops: SIGTERM (warm shutdown), then SIGKILL."""
+    if companion.poll() is None:
+        companion.terminate()
+        try:
+            companion.wait(timeout=EXAMPLE_LANE_STOP_S)
+        except subprocess.TimeoutExpired:
+            companion.kill()
+            companion.wait()
 
 
 @cli.command()
