@@ -1,25 +1,36 @@
-"""Run ``app.bankcheck.check_exercise`` on a stored version in the background, recording progress as it goes.
+"""Run ``app.bankcheck.check_exercise`` on a stored version as a job, recording progress as it goes.
 
 Contract:
-- ``create_check`` adds a queued ``ExerciseCheck`` (the caller commits, then calls ``CheckRunner.start``).
-- ``run_check(check_id, factory=..., sandbox=...)`` grades the solution, ``right/`` and ``wrong/`` variants in
-  the real sandbox; after each file it commits the line printed so far, so a page polling the row sees
-  progress. It ends ``passed`` (no problems), ``failed`` (problems listed) or ``error`` (the platform failed).
-  It never raises.
-- ``CheckRunner`` runs checks one at a time in a thread of this process (checks are rare and each one grades
-  several files), using the app's own session factory. In Celery mode checks still run here: the API host
-  needs a working sandbox for them.
+- ``create_check`` adds a queued ``ExerciseCheck`` stamped ``dispatched_at`` (the caller commits, then calls the
+  dispatcher's ``start_check(check_id, queue)``): a Celery worker of the exercise's queue in Celery mode, the
+  in-process ``CheckRunner`` thread in the embedded default.
+- ``run_check(check_id, factory=..., sandbox=..., settings=...)`` first claims the check (``claim_check``:
+  queued, or running with an expired heartbeat, becomes running with ``attempts + 1``); that attempt number
+  fences every later write, so only the claimant records progress or a result. It grades the solution,
+  ``right/`` and ``wrong/`` variants; after each file it commits the lines so far (a polling page sees
+  progress), and a thread renews ``heartbeat_at`` every ``heartbeat_interval_s``. It ends ``passed``,
+  ``failed`` (problems listed) or ``error`` (the platform failed). It never raises; a run that lost its claim
+  stops at its next write.
+- ``redispatchable_checks`` is the sweeper's part: queued checks nobody took within ``stale_queued_s`` and
+  running ones whose heartbeat is older than ``lease_s`` are stamped and returned to send again; a running one
+  that already had ``max_attempts`` claims settles as ``error`` instead. ``sweep_checks`` does all of it.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
 
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
+from app.config import Settings, get_settings
 from app.exercises import spec_of
 from app.models import ExerciseCheck, ExerciseVersion, User, utcnow
 from worker.sandbox.base import Sandbox
@@ -27,6 +38,18 @@ from worker.sandbox.base import Sandbox
 log = logging.getLogger(__name__)
 SessionFactory = Callable[[], AbstractContextManager[Session]]
 SETTLED = ("passed", "failed", "error")
+EXHAUSTED = "the check was interrupted {attempts} times (the machine running it stopped); start it again"
+
+
+@runtime_checkable
+class CheckStarter(Protocol):
+    """What starts a committed check: every dispatcher."""
+
+    def start_check(self, check_id: int, queue: str) -> None: ...
+
+
+class LostClaim(Exception):
+    """Another attempt took the check over (this one's heartbeat had expired): stop without writing."""
 
 
 def create_check(*, session: Session, version: ExerciseVersion, user: User | None) -> ExerciseCheck:
@@ -35,57 +58,192 @@ def create_check(*, session: Session, version: ExerciseVersion, user: User | Non
     total = 1 + len(spec.right_solutions) + len(spec.wrong) if spec.kind == "code" else 0
     check = ExerciseCheck(
         exercise_version_id=version.id, status="queued", total=total, lines=[], problems=[],
-        requested_by_id=user.id if user else None,
+        requested_by_id=user.id if user else None, dispatched_at=utcnow(),
     )  # fmt: skip
     session.add(check)
     session.flush()
     return check
 
 
-def _update(factory: SessionFactory, check_id: int, **values: object) -> None:
+def _lease_expired(*, lease_s: float, now: datetime) -> ColumnElement[bool]:
+    cutoff = now - timedelta(seconds=lease_s)
+    return and_(
+        ExerciseCheck.status == "running",
+        or_(ExerciseCheck.heartbeat_at.is_(None), ExerciseCheck.heartbeat_at < cutoff),
+    )
+
+
+def claim_check(*, session: Session, check_id: int, lease_s: float, max_attempts: int) -> int | None:
+    """Take the check if it is queued or its lease expired; return this attempt's number, or None to skip."""
+    now = utcnow()
+    result = session.execute(
+        update(ExerciseCheck)
+        .where(
+            ExerciseCheck.id == check_id,
+            ExerciseCheck.attempts < max_attempts,
+            or_(ExerciseCheck.status == "queued", _lease_expired(lease_s=lease_s, now=now)),
+        )
+        .values(status="running", attempts=ExerciseCheck.attempts + 1, started_at=now, heartbeat_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        return None
+    return session.scalar(select(ExerciseCheck.attempts).where(ExerciseCheck.id == check_id))
+
+
+def _write(factory: SessionFactory, check_id: int, attempt: int, **values: Any) -> bool:
+    """Write ``values`` (and a fresh heartbeat) if ``attempt`` still holds the check; say whether it did."""
     with factory() as session:
-        check = session.get(ExerciseCheck, check_id)
-        if check is not None:
-            for key, value in values.items():
-                setattr(check, key, value)
-            session.commit()
+        result = session.execute(
+            update(ExerciseCheck)
+            .where(ExerciseCheck.id == check_id, ExerciseCheck.status == "running", ExerciseCheck.attempts == attempt)
+            .values(heartbeat_at=utcnow(), **values)
+            .execution_options(synchronize_session=False)
+        )
+        session.commit()
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
-def run_check(check_id: int, *, factory: SessionFactory, sandbox: Sandbox) -> None:
-    """Run one check to the end, committing progress after every graded file."""
+class _Heartbeat:
+    """Renews the claim's ``heartbeat_at`` every interval in a thread until stopped or the claim is lost."""
+
+    def __init__(self, factory: SessionFactory, check_id: int, attempt: int, interval_s: float) -> None:
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._args = (factory, check_id, attempt)
+        self._interval_s = interval_s
+        self._thread = threading.Thread(target=self._run, name=f"gpulab-check-beat-{check_id}", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                if not _write(*self._args):
+                    self.lost.set()
+                    return
+            except Exception:  # the database is briefly away: keep beating, the lease allows a few misses
+                log.warning("check %s: could not renew its heartbeat", self._args[1], exc_info=True)
+
+
+def run_check(check_id: int, *, factory: SessionFactory, sandbox: Sandbox, settings: Settings | None = None) -> None:
+    """Claim one check and run it to the end, committing progress after every graded file."""
     from app.bankcheck import check_exercise  # grading code is loaded only when a check runs
 
+    settings = settings or get_settings()
     with factory() as session:
-        check = session.get(ExerciseCheck, check_id)
-        if check is None or check.status != "queued":
-            return  # already taken (a second start of the same check must not run it twice)
-        check.status = "running"
-        spec = spec_of(check.exercise_version)
+        attempt = claim_check(
+            session=session, check_id=check_id, lease_s=settings.grading_lease_s, max_attempts=settings.max_attempts
+        )
+        if attempt is None:
+            session.rollback()
+            return  # settled, running elsewhere, or exhausted (the sweeper settles that one)
         session.commit()
+        check = session.get(ExerciseCheck, check_id)
+        assert check is not None
+        spec = spec_of(check.exercise_version)
     lines: list[str] = []
 
-    def echo(line: str) -> None:
-        lines.append(line.strip())
-        _update(factory, check_id, lines=list(lines))
+    with _Heartbeat(factory, check_id, attempt, settings.heartbeat_interval_s) as beat:
 
-    try:
-        problems = check_exercise(spec, sandbox=sandbox, echo=echo)
-    except Exception as exc:  # the platform failed: say so on the page instead of leaving it running
-        log.exception("check %s failed", check_id)
-        _update(factory, check_id, status="error", problems=[f"{type(exc).__name__}: {exc}"], finished_at=utcnow())
-        return
-    _update(
-        factory, check_id, status="failed" if problems else "passed", problems=problems, lines=lines,
-        finished_at=utcnow(),
-    )  # fmt: skip
+        def echo(line: str) -> None:
+            lines.append(line.strip())
+            if beat.lost.is_set() or not _write(factory, check_id, attempt, lines=list(lines)):
+                raise LostClaim
+
+        try:
+            problems = check_exercise(spec, sandbox=sandbox, echo=echo)
+        except LostClaim:
+            log.warning("check %s attempt %d lost its claim; the newer attempt finishes it", check_id, attempt)
+            return
+        except Exception as exc:  # the platform failed: say so on the page instead of leaving it running
+            log.exception("check %s failed", check_id)
+            problems, status = [f"{type(exc).__name__}: {exc}"], "error"
+        else:
+            status = "failed" if problems else "passed"
+    fields: dict[str, Any] = {"status": status, "problems": problems, "finished_at": utcnow()}
+    if status != "error":
+        fields["lines"] = lines
+    if not _write(factory, check_id, attempt, **fields):
+        log.warning("check %s attempt %d lost its claim before recording its result", check_id, attempt)
+
+
+def fail_check(factory: SessionFactory, check_id: int, message: str) -> None:
+    """Settle a check nobody has claimed as ``error`` (its runner could not start: no sandbox)."""
+    with factory() as session:
+        session.execute(
+            update(ExerciseCheck)
+            .where(ExerciseCheck.id == check_id, ExerciseCheck.status == "queued")
+            .values(status="error", problems=[message], finished_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        session.commit()
+
+
+def redispatchable_checks(
+    *, session: Session, now: datetime, lease_s: float, stale_queued_s: float, max_attempts: int | None = None
+) -> list[tuple[int, str]]:
+    """Return ``(check_id, queue)`` of checks to send again, stamped ``dispatched_at=now``; settle exhausted ones.
+
+    ``max_attempts`` defaults to ``settings.max_attempts``. The caller commits, then dispatches.
+    """
+    max_attempts = max_attempts if max_attempts is not None else get_settings().max_attempts
+    stale = now - timedelta(seconds=stale_queued_s)
+    waiting = and_(
+        ExerciseCheck.status == "queued",
+        or_(ExerciseCheck.dispatched_at.is_(None), ExerciseCheck.dispatched_at < stale),
+    )
+    rows = session.execute(
+        select(ExerciseCheck, ExerciseVersion.queue)
+        .join(ExerciseVersion, ExerciseVersion.id == ExerciseCheck.exercise_version_id)
+        .where(or_(waiting, _lease_expired(lease_s=lease_s, now=now)))
+        .order_by(ExerciseCheck.id)
+    ).all()
+    jobs: list[tuple[int, str]] = []
+    for check, queue in rows:
+        if check.status == "running" and check.attempts >= max_attempts:
+            check.status, check.finished_at = "error", now
+            check.problems = [*check.problems, EXHAUSTED.format(attempts=check.attempts)]
+            continue
+        check.dispatched_at = now
+        jobs.append((check.id, queue))
+    session.flush()
+    return jobs
+
+
+def sweep_checks(starter: CheckStarter, settings: Settings, factory: SessionFactory | None = None) -> int:
+    """Send again every check ``redispatchable_checks`` names, after committing; return how many."""
+    from app.db import session_scope
+
+    with (factory or session_scope)() as session:
+        jobs = redispatchable_checks(
+            session=session, now=utcnow(), lease_s=settings.grading_lease_s,
+            stale_queued_s=settings.stale_queued_s, max_attempts=settings.max_attempts,
+        )  # fmt: skip
+        session.commit()
+    for check_id, queue in jobs:
+        try:
+            starter.start_check(check_id, queue)
+        except Exception:  # the broker is away: the row stays stamped, the next sweep tries again
+            log.warning("could not send check %s to %s", check_id, queue, exc_info=True)
+    return len(jobs)
 
 
 class CheckRunner:
-    """Runs checks one at a time in a background thread."""
+    """Runs checks one at a time in a background thread of this process (the embedded default)."""
 
-    def __init__(self, factory: SessionFactory, sandbox_factory: Callable[[], Sandbox]) -> None:
+    def __init__(
+        self, factory: SessionFactory, sandbox_factory: Callable[[], Sandbox], settings: Settings | None = None
+    ) -> None:
         self._factory = factory
         self._sandbox_factory = sandbox_factory
+        self._settings = settings
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpulab-check")
 
     def start(self, check_id: int) -> None:
@@ -96,9 +254,9 @@ class CheckRunner:
         try:
             sandbox = self._sandbox_factory()
         except Exception as exc:
-            _update(self._factory, check_id, status="error", problems=[str(exc)], finished_at=utcnow())
+            fail_check(self._factory, check_id, str(exc))
             return
-        run_check(check_id, factory=self._factory, sandbox=sandbox)
+        run_check(check_id, factory=self._factory, sandbox=sandbox, settings=self._settings)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -5,9 +5,10 @@ Contract:
   ``wait_s`` for a slot, then gets ``RateLimited``) and at most ``per_user`` starts per user in any ``window_s``
   (``RateLimited`` with Retry-After), counted by its ``app.ratelimit.Limiter``, which the API shares with
   every process when a broker is set. A refused run costs the user nothing.
-- ``run_examples_now`` checks the code as a submission would (size, NUL), takes a slot, grades in the sandbox
-  of the current settings through ``worker.examples`` and returns the outcome. It runs in the API process:
-  examples are quick CPU checks, the graded submission still goes through the dispatcher.
+- ``run_examples_now`` checks the code as a submission would (size, NUL), takes a slot and hands the run to
+  the dispatcher (``ExampleRunner``), which returns the outcome: the in-process one grades in this thread with
+  ``run_in_process`` (the embedded default), Celery's sends a job to the exercise's fast lane and waits up to
+  ``settings.example_run_wait_s`` (``worker.example_tasks``), so in Celery mode the API never builds a sandbox.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import NoReturn, Protocol, runtime_checkable
 
 from app.config import Settings
 from app.errors import InvalidInput, PayloadTooLarge, RateLimited
@@ -76,15 +77,28 @@ def check_code(code: str, max_bytes: int) -> None:
         raise InvalidInput("code contains a NUL character")
 
 
-def run_examples_now(
-    *, version: ExerciseVersion, code: str, user_id: int, gate: RunGate, settings: Settings
-) -> GradeOutcome:
-    """Grade ``code`` against the version's example tests in this process's sandbox."""
+@runtime_checkable
+class ExampleRunner(Protocol):
+    """What runs example tests: every dispatcher."""
+
+    def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome: ...
+
+
+def run_in_process(version: ExerciseVersion, code: str) -> GradeOutcome:
+    """Grade ``code`` against the version's example tests in this process's sandbox (embedded mode)."""
+    from app.config import get_settings
     from worker.examples import run_examples  # the worker side is loaded only when a run happens
     from worker.sandbox import get_sandbox
 
+    return run_examples(spec_of(version), code, sandbox=get_sandbox(get_settings()))
+
+
+def run_examples_now(
+    *, version: ExerciseVersion, code: str, user_id: int, gate: RunGate, settings: Settings, runner: ExampleRunner
+) -> GradeOutcome:
+    """Check the code, take a run slot and let ``runner`` grade it against the version's example tests."""
     check_code(code, settings.max_code_bytes)
     if version.kind != "code":
         raise InvalidInput(f"a {version.kind} exercise has no example tests to run")
     with gate.slot(user_id):
-        return run_examples(spec_of(version), code, sandbox=get_sandbox(settings))
+        return runner.run_examples(version, code, wait_s=settings.example_run_wait_s)

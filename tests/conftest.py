@@ -9,7 +9,8 @@ Contract:
   only releases a savepoint, so nothing a test writes is ever visible to another. Tests ``commit()`` their
   setup as production code would: a failing request rolls back to the last commit, as it would for real.
 - ``client`` is a ``TestClient`` on ``create_app()`` whose ``SessionDep`` is that session and whose
-  dispatcher is ``RecordingDispatcher`` (fixture ``dispatcher``: ``.calls`` lists ``(id, queue)``).
+  dispatcher is ``RecordingDispatcher`` (fixture ``dispatcher``: ``.calls`` lists ``(id, queue)``, ``.checks``
+  the started checks' ``(id, queue)``; example runs run in this process, as the embedded dispatcher runs them).
 - ``make_user(role)`` returns a committed-in-test user whose password is ``PASSWORD``; ``learner``,
   ``other_learner``, ``instructor``, ``admin`` are ready-made; fixture ``login`` gives ``login(client, user)``;
   ``learner_client`` is ``client`` logged in as ``learner``.
@@ -144,9 +145,19 @@ class RecordingDispatcher:
     owns_all_running: bool = False
     calls: list[tuple[str, str]] = field(default_factory=list)
     shut_down: bool = False
+    checks: list[tuple[int, str]] = field(default_factory=list)
 
     def dispatch(self, submission_id: str, queue: str) -> None:
         self.calls.append((submission_id, queue))
+
+    def run_examples(self, version: Any, code: str, *, wait_s: float) -> Any:
+        """Run for real in this process, as the embedded dispatcher does (example runs are never recorded)."""
+        from app.example_runs import run_in_process
+
+        return run_in_process(version, code)
+
+    def start_check(self, check_id: int, queue: str) -> None:
+        self.checks.append((check_id, queue))
 
     def may_have_lost(self, stale: list[tuple[str, str]], *, waiting_by_queue: dict[str, int]) -> list[str]:
         return [submission_id for submission_id, _ in stale]

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from app.deps import CurrentUser, Dispatcher, DispatcherDep, ExerciseDep, InstructorDep, SessionDep, SettingsDep
-from app.example_runs import RunGate, run_examples_now
+from app.example_runs import ExampleRunner, RunGate, run_examples_now
 from app.exercises import list_published
 from app.models import Exercise, Submission, utcnow
 from app.progress import attempts_for, progress_for
@@ -122,15 +123,49 @@ def submit(
     return SubmissionCreated(id=submission.id, status=submission.status)
 
 
-@router.post("/{slug}/runs")
+async def get_example_runner(dispatcher: DispatcherDep) -> ExampleRunner:
+    """Return the process dispatcher as what runs example tests (in this process, or on a worker's fast lane)."""
+    if not isinstance(dispatcher, ExampleRunner):
+        raise TypeError(f"{type(dispatcher).__name__} cannot run example tests")
+    return dispatcher
+
+
+ExampleRunnerDep = Annotated[ExampleRunner, Depends(get_example_runner)]
+RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again", "schema": {"type": "integer"}}}
+
+
+class RunError(BaseModel):
+    detail: str
+
+
+RUN_ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": RunError, "description": "The code is larger than a submission may be"},
+    422: {"model": RunError, "description": "The code holds a NUL character, or the exercise has no example tests"},
+    429: {"model": RunError, "description": "Too many example runs, or the runner is busy", "headers": RETRY_AFTER},
+    503: {
+        "model": RunError, "headers": RETRY_AFTER,
+        "description": "No example runner answered within GPULAB_EXAMPLE_RUN_WAIT_S (Celery mode) or the broker "
+        "is unreachable: nothing was stored; try again after Retry-After seconds",
+    },
+}  # fmt: skip
+
+
+@router.post("/{slug}/runs", responses=RUN_ERRORS)
 def run_examples(
-    body: SubmissionIn, exercise: ExerciseDep, user: CurrentUser, settings: SettingsDep, gate: RunGateDep
+    body: SubmissionIn,
+    exercise: ExerciseDep,
+    user: CurrentUser,
+    settings: SettingsDep,
+    gate: RunGateDep,
+    runner: ExampleRunnerDep,
 ) -> SubmissionOut:
     """Grade the code against the visible example tests now; nothing is stored or counted."""
     started = utcnow()
     version = exercise.current_version
     assert version is not None  # get_published only returns exercises with a current version
-    outcome = run_examples_now(version=version, code=body.code, user_id=user.id, gate=gate, settings=settings)
+    outcome = run_examples_now(
+        version=version, code=body.code, user_id=user.id, gate=gate, settings=settings, runner=runner
+    )
     return example_run_out(version, outcome, started)
 
 

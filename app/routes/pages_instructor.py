@@ -29,7 +29,7 @@ from app.models import Exercise, GradingRecord, Regrade, Submission, User
 from app.regrade import history, settled_submissions, start_regrade
 from app.review import VERDICT_CHOICES, SubmissionFilter, filter_submissions
 from app.routes.staff import (
-    CheckRunnerDep,
+    CheckStarterDep,
     CsrfForm,
     InstructorPage,
     PageError,
@@ -196,11 +196,14 @@ def version_page(
 
 @router.post("/exercises/{slug}/versions/{number}/check", dependencies=[CsrfForm])
 def start_check(
-    request: Request, user: InstructorPage, version: PageVersion, session: SessionDep, runner: CheckRunnerDep
+    request: Request, user: InstructorPage, version: PageVersion, session: SessionDep, starter: CheckStarterDep
 ) -> Response:
     check = create_check(session=session, version=version, user=user)
     session.commit()
-    runner.start(check.id)
+    try:
+        starter.start_check(check.id, version.queue)
+    except Exception:  # committed and stamped: the sweeper sends it once the broker is back
+        log.exception("could not send check %s to %s; it stays queued", check.id, version.queue)
     flash(request, "Check started: the solution and every variant are graded in the sandbox.")
     return redirect(f"{_exercise_url(version.exercise.slug)}/versions/{version.number}")
 

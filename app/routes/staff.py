@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import jinja2
@@ -22,7 +22,8 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy import select
 
 from app.authoring import get_version
-from app.deps import OptionalUser, SessionDep
+from app.checks import CheckStarter
+from app.deps import DispatcherDep, OptionalUser, SessionDep
 from app.models import Exercise, ExerciseVersion, Role, User
 from app.schemas import as_utc
 from app.security import csrf_token, verify_csrf
@@ -136,27 +137,11 @@ def page_version(number: int, exercise: PageExercise, session: SessionDep) -> Ex
 PageVersion = Annotated[ExerciseVersion, Depends(page_version)]
 
 
-class CheckStarter(Protocol):
-    def start(self, check_id: int) -> None: ...
+async def get_check_starter(dispatcher: DispatcherDep) -> CheckStarter:
+    """Return the process dispatcher as what starts checks (a worker in Celery mode, a thread here otherwise)."""
+    if not isinstance(dispatcher, CheckStarter):
+        raise TypeError(f"{type(dispatcher).__name__} cannot start checks")
+    return dispatcher
 
 
-def get_check_runner(request: Request) -> CheckStarter:
-    """Return the app's background check runner, made on first use (tests override this)."""
-    runner: CheckStarter | None = getattr(request.app.state, "check_runner", None)
-    if runner is None:
-        from app.checks import CheckRunner
-
-        settings = request.app.state.settings
-
-        def sandbox() -> Any:
-            from worker.sandbox import get_sandbox
-
-            backend = get_sandbox(settings)
-            backend.check()
-            return backend
-
-        runner = request.app.state.check_runner = CheckRunner(request.app.state.sessionmaker, sandbox)
-    return runner
-
-
-CheckRunnerDep = Annotated[CheckStarter, Depends(get_check_runner)]
+CheckStarterDep = Annotated[CheckStarter, Depends(get_check_starter)]

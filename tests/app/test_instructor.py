@@ -18,25 +18,15 @@ from tests.conftest import RecordingDispatcher, TinyExercise, tiny_files
 from worker.outcome import Verdict
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
-def checks(app: FastAPI) -> list[int]:
-    """Record the checks the pages start instead of running them in a thread."""
-    from app.routes.staff import get_check_runner
-
-    started: list[int] = []
-
-    class Recorder:
-        def start(self, check_id: int) -> None:
-            started.append(check_id)
-
-    app.dependency_overrides[get_check_runner] = lambda: Recorder()
-    return started
+def checks(dispatcher: RecordingDispatcher) -> list[tuple[int, str]]:
+    """The ``(check_id, queue)`` of every check the pages started (recorded by the dispatcher, not run)."""
+    return dispatcher.checks
 
 
 @pytest.fixture
@@ -89,7 +79,11 @@ def test_forms_without_the_csrf_token_are_refused(staff_client: TestClient, db_s
 
 
 def test_authoring_makes_an_unlisted_draft_then_check_and_publish_make_it_live(
-    staff_client: TestClient, db_session: Session, checks: list[int], learner: User, login: Callable[..., None]
+    staff_client: TestClient,
+    db_session: Session,
+    checks: list[tuple[int, str]],
+    learner: User,
+    login: Callable[..., None],
 ) -> None:
     csrf = token(staff_client)
     response = staff_client.post("/instructor/new", data=author_fields("authored-add", csrf), follow_redirects=False)
@@ -111,8 +105,10 @@ def test_authoring_makes_an_unlisted_draft_then_check_and_publish_make_it_live(
     assert staff_client.post(
         "/instructor/exercises/authored-add/versions/1/check", data={"csrf_token": csrf}
     ).status_code in (200, 303)
-    check = db_session.get(ExerciseCheck, checks[-1])
+    check_id, queue = checks[-1]
+    check = db_session.get(ExerciseCheck, check_id)
     assert check is not None and check.status == "queued" and check.total == 2  # solution + one wrong variant
+    assert queue == "cpu" and check.dispatched_at is not None  # sent after commit, stamped for the sweeper
     check.status = "passed"
     db_session.commit()
     staff_client.post(publish, data={"csrf_token": csrf})
@@ -302,7 +298,11 @@ def test_run_check_records_progress_with_the_real_sandbox(db_session: Session, s
     def factory():
         yield db_session
 
-    run_check(check.id, factory=factory, sandbox=sandbox)
+    # One shared test session: no heartbeat thread may use it concurrently, so the beat is far off.
+    run_check(
+        check.id, factory=factory, sandbox=sandbox, settings=settings.model_copy(update={"heartbeat_interval_s": 3600})
+    )
     db_session.refresh(check)
     assert check.status == "passed", check.problems
     assert len(check.lines) == 2 and all(line.startswith("ok") for line in check.lines)
+    assert check.attempts == 1 and check.started_at is not None and check.heartbeat_at is not None
