@@ -7,16 +7,18 @@ uses exactly the grading pipeline the server uses and exits 0 (passed), 1 (grade
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import secrets
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
-from app.config import get_settings
+from app.config import Settings, get_settings
 from app.errors import GpulabError
 
 EXIT_PASSED, EXIT_NOT_PASSED, EXIT_CANNOT_GRADE = 0, 1, 2
@@ -44,9 +46,16 @@ def main() -> None:
 @cli.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
 @click.option("--port", default=8000, show_default=True, type=int, help="TCP port.")
-def serve(host: str, port: int) -> None:
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="API processes (more than one needs PostgreSQL and GPULAB_BROKER_URL).",
+)
+def serve(host: str, port: int, workers: int) -> None:
     """Serve the web app and API (grading in-process, or via Celery when GPULAB_BROKER_URL is set)."""
-    _serve(host, port)
+    _serve(host, port, workers)
 
 
 def _log_to_stderr() -> None:
@@ -60,7 +69,36 @@ def _log_to_stderr() -> None:
             logger.addHandler(handler)
 
 
-def _serve(host: str, port: int) -> None:
+def _refuse_workers(settings: Settings, workers: int) -> None:
+    """Raise ``ClickException`` when ``workers`` API processes cannot share this deployment's state."""
+    if workers == 1:
+        return
+    if settings.is_sqlite:
+        raise click.ClickException(
+            f"--workers {workers} needs PostgreSQL: SQLite takes one writer at a time, so several processes would "
+            "wait on each other's locks; set GPULAB_DATABASE_URL=postgresql://... or serve with --workers 1"
+        )
+    if not settings.broker_url:
+        raise click.ClickException(
+            f"--workers {workers} needs GPULAB_BROKER_URL (Redis) and `gpulab worker` processes: without a broker "
+            "each process would grade in-process and, at start-up, each would grade the others' unfinished work too"
+        )
+
+
+LOG_PID_FORMAT = '%(levelprefix)s [%(process)d] %(client_addr)s - "%(request_line)s" %(status_code)s'
+
+
+def _log_config(workers: int) -> dict[str, Any]:
+    """Return uvicorn's logging setup; with several processes each access line says which one answered."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    if workers > 1:
+        config["formatters"]["access"]["fmt"] = LOG_PID_FORMAT
+    return config
+
+
+def _serve(host: str, port: int, workers: int = 1) -> None:
     import uvicorn
 
     from app.main import create_app
@@ -69,6 +107,7 @@ def _serve(host: str, port: int) -> None:
     settings = get_settings()
     try:
         settings.session_secret()
+        _refuse_workers(settings, workers)
         if not settings.broker_url:
             from worker.sandbox import get_sandbox
 
@@ -76,11 +115,25 @@ def _serve(host: str, port: int) -> None:
     except GpulabError as exc:
         raise click.ClickException(exc.message) from exc
     mode = f"Celery via {settings.broker_url}" if settings.broker_url else "in-process"
-    click.echo(f"gpulab: grading {mode}, sandbox {settings.sandbox.value}, database {_safe_url(settings.database_url)}")
+    click.echo(
+        f"gpulab: grading {mode}, sandbox {settings.sandbox.value}, database {_safe_url(settings.database_url)}"
+        + (f", {workers} API processes" if workers > 1 else "")
+    )
+    # One process serves the app built here; several are each built by uvicorn from the factory, with the
+    # same GPULAB_* environment (uvicorn starts them as fresh interpreters and restarts one that dies).
+    app: Any = create_app(settings) if workers == 1 else "app.main:create_app"
     # timeout_keep_alive: longer than clients keep an idle connection (httpx: 5 s, like uvicorn's default), so a
     # client never reuses a connection the server is closing at that moment (a ReadError instead of an answer).
     uvicorn.run(
-        create_app(settings), host=host, port=port, log_level="info", proxy_headers=False, timeout_keep_alive=30
+        app,
+        factory=workers > 1,
+        workers=workers if workers > 1 else None,
+        host=host,
+        port=port,
+        log_level="info",
+        log_config=_log_config(workers),
+        proxy_headers=False,
+        timeout_keep_alive=30,
     )
 
 
