@@ -83,6 +83,9 @@ class Settings(BaseSettings):
     # Example runs and checks as jobs (issue 10 item 2): in Celery mode an example-run request waits this long
     # for a worker's answer (app/example_runs.py), then answers 503 with Retry-After.
     example_run_wait_s: float = Field(default=30.0, gt=0, le=300)
+    # Shared state (issue 10 item 3): a live status stream re-reads the database at least this often; news
+    # (app/news.py, across processes over Redis with a broker) wakes it sooner, so this is only a safety net.
+    events_poll_s: float = Field(default=0.3, gt=0, le=60)
 
     @model_validator(mode="after")
     def _refuse_unsafe_defaults(self) -> Settings:

@@ -3,9 +3,10 @@
 Contract: learners see only their own submissions (others' are 404); staff see all. A submission's diff is
 against its author's previous attempt on the same exercise (``previous_id`` null and no lines for the first).
 The events stream is ``text/event-stream``: an ``event: status`` whose data is the ``SubmissionOut`` JSON,
-sent first and then at every change of status or verdict (at once when this process graded it, see
-``app.news``; else within ``POLL_INTERVAL_S``), a ``: keep-alive`` comment every ``KEEPALIVE_S``
-without change, and it ends after the first graded/error event, when the client goes away, or after ``MAX_STREAM_S``.
+sent first and then at every change of status or verdict (at once on news, see ``app.news``: from this process,
+and from every process when a broker is set; else within ``settings.events_poll_s``), a ``: keep-alive``
+comment every ``KEEPALIVE_S`` without change, and it ends after the first graded/error event, when the client
+goes away, or after ``MAX_STREAM_S``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from app.routes.preload import with_current_versions, with_submission_details
 from app.schemas import SETTLED, AttemptDiffOut, ProgressOut, SubmissionOut
 from app.submissions import list_for_user
 
-POLL_INTERVAL_S = 0.3
 KEEPALIVE_S = 15.0
 MAX_STREAM_S = 15 * 60.0
 
@@ -76,6 +76,7 @@ def _event(out: SubmissionOut) -> str:
 async def _status_events(request: Request, factory: SessionFactory, submission_id: str) -> AsyncIterator[str]:
     """Yield SSE frames until the submission settles, the client leaves, or the stream is too old."""
     started = last_frame = time.monotonic()
+    poll_s = request.app.state.settings.events_poll_s
     last_key: tuple[str, str | None] | None = None
     # Subscribed before the first read, so a change committed between a read and the wait is not missed.
     async with news.Subscription(submission_id) as subscription:
@@ -94,8 +95,8 @@ async def _status_events(request: Request, factory: SessionFactory, submission_i
             elif time.monotonic() - last_frame >= KEEPALIVE_S:
                 yield ": keep-alive\n\n"
                 last_frame = time.monotonic()
-            # Graded in this process: news wakes us at once. Graded elsewhere (Celery): the poll finds it.
-            await subscription.wait(POLL_INTERVAL_S)
+            # News wakes us at once (from any process when a broker is set); the poll is the safety net.
+            await subscription.wait(poll_s)
 
 
 @router.get("/api/submissions/{submission_id}/events", response_class=StreamingResponse)

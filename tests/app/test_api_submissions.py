@@ -292,7 +292,7 @@ def test_events_follow_the_submission_until_it_is_graded(
     db_lock: threading.RLock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(api_submissions, "POLL_INTERVAL_S", 0.05)
+    monkeypatch.setattr(learner_client.app.state.settings, "events_poll_s", 0.05)
     monkeypatch.setattr(api_submissions, "KEEPALIVE_S", 0.2)
     submission = _submit_row(db_session, learner, tiny_exercise)
     seen: list[tuple[str, str]] = []
@@ -326,7 +326,7 @@ def test_events_wake_on_news_without_waiting_for_the_poll(
     db_lock: threading.RLock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(api_submissions, "POLL_INTERVAL_S", 30.0)  # only the news can deliver in time
+    monkeypatch.setattr(learner_client.app.state.settings, "events_poll_s", 30.0)  # only the news can deliver in time
     submission = _submit_row(db_session, learner, tiny_exercise)
     with learner_client.stream("GET", f"/api/submissions/{submission.id}/events") as stream:
         events = _events(stream.iter_lines())
@@ -348,7 +348,7 @@ def test_events_stop_after_the_time_cap(
     db_session: Session,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(api_submissions, "POLL_INTERVAL_S", 0.05)
+    monkeypatch.setattr(learner_client.app.state.settings, "events_poll_s", 0.05)
     monkeypatch.setattr(api_submissions, "MAX_STREAM_S", 0.3)
     submission = _submit_row(db_session, learner, tiny_exercise)
     with learner_client.stream("GET", f"/api/submissions/{submission.id}/events") as stream:
