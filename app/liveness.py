@@ -6,9 +6,11 @@ Contract:
   exited cleanly. Rows are what every grading process writes about itself, so the answer is the same in every
   API process.
 - ``required_queues``: the queues that must have a live worker for the platform to be ready: ``cpu`` always
-  (the default lane: a queue name the dispatcher does not know goes there, and so do CPU exercises' example
-  runs and checks), and ``gpu`` only while a published exercise's current version is graded there, so a
-  deployment without GPU nodes and without GPU exercises is ready.
+  (the default: a queue name the dispatcher does not know goes there, and so do instructor checks of CPU
+  exercises), ``gpu`` only while a published exercise's current version is graded there, so a deployment
+  without GPU nodes and without GPU exercises is ready; and the example-run lane of each (``examples-cpu``,
+  ``examples-gpu``), which ``gpulab worker`` consumes in a companion process or in its own pool.
+- ``overview`` gathers what the admin dashboard and ``/api/admin/liveness`` show.
 - A submission is ``stranded`` when it is ``running`` with a heartbeat (or, before its first one, a start)
   older than ``settings.grading_lease_s``, or ``queued`` for longer than ``STRANDED_QUEUED_S``.
 - Functions take the session keyword-only, only read, and take ``now`` so a page shows one consistent instant.
@@ -26,7 +28,11 @@ from app.config import Settings
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, WorkerBeat
 from app.schemas import as_utc
 
-QUEUES = ("cpu", "gpu")  # the Celery queues (worker.celery_app.QUEUES, not imported: it loads Celery)
+# The grading queues and their example-run lanes (worker.celery_app.QUEUES, worker.example_tasks.EXAMPLE_LANES;
+# not imported: they load Celery, which the embedded default never needs).
+QUEUES = ("cpu", "gpu")
+EXAMPLE_LANES = {"cpu": "examples-cpu", "gpu": "examples-gpu"}
+ALL_QUEUES = (*QUEUES, *EXAMPLE_LANES.values())
 DEFAULT_QUEUE = "cpu"
 STRANDED_QUEUED_S = 60.0
 WORKERS_SHOWN = 50
@@ -123,7 +129,7 @@ def live_workers(*, session: Session, settings: Settings, now: datetime) -> list
     return [worker_state(b, settings=settings, now=now) for b in session.scalars(stmt)]
 
 
-def live_per_queue(live: list[WorkerState], queues: list[str] | tuple[str, ...] = QUEUES) -> dict[str, int]:
+def live_per_queue(live: list[WorkerState], queues: list[str] | tuple[str, ...] = ALL_QUEUES) -> dict[str, int]:
     """Count live workers serving each of ``queues`` (a worker on several queues counts for each)."""
     counts = {q: 0 for q in queues}
     for worker in live:
@@ -133,15 +139,15 @@ def live_per_queue(live: list[WorkerState], queues: list[str] | tuple[str, ...] 
 
 
 def required_queues(*, session: Session) -> list[str]:
-    """Return the queues that need a live worker: ``cpu``, plus those of published exercises."""
+    """Return the queues that need a live worker: ``cpu``, those of published exercises, and their example lanes."""
     stmt = (
         select(ExerciseVersion.queue)
         .join(Exercise, Exercise.current_version_id == ExerciseVersion.id)
         .where(Exercise.is_published.is_(True))
         .distinct()
     )
-    needed = {q if q in QUEUES else DEFAULT_QUEUE for q in session.scalars(stmt)}
-    return sorted(needed | {DEFAULT_QUEUE})
+    needed = {q if q in QUEUES else DEFAULT_QUEUE for q in session.scalars(stmt)} | {DEFAULT_QUEUE}
+    return sorted(needed | {EXAMPLE_LANES[q] for q in needed})
 
 
 def _stranded_filter(*, settings: Settings, now: datetime) -> ColumnElement[bool]:

@@ -11,11 +11,12 @@ Contract:
   created_at`` of started ones) are histograms per queue; ``gpulab_queue_depth`` (queued submissions),
   ``gpulab_oldest_queued_age_seconds``, ``gpulab_running_submissions`` and ``gpulab_stranded_submissions``
   (running with a heartbeat older than ``settings.grading_lease_s``) are gauges per queue;
-  ``gpulab_workers_live{queue}``; per worker seen in the last ``WORKER_WINDOW_S`` (or not stopped):
-  ``gpulab_worker_up``, ``gpulab_worker_busy``, ``gpulab_worker_last_seen_timestamp_seconds`` and
+  ``gpulab_workers_live{queue}`` (example-run lanes included); per worker seen in the last ``WORKER_WINDOW_S``
+  (or not stopped): ``gpulab_worker_up``, ``gpulab_worker_busy``, ``gpulab_worker_last_seen_timestamp_seconds`` and
   ``gpulab_sweeper_redispatches_total`` (its ``redispatched`` count, which restarts at 0 with the worker, as
   a Prometheus counter may). In Celery mode also ``gpulab_broker_up`` and ``gpulab_broker_queue_depth{queue}``
-  (the Redis list length, which a lost queue shows as 0 while ``gpulab_queue_depth`` stays up).
+  (the Redis list length of each queue and example lane; a lost queue shows 0 while ``gpulab_queue_depth``
+  stays up).
 - ``gpulab_database_up`` is 0 (and the database families are left out) when a query fails; the scrape
   itself still succeeds, so an alert can tell "database down" from "gpulab down".
 - Access (``check_access``): with ``settings.metrics_token`` set, only ``Authorization: Bearer <token>``
@@ -42,7 +43,7 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.errors import Forbidden, Unauthorized
-from app.liveness import QUEUES, live_per_queue, worker_state
+from app.liveness import ALL_QUEUES, QUEUES, live_per_queue, worker_state
 from app.models import ExerciseVersion, GradingRecord, Submission, SubmissionStatus, WorkerBeat
 from app.schemas import as_utc
 
@@ -192,7 +193,7 @@ def broker_depths(settings: Settings) -> dict[str, int]:
         settings.broker_url, socket_timeout=BROKER_TIMEOUT_S, socket_connect_timeout=BROKER_TIMEOUT_S
     )
     try:
-        return {queue: int(client.llen(queue)) for queue in QUEUES}
+        return {queue: int(client.llen(queue)) for queue in ALL_QUEUES}
     finally:
         client.close()
 
@@ -210,7 +211,8 @@ def _histogram_family(name: str, doc: str, data: dict[str, Histogram], bounds: S
     family = HistogramMetricFamily(name, doc, labels=["queue"])
     for queue in queues:
         h = data.get(queue, Histogram(buckets=[0] * len(bounds), count=0, total_s=0.0))
-        buckets = [(floatToGoString(b), float(n)) for b, n in zip(bounds, h.buckets, strict=True)] + [("+Inf", float(h.count))]
+        buckets = [(floatToGoString(b), float(n)) for b, n in zip(bounds, h.buckets, strict=True)]
+        buckets.append(("+Inf", float(h.count)))
         family.add_metric([queue], buckets, sum_value=h.total_s)
     return family
 
@@ -271,7 +273,8 @@ class GpulabCollector:
         states = [worker_state(b, settings=self.settings, now=snap.now) for b in snap.workers]
         live = GaugeMetricFamily("gpulab_workers_live", "Workers that beat within GPULAB_WORKER_STALE_S, per queue "
                                  "they serve", labels=["queue"])  # fmt: skip
-        for queue, n in sorted(live_per_queue([w for w in states if w.state == "live"], queues).items()):
+        live_queues = sorted(set(ALL_QUEUES) | set(queues))
+        for queue, n in sorted(live_per_queue([w for w in states if w.state == "live"], live_queues).items()):
             live.add_metric([queue], n)
         yield live
         labels = ["worker", "hostname"]

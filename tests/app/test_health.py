@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from app import liveness
 from app.config import get_settings
 from app.db import Base, engine_for
 from app.dispatch import reset_dispatcher
@@ -198,21 +199,25 @@ def ready(d: Deployment) -> tuple[int, dict[str, Any]]:
 def test_readyz_celery_needs_a_live_worker_on_every_required_queue(celery: Deployment) -> None:
     celery.exercise("cpu")
     status, body = ready(celery)
-    assert status == 503 and body["mode"] == "celery" and body["failed"] == ["queue:cpu"]
+    assert status == 503 and body["mode"] == "celery" and body["failed"] == ["queue:cpu", "queue:examples-cpu"]
     check = next(c for c in body["checks"] if c["name"] == "queue:cpu")
     assert "no live worker on queue cpu" in check["detail"]
 
     celery.beat("celery@cpu-1", ["cpu"])
     status, body = ready(celery)
+    assert status == 503 and body["failed"] == ["queue:examples-cpu"]  # example runs would wait for good
+    celery.beat("celery@cpu-1-examples", ["examples-cpu"])  # the worker's companion on the fast lane
+    status, body = ready(celery)
     assert status == 200 and body["failed"] == [], body
-    assert [c["name"] for c in body["checks"]] == ["database", "broker", "queue:cpu"]  # no GPU exercise: no gpu
+    names = [c["name"] for c in body["checks"]]
+    assert names == ["database", "broker", "queue:cpu", "queue:examples-cpu"]  # no GPU exercise: no gpu
 
     celery.exercise("gpu", published=False)  # a hidden GPU exercise needs no GPU node yet
     assert ready(celery)[0] == 200
     celery.exercise("gpu")
     status, body = ready(celery)
-    assert status == 503 and body["failed"] == ["queue:gpu"]
-    celery.beat("celery@gpu-1", ["gpu"])
+    assert status == 503 and body["failed"] == ["queue:examples-gpu", "queue:gpu"]
+    celery.beat("celery@gpu-1", ["gpu", "examples-gpu"])  # --examples-concurrency 0: one pool takes both
     assert ready(celery)[0] == 200
 
 
@@ -220,12 +225,13 @@ def test_readyz_celery_needs_a_live_worker_on_every_required_queue(celery: Deplo
 @pytest.mark.redis
 def test_readyz_celery_refuses_stale_and_stopped_workers(celery: Deployment) -> None:
     stale_s = get_settings().worker_stale_s
-    celery.beat("celery@cpu-1", ["cpu"], seen_ago_s=stale_s + 5)
+    queues = ["cpu", "examples-cpu"]
+    celery.beat("celery@cpu-1", queues, seen_ago_s=stale_s + 5)
     status, body = ready(celery)
-    assert status == 503 and body["failed"] == ["queue:cpu"]
-    celery.beat("celery@cpu-1", ["cpu"], stopped=True)  # said goodbye just now: not serving
-    assert ready(celery)[1]["failed"] == ["queue:cpu"]
-    celery.beat("celery@cpu-1", ["cpu"], seen_ago_s=stale_s - 5)
+    assert status == 503 and body["failed"] == ["queue:cpu", "queue:examples-cpu"]
+    celery.beat("celery@cpu-1", queues, stopped=True)  # said goodbye just now: not serving
+    assert ready(celery)[1]["failed"] == ["queue:cpu", "queue:examples-cpu"]
+    celery.beat("celery@cpu-1", queues, seen_ago_s=stale_s - 5)
     assert ready(celery)[0] == 200
 
 
@@ -233,7 +239,7 @@ def test_readyz_celery_refuses_stale_and_stopped_workers(celery: Deployment) -> 
 @pytest.mark.redis
 def test_readyz_celery_fails_when_redis_is_unreachable(deploy: Callable[..., Deployment], pg_url: str) -> None:
     d = deploy(pg_url, broker_url=f"redis://127.0.0.1:{_CLOSED}/0")
-    d.beat("celery@cpu-1", ["cpu"])
+    d.beat("celery@cpu-1", ["cpu", "examples-cpu"])
     status, body = ready(d)
     assert status == 503 and body["failed"] == ["broker"]
     broker = next(c for c in body["checks"] if c["name"] == "broker")
@@ -322,6 +328,7 @@ def test_metrics_are_read_from_the_database(any_db: Deployment) -> None:
     assert value(s, "gpulab_stranded_submissions", queue="gpu") == 1
 
     assert value(s, "gpulab_workers_live", queue="cpu") == 1 and value(s, "gpulab_workers_live", queue="gpu") == 1
+    assert value(s, "gpulab_workers_live", queue="examples-cpu") == 0
     assert value(s, "gpulab_worker_up", worker="celery@a", hostname="node-1") == 1
     assert value(s, "gpulab_worker_up", worker="celery@b", hostname="node-1") == 0
     assert value(s, "gpulab_worker_busy", worker="celery@a", hostname="node-1") == 1
@@ -348,6 +355,7 @@ def test_metrics_read_the_broker_queues_in_celery_mode(celery: Deployment) -> No
     try:
         client.rpush("cpu", "m1", "m2", "m3")
         client.rpush("gpu", "m4")
+        client.rpush("examples-cpu", "m5", "m6")
         s = scrape(celery.app)
     finally:
         client.flushdb()
@@ -355,6 +363,8 @@ def test_metrics_read_the_broker_queues_in_celery_mode(celery: Deployment) -> No
     assert value(s, "gpulab_broker_up") == 1
     assert value(s, "gpulab_broker_queue_depth", queue="cpu") == 3
     assert value(s, "gpulab_broker_queue_depth", queue="gpu") == 1
+    assert value(s, "gpulab_broker_queue_depth", queue="examples-cpu") == 2
+    assert value(s, "gpulab_broker_queue_depth", queue="examples-gpu") == 0
     assert value(s, "gpulab_queue_depth", queue="cpu") == 0  # the database says what was accepted
 
 
@@ -388,6 +398,13 @@ def test_metrics_need_the_bearer_token_when_one_is_set(deploy: Callable[..., Dep
     assert client_from(d.app).get("/metrics").status_code == 401  # loopback is no exception once a token is set
     ok = remote.get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert ok.status_code == 200 and "gpulab_database_up 1.0" in ok.text
+
+
+def test_queue_names_match_the_worker_side() -> None:
+    from worker.celery_app import QUEUES
+    from worker.example_tasks import EXAMPLE_LANES
+
+    assert liveness.QUEUES == QUEUES and liveness.EXAMPLE_LANES == EXAMPLE_LANES
 
 
 # --- OpenAPI -----------------------------------------------------------------------------------------------

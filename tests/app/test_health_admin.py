@@ -88,7 +88,9 @@ def test_dashboard_shows_dead_workers_and_stranded_submissions(admin_client: Tes
     assert scene["renewing"][:12] not in table and scene["fresh"][:12] not in table
     assert f'href="/instructor/submissions/{scene["stranded"]}"' in table
     coverage = text.split('id="queue-coverage"', 1)[1].split("</ul>", 1)[0]
-    assert "1 live worker" in coverage and "cpu" in coverage  # the live worker serves cpu; no GPU exercise
+    assert "<strong>cpu</strong>: 1 live worker" in coverage  # the live worker serves cpu; no GPU exercise
+    assert '<strong>examples-cpu</strong>: <span class="error">no live worker' in coverage
+    assert "<strong>gpu</strong>" not in coverage
 
 
 def test_dashboard_says_when_nothing_is_stranded(admin_client: TestClient, tiny_exercise: TinyExercise) -> None:
@@ -109,7 +111,8 @@ def test_liveness_api_reports_workers_and_stranded_work(
     crashed = next(w for w in body["workers"] if w["name"] == "celery@crashed")
     assert crashed["queues"] == ["cpu", "gpu"] and crashed["redispatched"] == 4
     assert crashed["seen_ago_s"] >= settings.worker_stale_s + 300
-    assert body["required_queues"] == ["cpu"] and body["live_workers"]["cpu"] >= 1
+    assert body["required_queues"] == ["cpu", "examples-cpu"]
+    assert body["live_workers"]["cpu"] >= 1 and body["live_workers"]["examples-cpu"] == 0
     stranded = {s["id"]: s for s in body["stranded"]}
     assert set(stranded) >= {scene["stranded"], scene["stuck"]}
     assert scene["renewing"] not in stranded and scene["fresh"] not in stranded
