@@ -62,10 +62,10 @@ class Settings(BaseSettings):
     # beats as a worker every heartbeat_interval_s and counts as dead after worker_stale_s. The sweeper runs
     # every sweep_interval_s and re-sends queued work that nobody picked up for stale_queued_s.
     heartbeat_interval_s: float = Field(default=10.0, gt=0, le=300)
-    grading_lease_s: float = Field(default=45.0, ge=3.0)
+    grading_lease_s: float = Field(default=30.0, ge=3.0)
     worker_stale_s: float = Field(default=30.0, ge=1.0)
-    sweep_interval_s: float = Field(default=10.0, gt=0, le=600)
-    stale_queued_s: float = Field(default=30.0, ge=1.0)
+    sweep_interval_s: float = Field(default=5.0, gt=0, le=600)
+    stale_queued_s: float = Field(default=15.0, ge=1.0)
     login_max_failures: int = Field(default=5, ge=1)
     login_window_s: int = Field(default=300, ge=1)
     session_max_age_s: int = Field(default=7 * 24 * 3600, ge=60)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from celery import Celery
 
     from app.models import ExerciseVersion
+    from worker.celery_app import Backlog
     from worker.outcome import GradeOutcome
     from worker.sandbox.base import Sandbox
 
@@ -174,22 +175,32 @@ class CeleryDispatcher:
             CHECK_TASK, args=[check_id], queue=queue if queue in QUEUES else "cpu", retry_policy=self.PUBLISH_RETRY
         )
 
-    def broker_backlog(self) -> dict[str, int]:
-        """Return how many grading messages the broker holds per queue: waiting plus delivered, not acked."""
+    def broker_backlog(self) -> dict[str, Backlog]:
+        """Return what the broker holds per queue: waiting plus delivered, not acknowledged."""
         from worker.celery_app import QUEUES, broker_backlog
 
         with self._celery.connection_for_write() as connection:
             return broker_backlog(connection, QUEUES)
 
     def may_have_lost(self, stale: list[tuple[str, str]], *, waiting_by_queue: dict[str, int]) -> list[str]:
-        """Return the stale ids of every queue whose broker backlog is shorter than its queued rows."""
+        """Return the stale ids the broker does not hold (for a queue too long to read: all of its stale ids
+        when it holds fewer messages than there are queued rows)."""
         try:
             backlog = self.broker_backlog()
         except Exception:  # broker unreachable: whatever it held may be gone; sending again will tell
-            log.warning("could not read the broker's queue lengths", exc_info=True)
+            log.warning("could not read the broker's queues", exc_info=True)
             return [submission_id for submission_id, _ in stale]
-        short = {queue for queue, waiting in waiting_by_queue.items() if backlog.get(queue, 0) < waiting}
-        return [submission_id for submission_id, queue in stale if queue in short or queue not in backlog]
+        lost = []
+        for submission_id, queue in stale:
+            held = backlog.get(queue if queue in backlog else "cpu")
+            if held is None:
+                lost.append(submission_id)
+            elif held.ids is not None:
+                if submission_id not in held.ids:
+                    lost.append(submission_id)
+            elif held.length < waiting_by_queue.get(queue, 0):
+                lost.append(submission_id)
+        return lost
 
     def shutdown(self) -> None:
         self._celery.close()

@@ -5,13 +5,15 @@ the worker process dies, so a message is never lost; the task itself is idempote
 A worker killed outright (SIGKILL, a node lost) leaves its messages unacknowledged in Redis until the
 visibility timeout: the sweeper (``app.sweeper``, run by every worker, see ``worker.lifecycle``) does not wait
 for that, it re-dispatches the submission once its lease expires. A message redelivered later finds the
-submission graded and is dropped. ``broker_backlog`` reads how many messages each queue holds, so the
-sweeper can tell a long queue from a lost one.
+submission graded and is dropped. ``broker_backlog`` reads which submissions each queue holds (or only how
+many, for a very long queue), so the sweeper can tell a long queue from a lost one.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery
@@ -33,7 +35,8 @@ VISIBILITY_TIMEOUT_S = 2 * GRADING_TIME_LIMIT_S
 def make_celery(settings: Settings | None = None) -> Celery:
     """Build the Celery app for ``settings.broker_url``."""
     settings = settings or get_settings()
-    celery = Celery("gpulab", broker=settings.broker_url, include=["worker.tasks", "worker.lifecycle"])
+    tasks = ["worker.tasks", "worker.lifecycle", "worker.example_tasks", "worker.check_tasks"]
+    celery = Celery("gpulab", broker=settings.broker_url, include=tasks)
     celery.conf.update(
         task_queues=[Queue(name) for name in QUEUES],
         task_default_queue="cpu",
@@ -54,17 +57,52 @@ def make_celery(settings: Settings | None = None) -> Celery:
     return celery
 
 
-def broker_backlog(connection: Any, queues: tuple[str, ...]) -> dict[str, int]:
-    """Return the messages each queue holds in Redis: waiting in its list plus delivered but not acknowledged."""
+SCAN_LIMIT = 10_000  # longer queues are judged by their length alone (reading them whole costs too much)
+
+
+def _submission_id(payload: Any) -> str | None:
+    """Return the submission id a grading message carries (Celery's JSON protocol 2 body), or None."""
+    try:
+        message = json.loads(payload) if isinstance(payload, (str, bytes)) else payload
+        if isinstance(message, list):  # an unacked entry: [message, exchange, routing_key]
+            message = message[0]
+        if message.get("headers", {}).get("task") != GRADE_TASK:
+            return None
+        args = json.loads(base64.b64decode(message["body"]))[0]
+        return str(args[0])
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None
+
+
+@dataclass
+class Backlog:
+    """What the broker holds for one queue: its length and, when short enough to read, the ids in it."""
+
+    length: int
+    ids: set[str] | None
+
+
+def broker_backlog(connection: Any, queues: tuple[str, ...]) -> dict[str, Backlog]:
+    """Return, per queue, the grading messages Redis holds: waiting in its list plus delivered, not acknowledged."""
     client = connection.default_channel.client
-    backlog = {queue: int(client.llen(queue)) for queue in queues}
-    for raw in client.hvals("unacked"):  # kombu's Redis transport: [payload, exchange, routing_key]
+    backlog: dict[str, Backlog] = {}
+    for queue in queues:
+        length = int(client.llen(queue))
+        ids = None
+        if length <= SCAN_LIMIT:
+            ids = {sid for sid in map(_submission_id, client.lrange(queue, 0, -1)) if sid}
+        backlog[queue] = Backlog(length=length, ids=ids)
+    for raw in client.hvals("unacked"):  # kombu's Redis transport keeps delivered messages here until acked
         try:
             routing_key = json.loads(raw)[2]
         except (ValueError, IndexError, TypeError):
             continue
-        if routing_key in backlog:
-            backlog[routing_key] += 1
+        entry = backlog.get(routing_key)
+        if entry is not None:
+            entry.length += 1
+            sid = _submission_id(raw)
+            if entry.ids is not None and sid:
+                entry.ids.add(sid)
     return backlog
 
 

@@ -9,6 +9,8 @@ Contract:
   holds the submission (``held``), so a grading taken over after a lost lease records nothing.
 - After each of those commits it publishes the change (``app.news``), so a status stream in this process
   (the embedded server) shows it without waiting for its next poll.
+- A database that cannot be reached (a PostgreSQL restart) is waited for with back-off around the claim and
+  around the record (``with_database_retry``), so a finished grading is not thrown away.
 - Only platform errors (``internal_error``) are retried, up to ``settings.max_attempts`` tries in all;
   then the submission settles as ``error``. Learner verdicts are final.
 """
@@ -17,6 +19,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
 from app import news
 from app.config import Settings, get_settings
@@ -33,21 +39,28 @@ from worker.spec import ExerciseSpec
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 0.5
+DB_GIVE_UP_S = 120.0
+T = TypeVar("T")
 
 
 def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
     """Claim and grade once; return the outcome and whether it was stored, or None when not ours to grade."""
     settings = get_settings()
-    with session_scope() as session:
-        submission = claim(
-            session=session, submission_id=submission_id, lease_s=settings.grading_lease_s,
-            max_attempts=settings.max_attempts,
-        )  # fmt: skip
-        if submission is None:
-            return None
-        spec = spec_of(submission.exercise_version)
-        code = submission.code
-        attempt = submission.attempts
+
+    def take() -> tuple[ExerciseSpec, str, int] | None:
+        with session_scope() as session:
+            submission = claim(
+                session=session, submission_id=submission_id, lease_s=settings.grading_lease_s,
+                max_attempts=settings.max_attempts,
+            )  # fmt: skip
+            if submission is None:
+                return None
+            return spec_of(submission.exercise_version), submission.code, submission.attempts
+
+    taken = with_database_retry(take, what=f"claim {submission_id}")
+    if taken is None:
+        return None
+    spec, code, attempt = taken
     news.publish(submission_id)  # now running (committed): a live stream in this process shows it at once
     grading_started()
     try:
@@ -55,21 +68,44 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
             outcome = _run_grading(submission_id, spec, code, settings)
     finally:
         grading_finished()
-    with session_scope() as session:
-        stored = held(session=session, submission_id=submission_id, attempt=attempt)
-        if stored is None:
-            log.warning("grading %s attempt %d: the submission was taken over; result dropped", submission_id, attempt)
-            return None
-        if outcome.verdict.is_platform_error:
-            requeued = record_platform_failure(
-                session=session, submission=stored, message=outcome.message, max_attempts=settings.max_attempts
-            )
-            settled = not requeued
-        else:
+    def store() -> bool | None:
+        with session_scope() as session:
+            stored = held(session=session, submission_id=submission_id, attempt=attempt)
+            if stored is None:
+                log.warning("grading %s attempt %d was taken over; result dropped", submission_id, attempt)
+                return None
+            if outcome.verdict.is_platform_error:
+                return not record_platform_failure(
+                    session=session, submission=stored, message=outcome.message, max_attempts=settings.max_attempts
+                )
             record_outcome(session=session, submission=stored, outcome=outcome)
-            settled = True
+            return True
+
+    settled = with_database_retry(store, what=f"record {submission_id}")
+    if settled is None:
+        return None
     news.publish(submission_id)
     return outcome, settled
+
+
+def with_database_retry(action: Callable[[], T], *, what: str, give_up_s: float = DB_GIVE_UP_S) -> T:
+    """Run ``action`` (one whole transaction), again with back-off while the database cannot be reached.
+
+    A PostgreSQL restart or fail-over drops every connection; the work in memory (a finished grading) is
+    worth waiting for. After ``give_up_s`` the error propagates: the lease then expires and the sweeper sends
+    the submission again, so nothing is lost either way.
+    """
+    deadline = time.monotonic() + give_up_s
+    delay_s = 0.5
+    while True:
+        try:
+            return action()
+        except (OperationalError, InterfaceError, DisconnectionError):
+            if time.monotonic() + delay_s > deadline:
+                raise
+            log.warning("database unreachable during %s; retrying in %.1f s", what, delay_s, exc_info=True)
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 8.0)
 
 
 def _run_grading(submission_id: str, spec: ExerciseSpec, code: str, settings: Settings) -> GradeOutcome:
