@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
@@ -22,6 +24,7 @@ from app.dispatch import reset_dispatcher
 from app.exercises import upsert_exercise
 from app.main import create_app
 from app.models import Exercise, GradingRecord, Submission, SubmissionStatus, WorkerBeat
+from app.routes.health import PROBE_DEADLINE_S
 from tests.conftest import tiny_files
 from tests.support import configure, free_port, fresh_postgres_db, require_service
 from worker.outcome import Verdict
@@ -101,12 +104,13 @@ def pg_url() -> str:
 
 @pytest.fixture
 def deploy(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Callable[..., Deployment]]:
-    """Return ``deploy(database_url, **settings)``: a fresh app (no recovery at start) on that database."""
+    """Return ``deploy(database_url, reachable=True, **settings)``: an app (no recovery at start) on that database,
+    emptied first unless it is not ``reachable``."""
 
-    def make(database_url: str, **env: str) -> Deployment:
+    def make(database_url: str, *, reachable: bool = True, **env: str) -> Deployment:
         configure(monkeypatch, mode="dev", data_dir=str(tmp_path / "data"), database_url=database_url, **env)
         settings = get_settings()
-        if not database_url.endswith(f":{_CLOSED}/nowhere"):
+        if reachable:
             _reset_tables(settings.database_url)
         application = create_app(settings)
         application.state.recover_on_start = False
@@ -149,7 +153,7 @@ def scrape(application: FastAPI, **headers: str) -> Samples:
 
 
 def test_healthz_answers_without_the_database_or_a_cookie(deploy: Callable[..., Deployment]) -> None:
-    d = deploy(closed_pg_url())
+    d = deploy(closed_pg_url(), reachable=False)
     response = client_from(d.app).get("/healthz")
     assert response.status_code == 200 and response.json() == {"status": "alive"}
     assert "set-cookie" not in response.headers and response.headers["cache-control"] == "no-store"
@@ -170,13 +174,25 @@ def test_readyz_embedded_is_ready_once_the_dispatcher_runs(deploy: Callable[...,
 
 
 def test_readyz_embedded_fails_when_the_database_is_unreachable(deploy: Callable[..., Deployment]) -> None:
-    d = deploy(closed_pg_url())
+    d = deploy(closed_pg_url(), reachable=False)
     response = client_from(d.app).get("/readyz")
     assert response.status_code == 503
     body = response.json()
     assert "database" in body["failed"] and body["ready"] is False
     database = next(c for c in body["checks"] if c["name"] == "database")
     assert database["ok"] is False and "unreachable" in database["detail"]
+
+
+def test_readyz_answers_503_in_time_when_the_database_hangs(deploy: Callable[..., Deployment]) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts connections, never says a word
+        d = deploy(f"postgresql://postgres@127.0.0.1:{silent.getsockname()[1]}/hung", reachable=False)
+        started = time.monotonic()
+        status = client_from(d.app).get("/readyz")
+        assert status.status_code == 503 and status.json()["failed"] == ["database", "dispatcher"]
+        assert time.monotonic() - started < PROBE_DEADLINE_S + 2
+        database = next(c for c in status.json()["checks"] if c["name"] == "database")
+        assert database["detail"] == f"no answer within {PROBE_DEADLINE_S:g} s"
+        assert client_from(d.app).get("/healthz").status_code == 200  # alive all the same
 
 
 # --- /readyz, Celery mode on PostgreSQL + Redis ------------------------------------------------------------
@@ -249,7 +265,7 @@ def test_readyz_celery_fails_when_redis_is_unreachable(deploy: Callable[..., Dep
 @pytest.mark.redis
 def test_readyz_celery_fails_when_the_database_is_unreachable(deploy: Callable[..., Deployment]) -> None:
     require_service("Redis", "127.0.0.1", 6379)
-    d = deploy(closed_pg_url(), broker_url=HEALTH_REDIS_URL)
+    d = deploy(closed_pg_url(), reachable=False, broker_url=HEALTH_REDIS_URL)
     status, body = ready(d)
     assert status == 503 and body["failed"] == ["database", "queue:*"]
     assert next(c for c in body["checks"] if c["name"] == "broker")["ok"] is True
@@ -340,7 +356,7 @@ def test_metrics_are_read_from_the_database(any_db: Deployment) -> None:
 
 
 def test_metrics_say_when_the_database_is_down(deploy: Callable[..., Deployment]) -> None:
-    s = scrape(deploy(closed_pg_url()).app)
+    s = scrape(deploy(closed_pg_url(), reachable=False).app)
     assert value(s, "gpulab_database_up") == 0
     assert not any(name.startswith("gpulab_queue_depth") for name, _ in s)
 
