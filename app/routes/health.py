@@ -63,7 +63,7 @@ class ErrorOut(BaseModel):
     detail: str
 
 
-@router.get("/healthz", responses={200: {"description": "The process is serving requests"}})
+@router.get("/healthz", response_model=HealthOut, responses={200: {"description": "The process is serving requests"}})
 async def healthz() -> JSONResponse:
     """Say that this process is alive (no database access)."""
     return JSONResponse(HealthOut(status="alive").model_dump(), headers=NO_STORE)

@@ -430,6 +430,7 @@ def test_openapi_declares_the_health_routes_and_their_errors(deploy: Callable[..
     spec = client_from(deploy(sqlite_url(tmp_path)).app).get("/openapi.json").json()
     healthz = spec["paths"]["/healthz"]["get"]["responses"]
     assert set(healthz) == {"200"}
+    assert healthz["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/HealthOut"}
     readyz = spec["paths"]["/readyz"]["get"]["responses"]
     assert set(readyz) == {"200", "503"}
     for code in ("200", "503"):
