@@ -2,7 +2,8 @@
 
 Contract:
 - Outside ``/api``, no login, no session and no CSRF token: nothing here reads or writes the session, so no
-  cookie is ever set, and every answer carries ``Cache-Control: no-store``.
+  cookie is ever set; answers carry ``Cache-Control: no-store``, and errors are JSON like the API's
+  (``app.routes.pages.JSON_ERROR_PREFIXES`` lists these paths).
 - ``/healthz``: the process serves requests; 200 ``{"status": "alive"}`` without touching the database.
 - ``/readyz``: 200 when every check passes, else 503; the body lists each check (``database``, then in Celery
   mode ``broker`` and one ``queue:<name>`` per queue of ``app.liveness.required_queues``, in the embedded
