@@ -12,8 +12,9 @@ Contract:
   ``failed`` (problems listed) or ``error`` (the platform failed). It never raises; a run that lost its claim
   stops at its next write.
 - ``redispatchable_checks`` is the sweeper's part: queued checks nobody took within ``stale_queued_s`` and
-  running ones whose heartbeat is older than ``lease_s`` are stamped and returned to send again; a running one
-  that already had ``max_attempts`` claims settles as ``error`` instead. ``sweep_checks`` does all of it.
+  running ones whose heartbeat is older than ``lease_s`` are stamped ``dispatched_at`` and returned to send
+  again (at most once per ``stale_queued_s``); a running one that already had ``max_attempts`` claims
+  settles as ``error`` instead. ``sweep_checks`` does all of it.
 """
 
 from __future__ import annotations
@@ -195,14 +196,20 @@ def redispatchable_checks(
     """
     max_attempts = max_attempts if max_attempts is not None else get_settings().max_attempts
     stale = now - timedelta(seconds=stale_queued_s)
-    waiting = and_(
-        ExerciseCheck.status == "queued",
-        or_(ExerciseCheck.dispatched_at.is_(None), ExerciseCheck.dispatched_at < stale),
-    )
+    # Not sent lately (a message sent within stale_queued_s waits its turn), or, for a dead claim, not sent
+    # since its last heartbeat (that send is what the dead worker took).
+    not_lately = or_(ExerciseCheck.dispatched_at.is_(None), ExerciseCheck.dispatched_at < stale)
+    dead = and_(_lease_expired(lease_s=lease_s, now=now), ExerciseCheck.dispatched_at <= ExerciseCheck.heartbeat_at)
     rows = session.execute(
         select(ExerciseCheck, ExerciseVersion.queue)
         .join(ExerciseVersion, ExerciseVersion.id == ExerciseCheck.exercise_version_id)
-        .where(or_(waiting, _lease_expired(lease_s=lease_s, now=now)))
+        .where(
+            or_(
+                and_(ExerciseCheck.status == "queued", not_lately),
+                dead,
+                and_(not_lately, _lease_expired(lease_s=lease_s, now=now)),
+            )
+        )
         .order_by(ExerciseCheck.id)
     ).all()
     jobs: list[tuple[int, str]] = []
