@@ -47,6 +47,9 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 
 @lru_cache(maxsize=8)
+CONNECT_TIMEOUT_S = 5
+
+
 def engine_for(url: str) -> Engine:
     """Return the shared engine for ``url``, creating the SQLite folder if needed."""
     if url.startswith("sqlite"):
@@ -62,7 +65,11 @@ def engine_for(url: str) -> Engine:
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     # 10 kept + 54 on demand >= Starlette's 40 threadpool threads + in-process grading workers (see above).
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=54)
+    # connect_timeout: a database host that does not answer fails a connection in seconds (psycopg would wait
+    # for the kernel's TCP timeout, minutes), so callers' retries and the sweeper move on.
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=10, max_overflow=54, connect_args={"connect_timeout": CONNECT_TIMEOUT_S}
+    )
 
 
 def get_engine() -> Engine:

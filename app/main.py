@@ -5,7 +5,9 @@ Contract:
   code are touched only by requests and by the lifespan.
 - The lifespan re-dispatches unfinished submissions at start when it grades in-process (unless
   ``app.state.recover_on_start`` is False; in Celery mode the workers' sweepers do it) and shuts the
-  dispatcher down at stop (an in-process dispatcher starts warming, beating and sweeping when made).
+  dispatcher down at stop (an in-process dispatcher starts warming, beating and sweeping when made). It
+  also relays news from other processes (``app.news.relay``) and, on SIGTERM/SIGINT, ends open status
+  streams cleanly before the server waits for its connections (``_end_streams_on_stop_signals``).
   ``app.dispatch`` is imported there, lazily.
 - Middleware, outermost first: security headers, request-body size limit (twice ``max_code_bytes`` + slack,
   answered 413 before anything is parsed), CSRF rule for ``/api``, signed session cookie.
@@ -14,9 +16,12 @@ Contract:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from types import FrameType
 
 from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -73,13 +78,47 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             if count:
                 log.info("re-dispatched %d unfinished submissions", count)
     news_relay = news.relay(app.state.settings.broker_url)  # news from other processes' gradings (Celery mode)
+    news.end_shutdown()
+    restore_signals = _end_streams_on_stop_signals()
     try:
         yield
     finally:
+        news.begin_shutdown()
+        restore_signals()
         news.stop_relay(news_relay)
         if app.state.dispatcher is not None:
             app.state.dispatcher.shutdown()
             app.state.dispatcher = None
+
+
+def _end_streams_on_stop_signals() -> Callable[[], None]:
+    """Chain a handler before the server's own for SIGTERM/SIGINT that ends live streams; return an undo.
+
+    uvicorn waits for every open response before it exits, and a status stream may stay open for many
+    minutes: without this a rolling restart would hang on the slowest learner. Only the main thread may set
+    signal handlers (uvicorn's case); elsewhere (a test client's thread) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        news.begin_shutdown()
+        chained = previous.get(signal.Signals(sig))
+        if callable(chained):
+            chained(sig, frame)
+        elif chained == signal.SIG_DFL:
+            raise SystemExit(128 + sig)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            if signal.getsignal(sig) is handler:
+                signal.signal(sig, old)
+
+    return restore
 
 
 def _install_docs(app: FastAPI) -> None:

@@ -9,6 +9,8 @@ verdict written by a Celery worker on another machine wakes the learner's stream
 reconnects with back-off when Redis goes away and, once back, wakes every local stream (news may have been
 missed meanwhile). The embedded mode stays purely in process.
 News is a hint only: the stream re-reads the database after waking and still polls at its own interval.
+``begin_shutdown()`` (the server got SIGTERM) wakes every stream of this process and ``closing()`` tells
+them to end cleanly, so browsers reconnect to a process that stays up instead of holding this one open.
 Nothing is queued: a publication with no subscriber is dropped; a Redis that is down costs a log line.
 """
 
@@ -85,6 +87,25 @@ def _wake_local(submission_id: str | None) -> None:
             subscribers = list(_subscribers.get(submission_id, ()))
     for subscription in subscribers:
         subscription._wake()
+
+
+_closing = threading.Event()
+
+
+def begin_shutdown() -> None:
+    """Tell every live stream of this process to end now (the server is stopping); wake them all."""
+    _closing.set()
+    _wake_local(None)
+
+
+def end_shutdown() -> None:
+    """Forget an earlier shutdown (a new app started in this process: tests)."""
+    _closing.clear()
+
+
+def closing() -> bool:
+    """Return whether this process is stopping: streams end so clients reconnect to a live process."""
+    return _closing.is_set()
 
 
 def publish(submission_id: str) -> None:

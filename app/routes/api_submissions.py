@@ -6,7 +6,7 @@ The events stream is ``text/event-stream``: an ``event: status`` whose data is t
 sent first and then at every change of status or verdict (at once on news, see ``app.news``: from this process,
 and from every process when a broker is set; else within ``settings.events_poll_s``), a ``: keep-alive``
 comment every ``KEEPALIVE_S`` without change, and it ends after the first graded/error event, when the client
-goes away, or after ``MAX_STREAM_S``.
+goes away, after ``MAX_STREAM_S``, or (with a ``CLOSING_FRAME`` comment) when the server is stopping.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from app.schemas import SETTLED, AttemptDiffOut, ProgressOut, SubmissionOut
 from app.submissions import list_for_user
 
 KEEPALIVE_S = 15.0
+CLOSING_FRAME = ": server stopping; reconnect\n\n"
 MAX_STREAM_S = 15 * 60.0
 
 router = APIRouter(tags=["submissions"])
@@ -97,6 +98,9 @@ async def _status_events(request: Request, factory: SessionFactory, submission_i
                 last_frame = time.monotonic()
             # News wakes us at once (from any process when a broker is set); the poll is the safety net.
             await subscription.wait(poll_s)
+            if news.closing():  # this server is stopping: end cleanly, the page reconnects to another one
+                yield CLOSING_FRAME
+                return
 
 
 @router.get("/api/submissions/{submission_id}/events", response_class=StreamingResponse)

@@ -197,3 +197,28 @@ def test_api_sigkilled_after_accepting(deployment: Deployment) -> None:
     assert client.get(f"/api/submissions/{ids[0]}").json()["verdict"] == "passed"
     with session_scope() as session:
         assert session.scalar(select(func.count()).select_from(User)) == 1
+
+
+def test_api_sigterm_ends_live_streams_cleanly_and_exits(deployment: Deployment) -> None:
+    with session_scope() as session:
+        create_user(session=session, email="mo@example.com", password=PASSWORD, role=Role.learner)
+    api, base = deployment.start_api()  # no worker: the submission stays queued and its stream stays open
+    client = httpx.Client(base_url=base, timeout=30)
+    assert client.post("/api/auth/login", json={"email": "mo@example.com", "password": PASSWORD}).status_code == 200
+    submission_id = client.post(f"/api/exercises/{SLUG}/submissions", json={"code": wrong()}).json()["id"]
+    lines: list[str] = []
+    with client.stream("GET", f"/api/submissions/{submission_id}/events") as stream:
+        chunks = stream.iter_lines()
+        while not any(line.startswith("data:") for line in lines):
+            lines.append(next(chunks))
+        api.send_signal(signal.SIGTERM)  # a rolling restart of the API
+        stopped_at = time.monotonic()
+        lines.extend(chunks)  # the server ends the stream: iteration stops instead of hanging
+    ended_s = time.monotonic() - stopped_at
+    assert any("server stopping" in line for line in lines), lines
+    assert ended_s < 5, f"the stream stayed open {ended_s:.1f} s after SIGTERM"
+    api.wait(timeout=15)  # and the process exits instead of waiting for the stream's 15 minutes
+    assert api.returncode in (0, -signal.SIGTERM), api.returncode
+    with session_scope() as session:
+        row = session.get(Submission, submission_id)
+        assert row is not None and row.status is SubmissionStatus.queued  # nothing lost: a worker grades it later
