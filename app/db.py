@@ -46,10 +46,10 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-@lru_cache(maxsize=8)
 CONNECT_TIMEOUT_S = 5
 
 
+@lru_cache(maxsize=8)
 def engine_for(url: str) -> Engine:
     """Return the shared engine for ``url``, creating the SQLite folder if needed."""
     if url.startswith("sqlite"):
