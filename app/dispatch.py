@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from app.config import Settings, get_settings
@@ -121,7 +122,12 @@ class InProcessDispatcher:
         from worker.heartbeat import ProcessBeat, count_redispatched, process_name
 
         self._beat = ProcessBeat(settings, name=process_name("embedded"), queues=["cpu", "gpu"]).start()
-        self._sweeper = Sweeper(self, settings, on_report=lambda r: count_redispatched(r.redispatched)).start()
+        from app.checks import sweep_checks
+
+        self._sweeper = Sweeper(
+            self, settings, extra_sweeps=(partial(sweep_checks, self, settings),),
+            on_report=lambda r: count_redispatched(r.redispatched),
+        ).start()  # fmt: skip
 
     def shutdown(self) -> None:
         for helper in (getattr(self, "_sweeper", None), getattr(self, "_beat", None)):

@@ -2,8 +2,9 @@
 
 Contract (connected to Celery's signals when the worker imports this module, see ``worker.celery_app``):
 - ``worker_ready``: the worker writes its ``WorkerBeat`` (name ``celery@host:pid``-style from Celery's
-  hostname, the queues it consumes) every heartbeat interval and runs the sweeper (``app.sweeper``) with a
-  Celery dispatcher on its own app, so stranded work is sent again as long as any worker lives.
+  hostname, the queues it consumes) every heartbeat interval and runs the sweeper (``app.sweeper``, with
+  ``app.checks.sweep_checks`` for instructor checks) with a Celery dispatcher on its own app, so stranded
+  work is sent again as long as any worker lives.
 - ``worker_shutdown``: both stop; the beat row is marked stopped (an orderly exit is not a dead worker).
 - SIGTERM is Celery's warm shutdown: the worker stops taking messages, finishes the gradings it holds (their
   leases keep beating), gives back the messages it had prefetched but not started (kombu restores them to
@@ -14,10 +15,12 @@ Contract (connected to Celery's signals when the worker imports this module, see
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown
 
+from app.checks import sweep_checks
 from app.config import get_settings
 from app.dispatch import CeleryDispatcher
 from app.sweeper import Sweeper, SweepReport
@@ -39,7 +42,8 @@ def start_background(sender: Any = None, **_kwargs: Any) -> None:
     name = f"{sender.hostname}:{_pid()}" if sender is not None else f"celery:{_pid()}"
     _running["beat"] = ProcessBeat(settings, name=name, queues=queues).start()
     dispatcher = CeleryDispatcher(settings, celery=sender.app if sender is not None else None)
-    _running["sweeper"] = Sweeper(dispatcher, settings, extra_sweeps=_extra_sweeps(), on_report=_count).start()
+    checks = partial(sweep_checks, dispatcher, settings)  # instructor checks strand like submissions do
+    _running["sweeper"] = Sweeper(dispatcher, settings, extra_sweeps=(checks,), on_report=_count).start()
     log.info("worker %s: heartbeat every %.0f s, sweeper every %.0f s", name, settings.heartbeat_interval_s,
              settings.sweep_interval_s)  # fmt: skip
 
@@ -53,11 +57,6 @@ def stop_background(**_kwargs: Any) -> None:
     beat = _running.pop("beat", None)
     if beat is not None:
         beat.stop()
-
-
-def _extra_sweeps() -> tuple[Any, ...]:
-    """Return the sweeps of other job kinds (instructor checks) when their module provides one."""
-    return ()
 
 
 def _pid() -> int:
