@@ -94,7 +94,7 @@ class Settings(BaseSettings):
             self.database_url = f"sqlite:///{self.data_dir / 'gpulab.db'}"
         if self.grading_lease_s < 3 * self.heartbeat_interval_s:
             raise ConfigError(
-                "GPULAB_GRADING_LEASE_S must be at least 3 × GPULAB_HEARTBEAT_INTERVAL_S, or a busy database "
+                "GPULAB_GRADING_LEASE_S must be at least three times GPULAB_HEARTBEAT_INTERVAL_S, or a busy database "
                 "would let a live grading lose its lease"
             )
         if not relaxed:
