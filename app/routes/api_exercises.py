@@ -1,7 +1,8 @@
 """``/api/exercises``: the published exercises, their safe details, submitting code, my progress and attempts.
 
 Contract: everything needs a login. A submission is committed before it is dispatched, so a crash between
-the two leaves a queued row that ``recover_unfinished`` picks up at the next start, never a lost grade.
+the two (or a broker that is down) leaves a queued row that the sweeper (``app.sweeper``) sends later, never
+a lost grade.
 ``POST /{slug}/runs`` grades code against the visible ``examples/`` tests at once and answers with the
 ``SubmissionOut`` shape (``id`` empty): nothing is stored, runs are bounded per process and rate-limited per
 user (429 with Retry-After).
@@ -89,7 +90,7 @@ def dispatch_committed(dispatcher: Dispatcher, submission: Submission) -> None:
     try:
         dispatcher.dispatch(submission.id, queue)
     except Exception:
-        # The row is committed and queued: recovery at the next start re-dispatches it, so accept it anyway.
+        # The row is committed and queued: the sweeper sends it once the broker is back, so accept it anyway.
         log.exception("could not dispatch submission %s to %s; it stays queued", submission.id, queue)
 
 
