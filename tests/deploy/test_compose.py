@@ -7,7 +7,6 @@ either the tests skip, unless ``GPULAB_REQUIRE_DOCKER=1`` (CI) makes that a fail
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,29 +15,17 @@ import pytest
 import yaml
 
 from app.config import REPO_ROOT
+from tests.deploy.compose import compose_command
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 SECRETS = {"GPULAB_SECRET_KEY": "s" * 48, "POSTGRES_PASSWORD": "test-password-not-used"}
 SOCKET = "/var/run/docker.sock"
 
 
-def _compose_command() -> list[str]:
-    docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
-        return [docker, "compose"]
-    legacy = shutil.which("docker-compose")
-    if legacy:
-        return [legacy]
-    reason = "neither `docker compose` nor docker-compose is installed (apt-get install docker-compose)"
-    if os.environ.get("GPULAB_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"GPULAB_REQUIRE_DOCKER=1 but {reason}")
-    pytest.skip(reason)
-
-
 def _config(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAB_", "POSTGRES_"))}
     return subprocess.run(
-        [*_compose_command(), "-f", str(COMPOSE_FILE), "--project-directory", str(REPO_ROOT), *args, "config"],
+        [*compose_command(), "-f", str(COMPOSE_FILE), "--project-directory", str(REPO_ROOT), *args, "config"],
         capture_output=True, text=True, env={**clean, **env}, timeout=60,
     )  # fmt: skip
 
@@ -106,3 +93,21 @@ def test_grading_image_recipe_names_its_contract() -> None:
     text = (REPO_ROOT / "Dockerfile.gpu").read_text()
     assert "ARG BASE=" in text and "USER 10001:10001" in text and "COPY worker/runner /opt/gpulab/runner" in text
     assert Path(REPO_ROOT / "docker" / "build-image").stat().st_mode & 0o111
+
+
+def test_every_image_is_built_here_from_the_projects_base(config: dict[str, Any]) -> None:
+    expected = {"postgres": "gpulab/postgres:15", "redis": "gpulab/redis:7"}
+    for name, service in config["services"].items():
+        assert service["image"] == expected.get(name, "gpulab/app:latest"), name  # nothing from Docker Hub
+        assert service["build"]["args"] == {"BASE": "gpulab/base:bookworm"}, name
+    for recipe in ("Dockerfile", "docker/postgres/Dockerfile", "docker/redis/Dockerfile"):
+        assert "ARG BASE=gpulab/base:bookworm\n" in (REPO_ROOT / recipe).read_text(), recipe
+    assert Path(REPO_ROOT / "docker" / "build-images").stat().st_mode & 0o111
+
+
+def test_only_the_api_is_published_and_on_loopback(config: dict[str, Any]) -> None:
+    def host_ips(service: dict[str, Any]) -> list[str]:  # `docker compose` gives dicts, docker-compose strings
+        return [p.get("host_ip", "") if isinstance(p, dict) else p.split(":")[0] for p in service.get("ports", [])]
+
+    published = {name: host_ips(s) for name, s in config["services"].items() if s.get("ports")}
+    assert published == {"api": ["127.0.0.1"]}  # PostgreSQL and Redis: the compose network only

@@ -1,0 +1,229 @@
+"""docker-compose.yml brought up for real: a learner's submission, an example run and an instructor check graded
+through API → Redis → worker → grading containers, then ``down -v``.
+
+Needs a Docker engine, compose, and the images of docker/build-images (scripts/test builds them); without them
+the test skips, unless ``GPULAB_REQUIRE_DOCKER=1`` (CI) makes that a failure. The project gets a name, a free
+loopback port and a job folder of its own, so it never meets another bring-up or the host's own PostgreSQL and
+Redis (compose publishes neither). Whatever happens, the project's containers and volumes are removed at the
+end; on a failure the services' logs are printed first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.config import REPO_ROOT
+from tests.deploy.compose import compose_command, unavailable
+from tests.support import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker]
+
+IMAGES = ("gpulab/app:latest", "gpulab/postgres:15", "gpulab/redis:7", "gpulab/grader:cpu")
+SLUG = "python-split-batch"
+EXERCISE = REPO_ROOT / "exercises" / SLUG
+GRADER = "gpulab/grader:cpu"
+UP_TIMEOUT_S = 180.0
+GRADE_TIMEOUT_S = 120.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _require_engine_and_images() -> None:
+    try:
+        info = subprocess.run(["docker", "info"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        unavailable(f"no Docker engine answers ({exc}); start one with scripts/dockerd")
+    if info.returncode != 0:
+        unavailable("no Docker engine answers; start one with scripts/dockerd")
+    missing = [i for i in IMAGES if subprocess.run(["docker", "image", "inspect", i], capture_output=True).returncode]
+    if missing:
+        unavailable(f"images {', '.join(missing)} are not built; run docker/build-images")
+
+
+class Deployment:
+    """One compose project of docker-compose.yml, driven through the compose command line."""
+
+    def __init__(self, project: str, env: dict[str, str], port: int) -> None:
+        self.project = project
+        self.env = env
+        self.url = f"http://127.0.0.1:{port}"
+        self.base = [*compose_command(), "-p", project, "-f", str(REPO_ROOT / "docker-compose.yml"),
+                     "--project-directory", str(REPO_ROOT)]  # fmt: skip
+
+    def compose(self, *args: str, stdin: str | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run one compose command; raise with its output when it fails."""
+        result = subprocess.run(
+            [*self.base, *args], input=stdin, capture_output=True, text=True, env=self.env, timeout=timeout_s
+        )
+        assert result.returncode == 0, f"compose {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+        return result
+
+    def health(self, service: str) -> str:
+        """Return the engine's health status of ``service``'s container."""
+        (container,) = self.compose("ps", "-q", service).stdout.split()
+        return subprocess.run(
+            ["docker", "inspect", "-f", "{{.State.Health.Status}}", container], capture_output=True, text=True
+        ).stdout.strip()
+
+    def add_user(self, email: str, role: str) -> str:
+        """Create an account inside the API container, as an operator would; return its password."""
+        password = secrets.token_urlsafe(18)
+        result = self.compose("exec", "-T", "api", "gpulab", "user", "add", email, "--role", role, "--password-stdin",
+                              stdin=password + "\n")  # fmt: skip
+        assert f"created {role} {email}" in result.stdout
+        return password
+
+    def leftovers(self) -> list[str]:
+        """Return the containers and volumes of this project that still exist."""
+        label = f"label=com.docker.compose.project={self.project}"
+        found = []
+        for kind in (["ps", "-a"], ["volume", "ls"]):
+            out = subprocess.run(["docker", *kind, "-q", "--filter", label], capture_output=True, text=True).stdout
+            found += out.split()
+        return found
+
+
+@contextmanager
+def deployed(tmp_path: Path) -> Iterator[Deployment]:
+    """Bring the stack up and wait until it is ready; always take it down again, volumes included."""
+    _require_engine_and_images()
+    port = _free_port()
+    jobs = tmp_path / "jobs"  # the workers' GPULAB_JOBS_DIR: same path on the host and in them
+    jobs.mkdir()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAB_", "POSTGRES_", "COMPOSE_"))}
+    env = {
+        **clean,
+        "GPULAB_SECRET_KEY": secrets.token_urlsafe(48),
+        "POSTGRES_PASSWORD": secrets.token_urlsafe(24),
+        "GPULAB_HOST": "127.0.0.1",
+        "GPULAB_PORT": str(port),
+        "GPULAB_COOKIE_SECURE": "false",  # plain HTTP on loopback: a Secure cookie would never come back
+        "GPULAB_JOBS_DIR": str(jobs),
+    }
+    deployment = Deployment(f"gpulab-ci-{os.getpid()}", env, port)
+    try:
+        deployment.compose("up", "-d", "--no-build", timeout_s=UP_TIMEOUT_S)
+        _wait_ready(deployment)
+        yield deployment
+    except (pytest.skip.Exception, pytest.xfail.Exception):
+        raise
+    except BaseException:
+        logs = subprocess.run([*deployment.base, "logs", "--no-color", "--tail", "300"], capture_output=True,
+                              text=True, env=env, timeout=60)  # fmt: skip
+        print(f"==== docker compose logs ({deployment.project})\n{logs.stdout}{logs.stderr}")
+        raise
+    finally:
+        subprocess.run([*deployment.base, "down", "-v", "--remove-orphans", "--timeout", "20"], capture_output=True,
+                       env=env, timeout=180)  # fmt: skip
+
+
+def _wait_ready(deployment: Deployment) -> None:
+    """Wait until /readyz answers 200: database, broker and a live worker on every queue and lane."""
+    deadline = time.monotonic() + UP_TIMEOUT_S
+    last = "no answer yet"
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{deployment.url}/readyz", timeout=5)
+            if response.status_code == 200 and response.json()["ready"]:
+                return
+            last = f"{response.status_code} {response.text[:500]}"
+        except httpx.HTTPError as exc:
+            last = repr(exc)
+        time.sleep(1)
+    raise AssertionError(f"the stack was not ready within {UP_TIMEOUT_S:.0f} s: {last}")
+
+
+def _login(deployment: Deployment, email: str, password: str) -> httpx.Client:
+    client = httpx.Client(base_url=deployment.url, timeout=60)
+    response = client.post("/api/auth/login", json={"email": email, "password": password})
+    assert response.status_code == 200, response.text
+    return client
+
+
+def _settle(client: httpx.Client, url: str, done: set[str]) -> dict[str, Any]:
+    """Poll ``url`` until its ``status`` is one of ``done``; return the last answer."""
+    deadline = time.monotonic() + GRADE_TIMEOUT_S
+    while True:
+        body: dict[str, Any] = client.get(url).raise_for_status().json()
+        if body["status"] in done:
+            return body
+        assert time.monotonic() < deadline, f"{url} still {body['status']} after {GRADE_TIMEOUT_S:.0f} s: {body}"
+        time.sleep(0.5)
+
+
+def _grader_starts(since: float) -> int:
+    """Count grading containers the engine started since ``since`` (epoch seconds)."""
+    out = subprocess.run(
+        ["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter", "type=container",
+         "--filter", "event=start", "--filter", f"image={GRADER}", "--format", "{{.ID}}"],
+        capture_output=True, text=True, timeout=30,
+    ).stdout  # fmt: skip
+    return len(out.split())
+
+
+def test_compose_stack_grades_a_submission_an_example_run_and_a_check(tmp_path: Path) -> None:
+    solution = (EXERCISE / "solution.py").read_text()
+    wrong = (EXERCISE / "wrong" / "round_robin.py").read_text()
+    with deployed(tmp_path) as stack:
+        assert stack.health("postgres") == "healthy" and stack.health("redis") == "healthy"
+        learner = _login(stack, "learner@example.com", stack.add_user("learner@example.com", "learner"))
+        instructor = _login(stack, "instructor@example.com", stack.add_user("instructor@example.com", "instructor"))
+
+        # A submission: API → Redis → the CPU worker → a judge and a subject container on the host's engine.
+        since = time.time()
+        ids = {}
+        for name, code in (("right", solution), ("wrong", wrong)):
+            created = learner.post(f"/api/exercises/{SLUG}/submissions", json={"code": code})
+            assert created.status_code == 202, created.text
+            ids[name] = created.json()["id"]
+        right = _settle(learner, f"/api/submissions/{ids['right']}", {"graded", "error"})
+        assert (right["status"], right["verdict"]) == ("graded", "passed"), right
+        assert right["score"] == right["max_score"] > 0 and right["tests"]
+        failed = _settle(learner, f"/api/submissions/{ids['wrong']}", {"graded", "error"})
+        assert (failed["status"], failed["verdict"]) == ("graded", "failed"), failed
+        assert _grader_starts(since) >= 4  # two gradings, two containers each: none ran in the app's image
+
+        # An example run: the API holds no Docker socket, so it can only pass through a worker's example lane.
+        since = time.time()
+        run = learner.post(f"/api/exercises/{SLUG}/runs", json={"code": solution})
+        assert run.status_code == 200, run.text
+        outcome = run.json()
+        assert (outcome["id"], outcome["status"], outcome["verdict"]) == ("", "graded", "passed"), outcome
+        assert outcome["tests"] and all(t["outcome"] == "passed" for t in outcome["tests"])
+        assert _grader_starts(since) >= 2
+
+        # An instructor check of the published version, started from its page's form like a browser would.
+        exercises = instructor.get("/api/instructor/exercises").raise_for_status().json()
+        (number,) = [e["current_version"] for e in exercises if e["slug"] == SLUG]
+        page_url = f"/instructor/exercises/{SLUG}/versions/{number}"
+        token = re.search(r'name="csrf_token" value="([^"]+)"', instructor.get(page_url).text)
+        assert token, "the version page has no check form"
+        started = instructor.post(f"{page_url}/check", data={"csrf_token": token.group(1)})
+        assert started.status_code == 303, started.text
+        check_url = re.search(r'data-url="(/api/instructor/checks/\d+)"', instructor.get(page_url).text)
+        assert check_url, "the version page shows no check after starting one"
+        check = _settle(instructor, check_url.group(1), {"passed", "failed", "error"})
+        assert check["status"] == "passed" and check["problems"] == [], check
+        files = 1 + len(list((EXERCISE / "right").glob("*.py"))) + len(list((EXERCISE / "wrong").glob("*.py")))
+        assert check["done"] == check["total"] == files
+        assert all(line.startswith("ok ") for line in check["lines"]), check["lines"]
+
+        # The engine's own probe of the API (/healthz every 15 s) agrees.
+        wait_for(lambda: stack.health("api") == "healthy", timeout_s=60, interval_s=1)
+    assert stack.leftovers() == [], "down -v left containers or volumes behind"
