@@ -117,9 +117,11 @@ def deployed(tmp_path: Path) -> Iterator[Deployment]:
         "GPULAB_JOBS_DIR": str(jobs),
     }
     deployment = Deployment(f"gpulab-ci-{os.getpid()}", env, port)
+    started = time.monotonic()
     try:
         deployment.compose("up", "-d", "--no-build", timeout_s=UP_TIMEOUT_S)
         _wait_ready(deployment)
+        print(f"compose: up and ready in {time.monotonic() - started:.1f} s")  # shown with -s or on failure
         yield deployment
     except (pytest.skip.Exception, pytest.xfail.Exception):
         raise
@@ -129,8 +131,10 @@ def deployed(tmp_path: Path) -> Iterator[Deployment]:
         print(f"==== docker compose logs ({deployment.project})\n{logs.stdout}{logs.stderr}")
         raise
     finally:
+        down = time.monotonic()
         subprocess.run([*deployment.base, "down", "-v", "--remove-orphans", "--timeout", "20"], capture_output=True,
                        env=env, timeout=180)  # fmt: skip
+        print(f"compose: down -v in {time.monotonic() - down:.1f} s")
 
 
 def _wait_ready(deployment: Deployment) -> None:
@@ -177,6 +181,7 @@ def _grader_starts(since: float) -> int:
     return len(out.split())
 
 
+@pytest.mark.timeout(600)  # above the sum of this test's own deadlines, so they name what hung, and down -v runs
 def test_compose_stack_grades_a_submission_an_example_run_and_a_check(tmp_path: Path) -> None:
     solution = (EXERCISE / "solution.py").read_text()
     wrong = (EXERCISE / "wrong" / "round_robin.py").read_text()
