@@ -24,7 +24,7 @@ RUN set -eu; \
     fi; \
     python3 -m venv --without-pip /opt/venv; \
     /opt/venv/bin/python "$pip_wheel/pip" install -q --no-cache-dir --disable-pip-version-check --no-index \
-      --find-links /wheels -r /wheels/requirements.txt "$pip_wheel" /wheels/setuptools-*.whl
+      --find-links /wheels -r /wheels/requirements.txt -c /wheels/constraints.txt "$pip_wheel" /wheels/setuptools-*.whl
 
 FROM python
 RUN useradd --system --uid 999 --home-dir /var/lib/gpulab --create-home gpulab
