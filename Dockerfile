@@ -40,7 +40,7 @@ COPY app app
 # Editable: the code finds migrations/ and exercises/ next to app/, as in a checkout. Offline: setuptools is in
 # the venv already (--no-build-isolation), no index is asked.
 RUN pip install -q --no-cache-dir --disable-pip-version-check --no-index --no-build-isolation --no-deps -e . \
-    && python -c 'import app.main, app.cli, worker.celery_app, worker.tasks'
+    && python -c 'import app.main, app.cli, app.jobs.celery_app, app.jobs.tasks'
 # Above: a runtime dependency missing from pyproject.toml fails the build here, not the first request.
 # docker/build-images prunes untagged images with this label (never the cached stages above, which lack it).
 LABEL gpulab.image=app

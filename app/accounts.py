@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.errors import InvalidInput
 from app.models import Role, User
 from app.security import EMAIL_RE, create_user, hash_password, normalise_email
+from worker.core.errors import InvalidInput
 
 MAX_IMPORT_ROWS = 500  # each new password costs one scrypt hash
 MAX_IMPORT_BYTES = 256 * 1024

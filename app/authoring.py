@@ -29,10 +29,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.errors import Conflict, GpulabError, InvalidInput
 from app.exercises import add_version
 from app.models import Exercise, ExerciseCheck, ExerciseVersion, User
 from app.schemas import ExerciseDetail
+from worker.core.errors import Conflict, GpulabError, InvalidInput
 from worker.spec import MAX_FILE_BYTES, MAX_FILES, SLUG_RE, TEXT_SUFFIXES, ExerciseSpec, discover_test_ids
 
 MAX_ZIP_BYTES = 2 * 1024 * 1024

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from worker.core.outcome import GradeOutcome, Verdict
 from worker.grading import grade
-from worker.outcome import GradeOutcome, Verdict
 from worker.sandbox.base import Sandbox
 from worker.spec import ExerciseSpec, load_bank
 

@@ -31,9 +31,9 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.config import Settings, get_settings
 from app.exercises import spec_of
 from app.models import ExerciseCheck, ExerciseVersion, User, utcnow
+from worker.core.config import Settings, get_settings
 from worker.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)

@@ -18,8 +18,8 @@ from typing import Any
 
 import click
 
-from app.config import Settings, get_settings
-from app.errors import GpulabError
+from worker.core.config import Settings, get_settings
+from worker.core.errors import GpulabError
 
 EXIT_PASSED, EXIT_NOT_PASSED, EXIT_CANNOT_GRADE = 0, 1, 2
 DEMO_USERS = (
@@ -240,8 +240,8 @@ def exercises_check(slugs: tuple[str, ...], directory: Path | None) -> None:
 @click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None)
 def grade(slug: str, file: Path, as_json: bool, directory: Path | None) -> None:
     """Grade FILE against exercise SLUG from the bank folder (no server or database needed)."""
+    from worker.core.outcome import Verdict
     from worker.grading import grade as grade_code
-    from worker.outcome import Verdict
     from worker.sandbox import get_sandbox
     from worker.spec import load_exercise
 
@@ -295,8 +295,8 @@ def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> N
     settings = get_settings()
     if not settings.broker_url:
         raise click.ClickException("set GPULAB_BROKER_URL (e.g. redis://127.0.0.1:6379/0) to run a worker")
-    from worker.celery_app import QUEUES, celery_app
-    from worker.example_tasks import EXAMPLE_LANES
+    from app.jobs.celery_app import QUEUES, celery_app
+    from app.jobs.example_tasks import EXAMPLE_LANES
     from worker.sandbox import get_sandbox
 
     wanted = list(dict.fromkeys(q.strip() for q in queues.split(",") if q.strip()))
@@ -316,7 +316,7 @@ def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> N
         lanes = []
     # Started before any thread of ours exists (prewarm), as the companion is forked from this process.
     companion = _start_example_lane(lanes, examples_concurrency) if lanes else None
-    from worker.prewarm import prewarm_in_background
+    from app.jobs.prewarm import prewarm_in_background
 
     prewarm_in_background(settings)  # warm templates start while the worker connects to the broker
     argv = [

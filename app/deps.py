@@ -8,7 +8,7 @@ Contract:
 - ``CurrentUser`` is the logged-in active user or ``Unauthorized("log in first")``; ``require_role`` raises
   ``Forbidden``. ``ExerciseDep`` and ``SubmissionDep`` authenticate first, then load or raise ``NotFound``
   (a submission that is not the learner's own is "not found", never "forbidden").
-- ``DispatcherDep`` is the process dispatcher from ``app.dispatch``; tests override ``get_dispatcher_dep``.
+- ``DispatcherDep`` is the process dispatcher from ``app.jobs.dispatch``; tests override ``get_dispatcher_dep``.
 
 Cost: FastAPI runs every sync dependency in a threadpool thread (one hand-off each, and behind the GIL a busy
 process pays dearly for every hand-off). Dependencies that do no blocking I/O are therefore ``async def`` and
@@ -28,12 +28,12 @@ from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.config import Settings
-from app.errors import Forbidden, NotFound, Unauthorized
 from app.exercises import get_published
 from app.models import Exercise, Role, Submission, User
 from app.security import LoginLimiter, user_from_session
 from app.submissions import get_for_user
+from worker.core.config import Settings
+from worker.core.errors import Forbidden, NotFound, Unauthorized
 
 SessionFactory = Callable[[], AbstractContextManager[Session]]
 
@@ -164,7 +164,7 @@ SubmissionDep = Annotated[Submission, Depends(get_submission)]
 
 
 class Dispatcher(Protocol):
-    """What the API needs of ``app.dispatch.Dispatcher`` (kept here so importing the API loads no worker code)."""
+    """What the API needs of ``app.jobs.dispatch.Dispatcher`` (kept here so importing the API loads no worker code)."""
 
     def dispatch(self, submission_id: str, queue: str) -> None: ...
 
@@ -172,7 +172,7 @@ class Dispatcher(Protocol):
 
 
 def _start_dispatcher(request: Request) -> Dispatcher:
-    from app.dispatch import get_dispatcher  # lazily: grading machinery is not needed to serve pages
+    from app.jobs.dispatch import get_dispatcher  # lazily: grading machinery is not needed to serve pages
 
     dispatcher: Dispatcher = get_dispatcher()  # process-wide and locked: concurrent first calls share one
     request.app.state.dispatcher = dispatcher

@@ -1,96 +1,56 @@
-"""Every domain error gpulab raises, and the one place that maps them to HTTP.
+"""The one place that maps gpulab's errors (``worker.core.errors``) to HTTP answers.
 
-Contract: routes and services raise these; ``install_error_handlers`` turns each into a JSON body
-``{"detail": message}`` with the status below. Nothing else in the app builds error responses by hand.
+Contract: routes and services raise the shared errors; ``install_error_handlers`` turns each into a JSON body
+``{"detail": message}`` with the status ``http_status`` gives its class (the nearest listed base class wins).
+Nothing else in the app builds error responses by hand; pages use ``http_status`` for their HTML errors.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from worker.core.errors import (
+    ConfigError,
+    Conflict,
+    ExerciseFormatError,
+    Forbidden,
+    GpulabError,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    PlatformError,
+    RateLimited,
+    RunnerUnavailable,
+    SandboxUnavailable,
+    Unauthorized,
+)
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-
-class GpulabError(Exception):
-    """Base class: ``status_code`` is the HTTP status the API answers with."""
-
-    status_code = 400
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class NotFound(GpulabError):
-    status_code = 404
-
-
-class Forbidden(GpulabError):
-    status_code = 403
+HTTP_STATUS: dict[type[GpulabError], int] = {
+    GpulabError: 400,
+    NotFound: 404,
+    Forbidden: 403,
+    Unauthorized: 401,
+    RateLimited: 429,
+    RunnerUnavailable: 503,
+    PayloadTooLarge: 413,
+    Conflict: 409,
+    InvalidInput: 422,
+    ExerciseFormatError: 422,
+    ConfigError: 500,
+    SandboxUnavailable: 503,
+    PlatformError: 500,
+}
 
 
-class Unauthorized(GpulabError):
-    status_code = 401
-
-
-class RateLimited(GpulabError):
-    status_code = 429
-
-    def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class RunnerUnavailable(GpulabError):
-    """No worker answered a job the request waits on (an example run) in time; nothing was stored."""
-
-    status_code = 503
-
-    def __init__(self, message: str, retry_after_s: int) -> None:
-        super().__init__(message)
-        self.retry_after_s = retry_after_s
-
-
-class PayloadTooLarge(GpulabError):
-    status_code = 413
-
-
-class Conflict(GpulabError):
-    status_code = 409
-
-
-class InvalidInput(GpulabError):
-    status_code = 422
-
-
-class ExerciseFormatError(GpulabError):
-    """An exercise folder or upload does not follow ``exercises/README.md``."""
-
-    status_code = 422
-
-    def __init__(self, slug: str, problem: str) -> None:
-        super().__init__(f"exercise {slug!r}: {problem}")
-        self.slug = slug
-        self.problem = problem
-
-
-class ConfigError(GpulabError):
-    """Settings are unsafe or inconsistent; raised at start-up, never per request."""
-
-    status_code = 500
-
-
-class SandboxUnavailable(GpulabError):
-    """The chosen sandbox backend cannot run on this host (missing bwrap, cgroups, user namespaces...)."""
-
-    status_code = 503
-
-
-class PlatformError(GpulabError):
-    """Grading failed for a reason that is ours, not the learner's; the only kind that is retried."""
-
-    status_code = 500
+def http_status(exc: GpulabError) -> int:
+    """Return the HTTP status for ``exc``: that of the nearest class in its MRO listed in ``HTTP_STATUS``."""
+    for cls in type(exc).__mro__:
+        if cls in HTTP_STATUS:
+            return HTTP_STATUS[cls]
+    return 500
 
 
 def _field_problem(error: dict[str, Any]) -> str:
@@ -116,7 +76,7 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, GpulabError)
         retry_after_s = exc.retry_after_s if isinstance(exc, RateLimited | RunnerUnavailable) else None
         headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
-        return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=headers)
+        return JSONResponse({"detail": exc.message}, status_code=http_status(exc), headers=headers)
 
     async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)

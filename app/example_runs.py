@@ -8,7 +8,7 @@ Contract:
 - ``run_examples_now`` checks the code as a submission would (size, NUL), takes a slot and hands the run to
   the dispatcher (``ExampleRunner``), which returns the outcome: the in-process one grades in this thread with
   ``run_in_process`` (the embedded default), Celery's sends a job to the exercise's fast lane and waits up to
-  ``settings.example_run_wait_s`` (``worker.example_tasks``), so in Celery mode the API never builds a sandbox.
+  ``settings.example_run_wait_s`` (``app.jobs.example_tasks``), so in Celery mode the API never builds a sandbox.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NoReturn, Protocol, runtime_checkable
 
-from app.config import Settings
-from app.errors import InvalidInput, PayloadTooLarge, RateLimited
 from app.exercises import spec_of
 from app.models import ExerciseVersion
 from app.ratelimit import Limiter, Rule
-from worker.outcome import GradeOutcome
+from worker.core.config import Settings
+from worker.core.errors import InvalidInput, PayloadTooLarge, RateLimited
+from worker.core.outcome import GradeOutcome
 
 RUNS_PER_USER = 10
 WINDOW_S = 60.0
@@ -86,7 +86,7 @@ class ExampleRunner(Protocol):
 
 def run_in_process(version: ExerciseVersion, code: str) -> GradeOutcome:
     """Grade ``code`` against the version's example tests in this process's sandbox (embedded mode)."""
-    from app.config import get_settings
+    from worker.core.config import get_settings
     from worker.examples import run_examples  # the worker side is loaded only when a run happens
     from worker.sandbox import get_sandbox
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.errors import NotFound
 from app.models import Exercise, ExerciseVersion, User
+from worker.core.errors import NotFound
 from worker.spec import ExerciseSpec, load_bank
 
 

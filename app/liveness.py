@@ -24,11 +24,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
-from app.config import Settings
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, WorkerBeat
 from app.schemas import as_utc
+from worker.core.config import Settings
 
-# The grading queues and their example-run lanes (worker.celery_app.QUEUES, worker.example_tasks.EXAMPLE_LANES;
+# The grading queues and their example-run lanes (app.jobs.celery_app.QUEUES, app.jobs.example_tasks.EXAMPLE_LANES;
 # not imported: they load Celery, which the embedded default never needs).
 QUEUES = ("cpu", "gpu")
 EXAMPLE_LANES = {"cpu": "examples-cpu", "gpu": "examples-gpu"}

@@ -8,7 +8,7 @@ Contract:
   dispatcher down at stop (an in-process dispatcher starts warming, beating and sweeping when made). It
   also relays news from other processes (``app.news.relay``) and, on SIGTERM/SIGINT, ends open status
   streams cleanly before the server waits for its connections (``_end_streams_on_stop_signals``).
-  ``app.dispatch`` is imported there, lazily.
+  ``app.jobs.dispatch`` is imported there, lazily.
 - Middleware, outermost first: security headers, request-body size limit (twice ``max_code_bytes`` + slack,
   answered 413 before anything is parsed), CSRF rule for ``/api``, signed session cookie.
 """
@@ -32,7 +32,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.middleware.sessions import SessionMiddleware
 
 from app import news
-from app.config import Settings, get_settings
 from app.db import engine_for
 from app.errors import install_error_handlers
 from app.ratelimit import limiter_for
@@ -56,6 +55,7 @@ from app.security import (
     LoginLimiter,
     SecurityHeadersMiddleware,
 )
+from worker.core.config import Settings, get_settings
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -68,7 +68,7 @@ STAFF_BODY_LIMITS = {"/instructor/": 3 * 1024 * 1024, "/admin/users/import": 512
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Recover unfinished submissions at start (embedded grading); stop the dispatcher at the end."""
     if getattr(app.state, "recover_on_start", True):
-        from app.dispatch import get_dispatcher, recover_unfinished
+        from app.jobs.dispatch import get_dispatcher, recover_unfinished
 
         app.state.dispatcher = get_dispatcher()
         # Celery mode: the workers' sweepers send stranded work again; several API processes starting at

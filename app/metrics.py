@@ -41,11 +41,11 @@ from prometheus_client.utils import floatToGoString
 from sqlalchemy import ColumnElement, Float, String, case, cast, func, or_, select, union_all
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.errors import Forbidden, Unauthorized
 from app.liveness import ALL_QUEUES, QUEUES, live_per_queue, worker_state
 from app.models import ExerciseVersion, GradingRecord, Submission, SubmissionStatus, WorkerBeat
 from app.schemas import as_utc
+from worker.core.config import Settings
+from worker.core.errors import Forbidden, Unauthorized
 
 # The classic text format: every Prometheus reads it, and every name here is a classic one.
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import command
 from alembic.config import Config
 
-from app.config import REPO_ROOT, get_settings
+from worker.core.config import REPO_ROOT, get_settings
 
 
 def alembic_config(database_url: str | None = None) -> Config:

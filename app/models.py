@@ -29,7 +29,7 @@ from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Index, Integer, 
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.db import Base
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 
 
 def utcnow() -> datetime:

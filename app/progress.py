@@ -21,7 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, User
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 
 SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)
 MAX_ATTEMPTS_SHOWN = 200

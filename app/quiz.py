@@ -18,9 +18,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.errors import InvalidInput
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
-from worker.outcome import Verdict
+from worker.core.errors import InvalidInput
+from worker.core.outcome import Verdict
 from worker.quiz import QuestionResult, Quiz, QuizResult, canonical_json, check_answers, grade, parse_quiz
 
 

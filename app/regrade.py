@@ -4,7 +4,7 @@ Contract:
 - ``start_regrade`` archives each settled (graded or error) submission's result as a ``GradingRecord``, then
   resets it to ``queued`` against the target version (tests cleared, attempts back to 0) and returns the
   ``Regrade`` plus the ``(id, queue)`` pairs to dispatch. The caller commits *then* dispatches, exactly as for
-  a new submission; ``worker.tasks.grade_submission`` then claims and grades them like any queued row, so its
+  a new submission; ``app.jobs.tasks.grade_submission`` then claims and grades them like any queued row, so its
   idempotency is unchanged. Queued or running submissions are skipped: they are being graded already.
 - Moving a submission to the target version keeps the models' rule that a grade refers to the tests that
   produced it; the record keeps the old version.
@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.errors import InvalidInput
 from app.models import (
     Exercise,
     ExerciseVersion,
@@ -28,6 +27,7 @@ from app.models import (
     SubmissionStatus,
     User,
 )
+from worker.core.errors import InvalidInput
 
 SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)
 

@@ -13,9 +13,9 @@ from datetime import UTC, date, datetime, time, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.errors import InvalidInput
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, User
-from worker.outcome import Verdict
+from worker.core.errors import InvalidInput
+from worker.core.outcome import Verdict
 
 VERDICT_CHOICES = ("", *(v.value for v in Verdict), "pending")
 

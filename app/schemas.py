@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from app.markdown import render_markdown
 from app.models import Exercise, ExerciseVersion, Role, Submission, SubmissionStatus, User
 from app.progress import DiffLine, Progress
-from worker.outcome import GradeOutcome
+from worker.core.outcome import GradeOutcome
 from worker.quiz import QuizResult, parse_quiz
 
 SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)

@@ -34,9 +34,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.errors import Conflict, Forbidden, InvalidInput, RateLimited
 from app.models import RevokedSession, Role, User, utcnow
 from app.ratelimit import Limiter, Rule
+from worker.core.errors import Conflict, Forbidden, InvalidInput, RateLimited
 
 if TYPE_CHECKING:
     from starlette.requests import Request

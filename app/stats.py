@@ -30,9 +30,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.config import Settings
 from app.models import Exercise, ExerciseVersion, Role, Submission, SubmissionStatus, User
 from app.schemas import as_utc
+from worker.core.config import Settings
 
 TIMING_WINDOW = 2000
 PROBE_TIMEOUT_S = 1.0
@@ -271,7 +271,7 @@ def _probe_celery(settings: Settings, state: QueueState) -> None:
         state.notes.append(f"Redis did not answer: {type(exc).__name__}")
         return  # asking Celery over the same unreachable broker would only wait longer
     try:
-        from worker.celery_app import make_celery
+        from app.jobs.celery_app import make_celery
 
         app = make_celery(settings)
         active = app.control.inspect(timeout=PROBE_TIMEOUT_S).active_queues() or {}

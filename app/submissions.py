@@ -11,7 +11,7 @@ Contract:
   never writes its result: exactly one grading is ever recorded.
 - ``record_outcome`` writes the verdict and per-test rows; ``record_platform_failure`` counts a failed
   attempt and either requeues (attempts left) or settles the submission as ``error``/``internal_error``.
-- ``unfinished`` (start-up recovery) and ``app.sweeper`` decide what to send again.
+- ``unfinished`` (start-up recovery) and ``app.jobs.sweeper`` decide what to send again.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
-from app.errors import InvalidInput, PayloadTooLarge
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
-from worker.outcome import GradeOutcome, Verdict
+from worker.core.errors import InvalidInput, PayloadTooLarge
+from worker.core.outcome import GradeOutcome, Verdict
 
 OUTPUT_LIMIT_CHARS = 64 * 1024
 

@@ -172,7 +172,7 @@ class Server:
         else:
             raise RuntimeError("gpulab serve did not start: " + (self.data / "serve.log").read_text()[-2000:])
         if self.warm:
-            # The server starts its warm templates in the background (worker/prewarm.py): measuring while
+            # The server starts its warm templates in the background (app/jobs/prewarm.py): measuring while
             # frameworks import on the same cores would charge that one-off start-up to the first samples.
             deadline = time.monotonic() + 300
             while "prewarmed" not in (self.data / "serve.log").read_text(errors="replace"):

@@ -35,9 +35,9 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 
-from app.config import Settings, get_settings
 from app.db import Base, engine_for
 from app.models import Exercise, Role, User
+from worker.core.config import Settings, get_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -139,7 +139,7 @@ def settings(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) 
 
 @dataclass
 class RecordingDispatcher:
-    """Stands in for ``app.dispatch`` at the API boundary: records what would have been graded."""
+    """Stands in for ``app.jobs.dispatch`` at the API boundary: records what would have been graded."""
 
     name: str = "recording"
     owns_all_running: bool = False

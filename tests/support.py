@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import REPO_ROOT, get_settings
 from app.db import engine_for
+from worker.core.config import REPO_ROOT, get_settings
 
 BANK = REPO_ROOT / "exercises"
 PG_ADMIN_URL = os.environ.get("GPULAB_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")

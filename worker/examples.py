@@ -13,9 +13,9 @@ import json
 import tomllib
 from typing import Any
 
-from app.errors import ExerciseFormatError
+from worker.core.errors import ExerciseFormatError
+from worker.core.outcome import GradeOutcome
 from worker.grading import grade
-from worker.outcome import GradeOutcome
 from worker.sandbox.base import Sandbox
 from worker.spec import ExerciseSpec
 

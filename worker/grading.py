@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.errors import SandboxUnavailable
+from worker.core.errors import SandboxUnavailable
+from worker.core.outcome import GradeOutcome, TestOutcome, TestOutcomeKind, Verdict
 from worker.devices import device_label
 from worker.jobdir import read_result, write_job_dir
-from worker.outcome import GradeOutcome, TestOutcome, TestOutcomeKind, Verdict
 from worker.sandbox.base import Sandbox, SandboxRun
 from worker.spec import ExerciseSpec
 

@@ -26,7 +26,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.errors import ExerciseFormatError, InvalidInput
+from worker.core.errors import ExerciseFormatError, InvalidInput
 
 QUESTION_TYPES = ("single", "multiple", "text")
 PROGRAM_FRAMEWORKS = ("python", "torch", "tensorflow")

@@ -16,9 +16,9 @@ from sqlalchemy import select
 
 from app import accounts, liveness
 from app.deps import AdminDep, SessionDep, SettingsDep
-from app.errors import NotFound
 from app.models import Role, User
 from app.stats import grade_matrix, histogram, queue_state, timing
+from worker.core.errors import NotFound
 
 router = APIRouter(prefix="/api/admin", tags=["admin"])
 

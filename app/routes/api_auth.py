@@ -10,9 +10,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from app.deps import CurrentUser, LoginLimiterDep, SessionDep, SettingsDep
-from app.errors import Unauthorized
 from app.schemas import LoginIn, MeOut
 from app.security import authenticate, client_ip, end_session, start_session
+from worker.core.errors import Unauthorized
 
 router = APIRouter(prefix="/api/auth", tags=["auth"])
 

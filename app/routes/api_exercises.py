@@ -1,7 +1,7 @@
 """``/api/exercises``: the published exercises, their safe details, submitting code, my progress and attempts.
 
 Contract: everything needs a login. A submission is committed before it is dispatched, so a crash between
-the two (or a broker that is down) leaves a queued row that the sweeper (``app.sweeper``) sends later, never
+the two (or a broker that is down) leaves a queued row that the sweeper (``app.jobs.sweeper``) sends later, never
 a lost grade.
 ``POST /{slug}/runs`` grades code against the visible ``examples/`` tests at once and answers with the
 ``SubmissionOut`` shape (``id`` empty): nothing is stored, runs are bounded per process and rate-limited per

@@ -15,12 +15,12 @@ from sqlalchemy import select
 
 from app import authoring
 from app.deps import InstructorDep, SessionDep
-from app.errors import NotFound
 from app.markdown import render_markdown
 from app.models import Exercise, ExerciseCheck, ExerciseVersion, Regrade, Submission
 from app.regrade import history, progress
 from app.review import SubmissionFilter, filter_submissions
 from app.schemas import StaffSubmissionOut, UtcDatetime
+from worker.core.errors import NotFound
 
 router = APIRouter(prefix="/api/instructor", tags=["instructor"])
 MAX_PREVIEW_CHARS = 256 * 1024

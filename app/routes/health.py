@@ -30,8 +30,8 @@ from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
 from app import liveness, metrics
-from app.config import Settings
 from app.deps import SessionFactory, SessionFactoryDep, SettingsDep
+from worker.core.config import Settings
 
 router = APIRouter(tags=["health"])
 

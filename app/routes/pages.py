@@ -39,7 +39,7 @@ from app.deps import (
     SettingsDep,
     get_session_factory,
 )
-from app.errors import Forbidden, GpulabError, NotFound, RateLimited, Unauthorized
+from app.errors import http_status
 from app.exercises import get_published, list_published
 from app.highlight import highlight_blocks, highlight_python
 from app.models import Exercise, Submission, User
@@ -66,6 +66,7 @@ from app.security import (
     verify_csrf,
 )
 from app.submissions import create_submission, get_for_user
+from worker.core.errors import Forbidden, GpulabError, NotFound, RateLimited, Unauthorized
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 EDITOR_BUNDLE = Path(__file__).resolve().parent.parent / "static" / "build" / "editor.js"
@@ -168,7 +169,7 @@ def login_form(
     except (RateLimited, Unauthorized) as exc:
         headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
         response = render(
-            request, "login.html", exc.status_code, user=None, next=target, email=email, error=exc.message
+            request, "login.html", http_status(exc), user=None, next=target, email=email, error=exc.message
         )
         response.headers.update(headers or {})
         return response
@@ -332,7 +333,7 @@ def install_page_errors(app: FastAPI) -> None:
             return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
         if isinstance(exc, Forbidden) and request.url.path == "/login":  # an expired log-in form: offer a fresh one
             return render(request, "login.html", 403, user=None, next="/exercises", email="", error=exc.message)
-        return _error_page(request, exc.status_code, exc.message)
+        return _error_page(request, http_status(exc), exc.message)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)

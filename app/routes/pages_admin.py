@@ -18,10 +18,10 @@ from starlette.concurrency import run_in_threadpool
 
 from app import accounts, liveness
 from app.deps import SessionDep, SettingsDep
-from app.errors import GpulabError, InvalidInput
 from app.models import Role, User
 from app.routes.staff import AdminPage, CsrfForm, PageError, flash, redirect, render
 from app.stats import grade_matrix, grades_csv, queue_state, score_chart_svg, timing
+from worker.core.errors import GpulabError, InvalidInput
 
 router = APIRouter(prefix="/admin", include_in_schema=False)
 

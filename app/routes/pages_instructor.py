@@ -24,7 +24,6 @@ from app import authoring
 from app.authoring import AuthoringForm, WrongForm
 from app.checks import create_check
 from app.deps import DispatcherDep, SessionDep
-from app.errors import GpulabError, InvalidInput
 from app.models import Exercise, GradingRecord, Regrade, Submission, User
 from app.regrade import history, settled_submissions, start_regrade
 from app.review import VERDICT_CHOICES, SubmissionFilter, filter_submissions
@@ -39,6 +38,7 @@ from app.routes.staff import (
     redirect,
     render,
 )
+from worker.core.errors import GpulabError, InvalidInput
 from worker.spec import DIFFICULTIES, FRAMEWORKS, QUEUES
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from app.stats import grades_csv, percentile, score_chart_svg
 from app.submissions import create_submission
 from tests.app.test_instructor import token
 from tests.conftest import PASSWORD, TinyExercise
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient

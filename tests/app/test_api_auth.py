@@ -97,7 +97,7 @@ def test_unauthenticated_api_calls_get_401(client: TestClient) -> None:
 
 def test_role_check_admin_dependency(make_user: Callable[..., User]) -> None:
     from app.deps import require_role
-    from app.errors import Forbidden
+    from worker.core.errors import Forbidden
 
     check = require_role(Role.admin)  # async: it runs on the event loop, not in the threadpool
     assert asyncio.run(check(make_user(Role.admin))).role is Role.admin

@@ -13,7 +13,7 @@ from app.models import Submission, SubmissionStatus, User
 from app.progress import diff_lines
 from app.submissions import create_submission
 from tests.conftest import TinyExercise
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient

@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.errors import RateLimited
 from app.example_runs import RunGate
 from app.models import Exercise, Submission
 from tests.conftest import TinyExercise, tiny_files
+from worker.core.errors import RateLimited
 from worker.examples import examples_files
 from worker.spec import ExerciseSpec
 

@@ -18,7 +18,7 @@ from app.models import Role, Submission, SubmissionStatus, TestResult, User
 from app.routes import api_submissions
 from app.submissions import create_submission
 from tests.conftest import RecordingDispatcher, TinyExercise
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient

@@ -18,16 +18,16 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from app import liveness
-from app.config import get_settings
 from app.db import Base, engine_for
-from app.dispatch import reset_dispatcher
 from app.exercises import upsert_exercise
+from app.jobs.dispatch import reset_dispatcher
 from app.main import create_app
 from app.models import Exercise, GradingRecord, Submission, SubmissionStatus, WorkerBeat
 from app.routes.health import PROBE_DEADLINE_S
 from tests.conftest import tiny_files
 from tests.support import configure, free_port, fresh_postgres_db, require_service
-from worker.outcome import Verdict
+from worker.core.config import get_settings
+from worker.core.outcome import Verdict
 from worker.spec import ExerciseSpec
 
 if TYPE_CHECKING:
@@ -417,8 +417,8 @@ def test_metrics_need_the_bearer_token_when_one_is_set(deploy: Callable[..., Dep
 
 
 def test_queue_names_match_the_worker_side() -> None:
-    from worker.celery_app import QUEUES
-    from worker.example_tasks import EXAMPLE_LANES
+    from app.jobs.celery_app import QUEUES
+    from app.jobs.example_tasks import EXAMPLE_LANES
 
     assert liveness.QUEUES == QUEUES and liveness.EXAMPLE_LANES == EXAMPLE_LANES
 

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.orm import Session
 
-from app.config import Settings
 from app.models import Role, Submission, SubmissionStatus, User, WorkerBeat
 from tests.conftest import TinyExercise
+from worker.core.config import Settings
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient

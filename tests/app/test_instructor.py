@@ -15,7 +15,7 @@ from app.models import Exercise, ExerciseCheck, GradingRecord, SubmissionStatus,
 from app.submissions import create_submission
 from tests.app.test_instructor_zip import make_zip
 from tests.conftest import RecordingDispatcher, TinyExercise, tiny_files
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient

@@ -9,8 +9,8 @@ import zipfile
 import pytest
 
 from app.authoring import MAX_RATIO, MAX_ZIP_BYTES, read_zip
-from app.errors import InvalidInput
 from tests.conftest import tiny_files
+from worker.core.errors import InvalidInput
 
 FILES = tiny_files(prompt_md="Add.\n", queue="cpu", tag="zip")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-import app.dispatch
-from app.config import Settings
+import app.jobs.dispatch
 from app.main import SWAGGER_DIR, create_app
 from tests.conftest import RecordingDispatcher, make_test_client
+from worker.core.config import Settings
 
 pytestmark = pytest.mark.postgres
 
@@ -18,8 +18,8 @@ def test_lifespan_recovers_then_shuts_the_dispatcher_down(
 ) -> None:
     fake = RecordingDispatcher(owns_all_running=owns_all_running)
     recovered: list[object] = []
-    monkeypatch.setattr(app.dispatch, "get_dispatcher", lambda: fake)
-    monkeypatch.setattr(app.dispatch, "recover_unfinished", lambda d: recovered.append(d) or 0)
+    monkeypatch.setattr(app.jobs.dispatch, "get_dispatcher", lambda: fake)
+    monkeypatch.setattr(app.jobs.dispatch, "recover_unfinished", lambda d: recovered.append(d) or 0)
     application = create_app(settings)
     with make_test_client(application) as client:
         # Only the process that grades everything recovers at start; in Celery mode the workers' sweepers do.
@@ -29,7 +29,7 @@ def test_lifespan_recovers_then_shuts_the_dispatcher_down(
 
 
 def test_recovery_can_be_turned_off(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(app.dispatch, "get_dispatcher", lambda: pytest.fail("no dispatcher wanted"))
+    monkeypatch.setattr(app.jobs.dispatch, "get_dispatcher", lambda: pytest.fail("no dispatcher wanted"))
     application = create_app(settings)
     application.state.recover_on_start = False
     with make_test_client(application) as client:

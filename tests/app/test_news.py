@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from app import news
-from app.config import REPO_ROOT
 from tests.redis_server import PrivateRedis
 from tests.support import child_env, configure, require_service, wait_for
+from worker.core.config import REPO_ROOT
 
 
 def test_publish_from_another_thread_wakes_the_subscriber() -> None:

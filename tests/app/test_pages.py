@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from app.models import Submission, SubmissionStatus, User
 from app.submissions import create_submission
 from tests.conftest import PASSWORD, RecordingDispatcher, TinyExercise
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

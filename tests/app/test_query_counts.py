@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from app.models import Submission, SubmissionStatus, TestResult, User
 from app.submissions import create_submission
 from tests.conftest import TinyExercise
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient

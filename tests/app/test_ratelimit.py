@@ -11,10 +11,10 @@ import pytest
 import redis
 
 from app import ratelimit
-from app.config import Settings
 from app.ratelimit import Limiter, Rule, limiter_for, make_limiter
 from tests.redis_server import PrivateRedis
 from tests.support import free_port, require_service
+from worker.core.config import Settings
 
 REDIS_DB13 = "redis://127.0.0.1:6379/13"
 

@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from app.errors import RateLimited
 from app.markdown import render_markdown
 from app.security import LoginLimiter, csrf_problem, hash_password, verify_password
+from worker.core.errors import RateLimited
 
 
 def test_password_hash_round_trip_and_salting() -> None:

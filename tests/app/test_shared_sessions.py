@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy import func, select
 
-from app.config import get_settings
 from app.db import session_scope
 from app.migrate import upgrade
 from app.models import RevokedSession, Role, utcnow
 from app.security import create_user
 from tests.support import configure, fresh_postgres_db, require_service
+from worker.core.config import get_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

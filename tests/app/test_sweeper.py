@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from app.config import get_settings
 from app.db import engine_for, session_scope
 from app.exercises import get_published, sync_bank
+from app.jobs.sweeper import EXHAUSTED_MESSAGE, sweep_once
 from app.migrate import upgrade
 from app.models import Submission, SubmissionStatus, utcnow
 from app.submissions import claim, create_submission, held, renew_lease
-from app.sweeper import EXHAUSTED_MESSAGE, sweep_once
 from tests.support import BANK, configure, fresh_postgres_db, require_service
-from worker.outcome import Verdict
+from worker.core.config import get_settings
+from worker.core.outcome import Verdict
 
 SLUG = "python-split-batch"
 

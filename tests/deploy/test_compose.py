@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from app.config import REPO_ROOT
 from tests.deploy.compose import compose_command
+from worker.core.config import REPO_ROOT
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
 SECRETS = {"GPULAB_SECRET_KEY": "s" * 48, "POSTGRES_PASSWORD": "test-password-not-used"}

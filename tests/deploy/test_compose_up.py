@@ -24,9 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
-from app.config import REPO_ROOT
 from tests.deploy.compose import compose_command, unavailable
 from tests.support import wait_for
+from worker.core.config import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import SandboxUnavailable
+from worker.core.errors import SandboxUnavailable
 from tests.support import BANK
 from worker.examples import run_examples
-from worker.outcome import TestOutcomeKind, Verdict
+from worker.core.outcome import TestOutcomeKind, Verdict
 from worker.sandbox.local import LocalSandbox
 from worker.spec import ExerciseSpec, load_bank
 

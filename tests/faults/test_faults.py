@@ -15,15 +15,15 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from app.config import get_settings
 from app.db import session_scope
-from app.dispatch import CeleryDispatcher
 from app.exercises import get_published
+from app.jobs.dispatch import CeleryDispatcher
 from app.models import Role, Submission, SubmissionStatus, User, WorkerBeat
 from app.security import create_user
 from app.submissions import create_submission
 from tests.faults.conftest import Deployment, kill_group, settle_time
 from tests.support import bank_file, wait_for
+from worker.core.config import get_settings
 
 SLUG = "python-split-batch"
 SETTLE_LIMIT_S = 60

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import SandboxUnavailable
 from tests.worker.conftest import leftover_state
+from worker.core.errors import SandboxUnavailable
+from worker.core.outcome import GradeOutcome
 from worker.grading import grade
-from worker.outcome import GradeOutcome
 from worker.sandbox.base import Sandbox
 from worker.sandbox.local import LocalSandbox
 from worker.sandbox.warm import RUNTIMES, WarmLocalSandbox, WarmPool
@@ -110,7 +110,7 @@ def _docker_backend(tmp_path: Path) -> Sandbox:
 
     if importlib.util.find_spec("worker.sandbox.docker") is None:
         unavailable("worker.sandbox.docker does not exist yet")
-    from app.config import Settings
+    from worker.core.config import Settings
     from worker.sandbox import get_sandbox
 
     try:

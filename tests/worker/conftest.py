@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import SandboxUnavailable
+from worker.core.errors import SandboxUnavailable
 from worker.sandbox.local import LocalSandbox
 from worker.spec import ExerciseSpec
 

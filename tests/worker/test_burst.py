@@ -24,15 +24,15 @@ import pytest
 from sqlalchemy import select
 
 from app.db import session_scope
-from app.dispatch import InProcessDispatcher, get_dispatcher, reset_dispatcher
 from app.exercises import get_published, upsert_exercise
+from app.jobs.dispatch import InProcessDispatcher, get_dispatcher, reset_dispatcher
 from app.main import create_app
 from app.migrate import upgrade
 from app.models import Role, Submission, SubmissionStatus, User
 from app.security import create_user
 from app.submissions import create_submission
 from tests.support import BANK, bank_file, configure
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 from worker.spec import load_exercise
 
 SLUG = "python-split-batch"

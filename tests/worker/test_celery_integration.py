@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.config import get_settings
 from app.db import session_scope
-from app.dispatch import CeleryDispatcher, recover_unfinished
 from app.exercises import get_published, sync_bank
+from app.jobs.dispatch import CeleryDispatcher, recover_unfinished
 from app.migrate import upgrade
 from app.models import Role, Submission, SubmissionStatus, User
 from app.security import create_user
 from app.submissions import create_submission
 from tests.support import BANK, REDIS_URL, bank_file, child_env, configure, fresh_postgres_db, require_service, wait_for
-from worker.outcome import Verdict
+from worker.core.config import get_settings
+from worker.core.outcome import Verdict
 
 SLUG = "python-split-batch"
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import SandboxUnavailable
+from worker.core.errors import SandboxUnavailable
 from worker.sandbox.cgroups import PARENT_CPU_SHARES, JobCgroups, detect_layout
 from worker.spec import Limits
 

@@ -6,10 +6,10 @@ import textwrap
 
 import pytest
 
-from app.errors import ExerciseFormatError
+from worker.core.errors import ExerciseFormatError
+from worker.core.outcome import Verdict
 from worker.devices import device_label
 from worker.grading import grade
-from worker.outcome import Verdict
 from worker.sandbox.local import LocalSandbox
 from worker.sandbox.unsafe import UnsafeSandbox
 from worker.spec import ExerciseSpec

@@ -20,15 +20,15 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
-from app.config import get_settings
 from app.db import session_scope
-from app.dispatch import CeleryDispatcher
 from app.exercises import get_published, sync_bank
+from app.jobs.dispatch import CeleryDispatcher
 from app.migrate import upgrade
 from app.models import ExerciseCheck, ExerciseVersion, Role, Submission, User, utcnow
 from app.security import create_user
 from tests.support import BANK, bank_file, child_env, configure, fresh_postgres_db, require_service, wait_for
-from worker.outcome import GradeOutcome
+from worker.core.config import get_settings
+from worker.core.outcome import GradeOutcome
 
 SLUG = "python-split-batch"
 REDIS_DB12 = os.environ.get("GPULAB_TEST_REDIS_URL_JOBS", "redis://127.0.0.1:6379/12")
@@ -247,11 +247,11 @@ def api_env(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[li
         raise AssertionError("the API process built a sandbox")
 
     monkeypatch.setattr(worker.sandbox, "get_sandbox", refuse)
-    for module in ("worker.tasks", "worker.prewarm"):  # modules that bound the name at import
+    for module in ("app.jobs.tasks", "app.jobs.prewarm"):  # modules that bound the name at import
         loaded = __import__("sys").modules.get(module)
         if loaded is not None and hasattr(loaded, "get_sandbox"):
             monkeypatch.setattr(loaded, "get_sandbox", refuse)
-    from app.dispatch import reset_dispatcher
+    from app.jobs.dispatch import reset_dispatcher
 
     reset_dispatcher()
     yield calls

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
-from app.errors import SandboxUnavailable
+from worker.core.config import Settings
+from worker.core.errors import SandboxUnavailable
+from worker.core.outcome import GradeOutcome, TestOutcomeKind, Verdict
 from worker.grading import NOT_REPORTED, grade
-from worker.outcome import GradeOutcome, TestOutcomeKind, Verdict
 from worker.sandbox import get_sandbox
 from worker.sandbox.base import SandboxRun
 from worker.sandbox.local import LocalSandbox

@@ -9,14 +9,14 @@ import pytest
 from sqlalchemy import select
 
 from app.db import session_scope
-from app.dispatch import InProcessDispatcher, recover_unfinished
 from app.exercises import get_published, sync_bank
+from app.jobs.dispatch import InProcessDispatcher, recover_unfinished
 from app.migrate import upgrade
 from app.models import Role, Submission, SubmissionStatus, User, utcnow
 from app.security import create_user
 from app.submissions import create_submission
 from tests.support import BANK, bank_file, configure
-from worker.outcome import Verdict
+from worker.core.outcome import Verdict
 
 SLUG = "python-split-batch"
 pytestmark = pytest.mark.slow
@@ -117,7 +117,7 @@ def test_platform_errors_are_retried_then_settle_as_error(embedded: int, monkeyp
         calls.append("grade")
         raise RuntimeError("sandbox host fell over")
 
-    monkeypatch.setattr("worker.tasks.grade", broken_grade)
+    monkeypatch.setattr("app.jobs.tasks.grade", broken_grade)
     submission_id = _submit(embedded, bank_file(SLUG, "solution.py"))
     dispatcher = InProcessDispatcher(workers=1)
     try:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings, get_settings
 from app.db import session_scope
 from app.exercises import sync_bank
+from app.jobs import prewarm
 from app.migrate import upgrade
 from tests.support import BANK, configure
 from tests.worker.conftest import tiny_add_files
-from worker import prewarm
+from worker.core.config import Settings, get_settings
 from worker.jobdir import write_job_dir
 from worker.sandbox.warm import JUDGE_KEY, RuntimeKey, Template, WarmPool, shared_pool
 from worker.spec import ExerciseSpec, load_bank

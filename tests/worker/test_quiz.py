@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from app.errors import ExerciseFormatError, InvalidInput
+from worker.core.errors import ExerciseFormatError, InvalidInput
 from worker.quiz import Quiz, canonical_json, check_answers, count_words, grade, parse_quiz
 from worker.spec import ExerciseSpec
 

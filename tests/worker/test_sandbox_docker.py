@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from app.config import Settings
-from app.errors import PlatformError, SandboxUnavailable
 from tests.worker.conftest import tiny_add_files
+from worker.core.config import Settings
+from worker.core.errors import PlatformError, SandboxUnavailable
+from worker.core.outcome import GradeOutcome, Verdict
 from worker.grading import grade
 from worker.jobdir import write_job_dir
-from worker.outcome import GradeOutcome, Verdict
 from worker.sandbox import get_sandbox
 from worker.sandbox.docker import (
     API_VERSION,

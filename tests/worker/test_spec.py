@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import ExerciseFormatError
 from tests.support import BANK
+from worker.core.errors import ExerciseFormatError
 from worker.jobdir import write_job_dir
 from worker.spec import ExerciseSpec, discover_test_ids, load_bank, load_exercise
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from app.config import Settings
 from tests.worker.conftest import CGROUP_NAME, tiny_add_files
+from worker.core.config import Settings
 from worker.grading import grade
 from worker.sandbox import get_sandbox
 from worker.sandbox.local import LocalSandbox, sandbox_env

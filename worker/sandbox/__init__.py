@@ -9,7 +9,7 @@ job from ``GPULAB_GPU_IDS``; ``local`` with ``GPULAB_WARM_POOLS`` forks subjects
 
 from __future__ import annotations
 
-from app.config import SandboxKind, Settings
+from worker.core.config import SandboxKind, Settings
 from worker.sandbox.base import Sandbox, SandboxRun
 
 __all__ = ["Sandbox", "SandboxRun", "get_sandbox"]

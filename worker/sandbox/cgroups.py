@@ -22,7 +22,7 @@ import signal
 import time
 from pathlib import Path
 
-from app.errors import SandboxUnavailable
+from worker.core.errors import SandboxUnavailable
 from worker.spec import Limits
 
 V1_CONTROLLERS = ("memory", "pids", "cpu")

@@ -50,7 +50,7 @@ import requests
 from docker.api.client import APIClient
 from docker.types import DeviceRequest, LogConfig, Ulimit
 
-from app.errors import PlatformError, SandboxUnavailable
+from worker.core.errors import PlatformError, SandboxUnavailable
 from worker.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.sandbox.gpus import GpuLease, GpuSlots
 from worker.sandbox.local import JUDGE_EXTRA_MB, JUDGE_PIDS, hard_output_cap, sandbox_env

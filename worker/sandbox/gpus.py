@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from app.errors import PlatformError, SandboxUnavailable
+from worker.core.errors import PlatformError, SandboxUnavailable
 
 GPU_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,99}$")
 RETRY_S = 0.2

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from app.errors import PlatformError, SandboxUnavailable
+from worker.core.errors import PlatformError, SandboxUnavailable
 from worker.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.sandbox.cgroups import JobCgroups, detect_layout
 from worker.sandbox.process import ProcessResult, run_process

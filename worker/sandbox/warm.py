@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from app.errors import PlatformError
+from worker.core.errors import PlatformError
 from worker.sandbox.local import (
     EXIT_LAUNCH_FAILED,
     JOB_MOUNT,

@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from app.config import Settings
 from app.db import session_scope
 from app.models import ExerciseVersion, Submission, SubmissionStatus, utcnow
 from app.submissions import lease_expired
-from worker.outcome import Verdict
+from worker.core.config import Settings
+from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:
-    from app.dispatch import Dispatcher
+    from app.jobs.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
 SWEEP_BATCH = 500  # rows per sweep: a huge backlog is worked through over several intervals

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 
-from app.config import get_settings
 from app.db import session_scope
-from worker.celery_app import celery_app
+from app.jobs.celery_app import celery_app
+from worker.core.config import get_settings
 
 log = logging.getLogger(__name__)
 CHECK_TASK = "gpulab.run_check"

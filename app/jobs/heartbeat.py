@@ -24,10 +24,10 @@ from types import TracebackType
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.config import Settings
 from app.db import session_scope
 from app.models import WorkerBeat, utcnow
 from app.submissions import renew_lease
+from worker.core.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from app.config import SandboxKind, Settings
 from app.db import session_scope
 from app.exercises import list_published, spec_of
+from worker.core.config import SandboxKind, Settings
 from worker.spec import ExerciseSpec
 
 log = logging.getLogger(__name__)

@@ -17,9 +17,9 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.errors import ConfigError
+from worker.core.errors import ConfigError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 WEAK_SECRETS = {"", "secret", "changeme", "change-me", "dev", "password", "gpulab"}
 MIN_SECRET_LENGTH = 32
 
@@ -52,12 +52,12 @@ class Settings(BaseSettings):
     grading_workers: int = Field(default=2, ge=1, le=64)
     # local sandbox only: runtimes whose subjects fork from warm template processes ("", "all", or a comma
     # list of python,torch,tensorflow); GPULAB_GRADING_WORKERS templates per runtime key, started when the
-    # server or worker starts (worker/prewarm.py) or on first use.
+    # server or worker starts (app/jobs/prewarm.py) or on first use.
     warm_pools: str = ""
     max_code_bytes: int = Field(default=64 * 1024, ge=1024)
     max_attempts: int = Field(default=3, ge=1, le=10)
     timeout_margin_s: float = Field(default=5.0, ge=0.5)
-    # Leases (app/sweeper.py, worker/heartbeat.py): a grading renews its claim every heartbeat_interval_s; one
+    # Leases (app/jobs/sweeper.py, app/jobs/heartbeat.py): a grading renews its claim every heartbeat_interval_s; one
     # whose heartbeat is older than grading_lease_s (its worker died) is taken over. Every grading process
     # beats as a worker every heartbeat_interval_s and counts as dead after worker_stale_s. The sweeper runs
     # every sweep_interval_s and re-sends queued work that nobody picked up for stale_queued_s.

@@ -6,7 +6,7 @@ Contract:
   graded in the order they arrived); ``CeleryDispatcher`` sends the id to the ``cpu`` or ``gpu`` queue.
 - ``recover_unfinished`` re-dispatches every submission left queued, and every running one whose lease
   expired, so nothing accepted is ever lost across restarts. In-process mode owns every running row (no
-  other process grades), so it takes them all back at start-up. While running, ``app.sweeper`` does the same
+  other process grades), so it takes them all back at start-up. While running, ``app.jobs.sweeper`` does the same
   periodically, asking ``may_have_lost`` which stale queued submissions the transport may no longer hold.
 - ``CeleryDispatcher.dispatch`` fails within about a second when the broker is down (no long publish
   retries): the route keeps the submission queued and the sweeper sends it once the broker is back.
@@ -20,17 +20,17 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from app.config import Settings, get_settings
 from app.db import session_scope
 from app.models import SubmissionStatus
 from app.submissions import unfinished
+from worker.core.config import Settings, get_settings
 
 if TYPE_CHECKING:
     from celery import Celery
 
+    from app.jobs.celery_app import Backlog
     from app.models import ExerciseVersion
-    from worker.celery_app import Backlog
-    from worker.outcome import GradeOutcome
+    from worker.core.outcome import GradeOutcome
     from worker.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class InProcessDispatcher:
 
     def dispatch(self, submission_id: str, queue: str) -> None:
         """Queue the grading in this process's pool."""
-        from worker.tasks import grade_submission  # the worker side is imported only when grading here
+        from app.jobs.tasks import grade_submission  # the worker side is imported only when grading here
 
         future: Future[object] = self._pool.submit(grade_submission, submission_id)
         with self._lock:
@@ -118,8 +118,8 @@ class InProcessDispatcher:
 
     def start_background(self, settings: Settings) -> None:
         """Beat as this process's grading worker and sweep periodically, as a Celery worker does."""
-        from app.sweeper import Sweeper
-        from worker.heartbeat import ProcessBeat, count_redispatched, process_name
+        from app.jobs.heartbeat import ProcessBeat, count_redispatched, process_name
+        from app.jobs.sweeper import Sweeper
 
         self._beat = ProcessBeat(settings, name=process_name("embedded"), queues=["cpu", "gpu"]).start()
         from app.checks import sweep_checks
@@ -153,13 +153,13 @@ class CeleryDispatcher:
     PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0.1, "interval_step": 0.3, "interval_max": 0.5}
 
     def __init__(self, settings: Settings, celery: Celery | None = None) -> None:
-        from worker.celery_app import make_celery
+        from app.jobs.celery_app import make_celery
 
         self._celery = celery or make_celery(settings)
 
     def dispatch(self, submission_id: str, queue: str) -> None:
         """Send the id to the queue; a duplicate message is harmless because grading claims first."""
-        from worker.celery_app import GRADE_TASK, QUEUES
+        from app.jobs.celery_app import GRADE_TASK, QUEUES
 
         self._celery.send_task(
             GRADE_TASK, args=[submission_id], queue=queue if queue in QUEUES else "cpu",
@@ -168,14 +168,14 @@ class CeleryDispatcher:
 
     def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
         """Send the run to the exercise's fast lane (``examples-cpu``/``examples-gpu``) and wait for its outcome."""
-        from worker.example_tasks import run_on_lane
+        from app.jobs.example_tasks import run_on_lane
 
         return run_on_lane(self._celery, version, code, wait_s=wait_s)
 
     def start_check(self, check_id: int, queue: str) -> None:
         """Send the check id to the exercise's queue; a duplicate is harmless because the check is claimed first."""
-        from worker.celery_app import QUEUES
-        from worker.check_tasks import CHECK_TASK
+        from app.jobs.celery_app import QUEUES
+        from app.jobs.check_tasks import CHECK_TASK
 
         self._celery.send_task(
             CHECK_TASK, args=[check_id], queue=queue if queue in QUEUES else "cpu", retry_policy=self.PUBLISH_RETRY
@@ -183,7 +183,7 @@ class CeleryDispatcher:
 
     def broker_backlog(self) -> dict[str, Backlog]:
         """Return what the broker holds per queue: waiting plus delivered, not acknowledged."""
-        from worker.celery_app import QUEUES, broker_backlog
+        from app.jobs.celery_app import QUEUES, broker_backlog
 
         with self._celery.connection_for_write() as connection:
             return broker_backlog(connection, QUEUES)
@@ -220,7 +220,7 @@ def make_dispatcher(settings: Settings) -> Dispatcher:
     """Return Celery's dispatcher, or the in-process one: it starts warming its templates, beating and sweeping."""
     if settings.broker_url:
         return CeleryDispatcher(settings)
-    from worker.prewarm import prewarm_in_background  # grading happens in this process: warm it up
+    from app.jobs.prewarm import prewarm_in_background  # grading happens in this process: warm it up
 
     prewarm_in_background(settings)
     dispatcher = InProcessDispatcher(settings.grading_workers)

@@ -1,8 +1,8 @@
 """What a Celery grading worker does besides its tasks: beat, sweep, and stop cleanly.
 
-Contract (connected to Celery's signals when the worker imports this module, see ``worker.celery_app``):
+Contract (connected to Celery's signals when the worker imports this module, see ``app.jobs.celery_app``):
 - ``worker_ready``: the worker writes its ``WorkerBeat`` (name ``celery@host:pid``-style from Celery's
-  hostname, the queues it consumes) every heartbeat interval and runs the sweeper (``app.sweeper``, with
+  hostname, the queues it consumes) every heartbeat interval and runs the sweeper (``app.jobs.sweeper``, with
   ``app.checks.sweep_checks`` for instructor checks) with a Celery dispatcher on its own app, so stranded
   work is sent again as long as any worker lives.
 - ``worker_shutdown``: both stop; the beat row is marked stopped (an orderly exit is not a dead worker).
@@ -21,10 +21,10 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutdown
 
 from app.checks import sweep_checks
-from app.config import get_settings
-from app.dispatch import CeleryDispatcher
-from app.sweeper import Sweeper, SweepReport
-from worker.heartbeat import ProcessBeat, count_redispatched
+from app.jobs.dispatch import CeleryDispatcher
+from app.jobs.heartbeat import ProcessBeat, count_redispatched
+from app.jobs.sweeper import Sweeper, SweepReport
+from worker.core.config import get_settings
 
 log = logging.getLogger(__name__)
 _running: dict[str, Any] = {}

@@ -5,7 +5,7 @@ Contract:
   ``MAX_JOB_CODE_CHARS`` here and at the worker's ``max_code_bytes``. The worker re-reads the version by id
   (versions never change, so specs are cached by id) and grades against its example tests in its own sandbox.
 - ``lane_for(queue)`` is ``examples-cpu`` or ``examples-gpu``: a GPU exercise's example runs reach GPU workers.
-- The task returns an ``ExampleRunReply`` (the outcome, or a learner-facing error with its HTTP status). Only
+- The task returns an ``ExampleRunReply`` (the outcome, or a learner-facing error and its kind). Only
   this task stores a result: in ``lane_backend``, a Redis result backend on the broker's Redis whose keys
   expire after ``RESULT_TTL_S`` (every other task keeps ``ignore_result``).
 - ``run_on_lane`` sends the job with ``expires`` = the wait, so a run nobody waits for any more is dropped
@@ -20,15 +20,22 @@ import functools
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from celery import Task
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.config import get_settings
-from app.errors import GpulabError, InvalidInput, NotFound, PlatformError, RunnerUnavailable
-from worker.celery_app import celery_app
-from worker.outcome import GradeOutcome, TestOutcome, TestOutcomeKind, Verdict
+from app.jobs.celery_app import celery_app
+from worker.core.config import get_settings
+from worker.core.errors import (
+    GpulabError,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    PlatformError,
+    RunnerUnavailable,
+)
+from worker.core.outcome import GradeOutcome, TestOutcome, TestOutcomeKind, Verdict
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -86,18 +93,24 @@ class OutcomeOut(BaseModel):
         return GradeOutcome(**{**self.model_dump(exclude={"tests"}), "tests": tests})
 
 
+# The learner-facing errors a worker may send back, by the name the reply carries (no HTTP codes on this side).
+REPLY_ERRORS: dict[str, type[GpulabError]] = {
+    "not_found": NotFound, "invalid_input": InvalidInput, "too_large": PayloadTooLarge,
+}  # fmt: skip
+
+
 class ExampleRunReply(BaseModel):
-    """What the task returns: an outcome, or the error (and its HTTP status) the learner should see."""
+    """What the task returns: an outcome, or the error (and its kind) the learner should see."""
 
     outcome: OutcomeOut | None = None
-    error_status: int = 0
+    error_kind: Literal["", "not_found", "invalid_input", "too_large", "platform"] = ""
     error: str = ""
 
     def result(self) -> GradeOutcome:
         """Return the outcome or raise the error as the API would have raised it in-process."""
         if self.outcome is not None:
             return self.outcome.to_outcome()
-        kind = {404: NotFound, 422: InvalidInput}.get(self.error_status, PlatformError)
+        kind = REPLY_ERRORS.get(self.error_kind, PlatformError)
         raise kind(self.error or "the example run failed on the worker")
 
 
@@ -154,15 +167,16 @@ def run_example_job(payload: object) -> dict[str, Any]:
     try:
         job = ExampleRunJob.model_validate(payload)
     except ValidationError as exc:
-        reply = ExampleRunReply(error_status=422, error=f"invalid example-run job ({exc.error_count()} problems)")
+        problem = f"invalid example-run job ({exc.error_count()} problems)"
+        reply = ExampleRunReply(error_kind="invalid_input", error=problem)
         return reply.model_dump(mode="json")
     settings = get_settings()
     try:
         check_code(job.code, settings.max_code_bytes)
         outcome = run_examples(_spec(job.exercise_version_id), job.code, sandbox=get_sandbox(settings))
     except GpulabError as exc:
-        status = exc.status_code if exc.status_code in (404, 413, 422) else 500
-        return ExampleRunReply(error_status=status, error=exc.message).model_dump(mode="json")
+        kind = next((name for name, cls in REPLY_ERRORS.items() if isinstance(exc, cls)), "platform")
+        return ExampleRunReply(error_kind=kind, error=exc.message).model_dump(mode="json")
     return {"outcome": outcome.to_json()}
 
 

@@ -1,8 +1,9 @@
 """Grade one stored submission by id: the task both dispatchers run.
 
 Contract:
-- ``grade_submission(submission_id)`` takes an id, re-fetches everything, and is idempotent: ``claim`` lets
-  only one delivery grade; a graded submission is never graded again.
+- ``grade_submission(submission_id)`` takes an id (the Celery task checks it is one), re-fetches everything,
+  hands the grading side only the spec and the code (``worker.grading.grade``), and is idempotent:
+  ``claim`` lets only one delivery grade; a graded submission is never graded again.
 - The claim is committed before the sandbox runs (the UI sees ``running``) and the result in a second
   transaction, so no database transaction stays open while learner code runs. While the sandbox runs, a
   ``LeaseKeeper`` renews the claim's heartbeat; the result is written only if this grading's attempt still
@@ -20,20 +21,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
+from pydantic import StringConstraints, TypeAdapter, ValidationError
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
 from app import news
-from app.config import Settings, get_settings
 from app.db import session_scope
-from app.errors import GpulabError
 from app.exercises import spec_of
+from app.jobs.celery_app import GRADE_TASK, celery_app
+from app.jobs.heartbeat import LeaseKeeper, grading_finished, grading_started
 from app.submissions import claim, held, record_outcome, record_platform_failure
-from worker.celery_app import GRADE_TASK, celery_app
+from worker.core.config import Settings, get_settings
+from worker.core.errors import GpulabError
+from worker.core.outcome import GradeOutcome, Verdict
 from worker.grading import grade
-from worker.heartbeat import LeaseKeeper, grading_finished, grading_started
-from worker.outcome import GradeOutcome, Verdict
 from worker.sandbox import get_sandbox
 from worker.spec import ExerciseSpec
 
@@ -135,8 +137,16 @@ def grade_submission(submission_id: str) -> Verdict | None:
     return None
 
 
+SubmissionId = TypeAdapter(Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")])
+
+
 @celery_app.task(name=GRADE_TASK, acks_late=True, reject_on_worker_lost=True)
-def grade_submission_task(submission_id: str) -> str | None:
-    """Celery entry point: grade one submission by id."""
-    verdict = grade_submission(submission_id)
+def grade_submission_task(submission_id: object) -> str | None:
+    """Celery entry point: grade one submission by id (the message is checked first, never trusted)."""
+    try:
+        valid_id = SubmissionId.validate_python(submission_id)
+    except ValidationError:
+        log.error("dropped a grading message whose submission id is not one: %.80r", submission_id)
+        return None
+    verdict = grade_submission(valid_id)
     return verdict.value if verdict else None

@@ -1,9 +1,9 @@
 """The Celery application: Redis broker, queues ``cpu`` and ``gpu``, late acks.
 
 Contract: tasks are acknowledged only after they finish (``acks_late``) and rejected back to the queue if
-the worker process dies, so a message is never lost; the task itself is idempotent (see ``worker.tasks``).
+the worker process dies, so a message is never lost; the task itself is idempotent (see ``app.jobs.tasks``).
 A worker killed outright (SIGKILL, a node lost) leaves its messages unacknowledged in Redis until the
-visibility timeout: the sweeper (``app.sweeper``, run by every worker, see ``worker.lifecycle``) does not wait
+visibility timeout: the sweeper (``app.jobs.sweeper``, run by every worker, see ``app.jobs.lifecycle``) does not wait
 for that, it re-dispatches the submission once its lease expires. A message redelivered later finds the
 submission graded and is dropped. ``broker_backlog`` reads which submissions each queue holds (or only how
 many, for a very long queue), so the sweeper can tell a long queue from a lost one.
@@ -19,7 +19,7 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
-from app.config import Settings, get_settings
+from worker.core.config import Settings, get_settings
 
 QUEUES = ("cpu", "gpu")
 GRADE_TASK = "gpulab.grade_submission"
@@ -35,7 +35,7 @@ VISIBILITY_TIMEOUT_S = 2 * GRADING_TIME_LIMIT_S
 def make_celery(settings: Settings | None = None) -> Celery:
     """Build the Celery app for ``settings.broker_url``."""
     settings = settings or get_settings()
-    tasks = ["worker.tasks", "worker.lifecycle", "worker.example_tasks", "worker.check_tasks"]
+    tasks = ["app.jobs.tasks", "app.jobs.lifecycle", "app.jobs.example_tasks", "app.jobs.check_tasks"]
     celery = Celery("gpulab", broker=settings.broker_url, include=tasks)
     celery.conf.update(
         task_queues=[Queue(name) for name in QUEUES],
