@@ -42,13 +42,22 @@ router = APIRouter(prefix="/api/exercises", tags=["exercises"])
 _gate_lock = threading.Lock()
 
 
+# Example runs one API process may wait on at once in Celery mode (each holds a threadpool thread of 40).
+CELERY_RUN_WAITERS = 16
+
+
 async def get_run_gate(request: Request) -> RunGate:
-    """Return the process's example-run gate, made on first use with one slot per grading worker."""
+    """Return the process's example-run gate, made on first use.
+
+    Embedded, runs grade in this process: one slot per grading worker. With a broker this process only waits
+    on the workers' fast lane, so it may wait on more runs at once (the lane's own concurrency paces them).
+    """
     with _gate_lock:
         gate: RunGate | None = getattr(request.app.state, "run_gate", None)
         if gate is None:
             state = request.app.state  # per-user counts live in the app's limiter, shared across processes
-            gate = state.run_gate = RunGate(max_parallel=state.settings.grading_workers, limiter=state.rate_limiter)
+            slots = CELERY_RUN_WAITERS if state.settings.broker_url else state.settings.grading_workers
+            gate = state.run_gate = RunGate(max_parallel=slots, limiter=state.rate_limiter)
         return gate
 
 
