@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,3 +87,31 @@ def child_env(**env: str) -> dict[str, str]:
     base.update({f"GPULAB_{k.upper()}": v for k, v in env.items()})
     base["PATH"] = f"{Path(REPO_ROOT / '.venv' / 'bin')}:{base.get('PATH', '')}"
     return base
+
+
+def start_gpulab(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``gpulab ARGS`` with the complete environment ``env`` (see ``child_env``), its output appended to
+    ``log``, in a process group of its own (a group kill takes its sandboxes and companions with it)."""
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            ["gpulab", *args], env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+
+def wait_until_ready(log: Path, process: subprocess.Popen[bytes], *, count: int = 1, timeout_s: float = 90) -> None:
+    """Wait until ``log`` shows ``count`` Celery workers ready (a worker and its companion count two)."""
+    wait_for(lambda: log.read_bytes().count(b" ready.") >= count or process.poll() is not None, timeout_s=timeout_s)
+    assert process.poll() is None, log.read_text(errors="replace")
+
+
+def stop_gracefully(process: subprocess.Popen[bytes], timeout_s: float = 40) -> None:
+    """SIGTERM the process (its own warm shutdown), then SIGKILL its group if it does not exit in time."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -21,7 +21,16 @@ import redis
 
 from app.example_runs import RUNS_PER_USER
 from app.ratelimit import KEY_PREFIX
-from tests.support import bank_file, child_env, free_port, fresh_postgres_db, require_service, wait_for
+from tests.support import (
+    bank_file,
+    child_env,
+    free_port,
+    fresh_postgres_db,
+    require_service,
+    start_gpulab,
+    stop_gracefully,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
@@ -68,20 +77,6 @@ class Stack:
         return cookie
 
 
-def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as sink:
-        return subprocess.Popen(["gpulab", *args], env=env, stdout=sink, stderr=subprocess.STDOUT)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     """PostgreSQL, Redis db 13, one Celery worker and `gpulab serve --workers 2`; yield how to reach them."""
@@ -106,8 +101,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         assert done.returncode == 0, done.stderr
 
     worker_log, serve_log, port = data / "worker.log", data / "serve.log", free_port()
-    worker = _start(["worker", "--queues", "cpu", "--concurrency", "2"], env, worker_log)
-    server = _start(["serve", "--workers", "2", "--port", str(port)], env, serve_log)
+    worker = start_gpulab(["worker", "--queues", "cpu", "--concurrency", "2"], env, worker_log)
+    server = start_gpulab(["serve", "--workers", "2", "--port", str(port)], env, serve_log)
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -124,8 +119,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         wait_for(up, timeout_s=90, interval_s=0.3)
         yield Stack(base=base, log=serve_log)
     finally:
-        _stop(server)
-        _stop(worker)
+        stop_gracefully(server, 30)
+        stop_gracefully(worker, 30)
 
 
 def _both(pids: list[int]) -> None:

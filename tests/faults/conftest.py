@@ -29,7 +29,7 @@ import pytest
 import redis
 
 from app.db import engine_for
-from tests.support import child_env, free_port, wait_for
+from tests.support import child_env, free_port, start_gpulab, wait_for
 
 PG_PORT = 55432
 REDIS_PORT = 56379
@@ -170,12 +170,7 @@ class Deployment:
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
 
     def _start(self, name: str, argv: list[str], **extra: str) -> subprocess.Popen[bytes]:
-        log = self.logs / f"{name}.log"
-        with log.open("ab") as sink:
-            process = subprocess.Popen(
-                argv, env=child_env(**{**self.env, **extra}), stdout=sink, stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own process group: a kill takes its sandboxes with it
-            )  # fmt: skip
+        process = start_gpulab(argv[1:], child_env(**{**self.env, **extra}), self.logs / f"{name}.log")
         self.processes.append((name, process))
         return process
 

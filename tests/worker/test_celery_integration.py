@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,19 @@ from app.migrate import upgrade
 from app.models import Role, Submission, SubmissionStatus, User
 from app.security import create_user
 from app.submissions import create_submission
-from tests.support import BANK, REDIS_URL, bank_file, child_env, configure, fresh_postgres_db, require_service, wait_for
+from tests.support import (
+    BANK,
+    REDIS_URL,
+    bank_file,
+    child_env,
+    configure,
+    fresh_postgres_db,
+    require_service,
+    start_gpulab,
+    stop_gracefully,
+    wait_for,
+    wait_until_ready,
+)
 from worker.core.config import get_settings
 from worker.core.outcome import Verdict
 
@@ -37,24 +48,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     }
     redis.Redis.from_url(REDIS_URL).flushdb()
     log = Path(env["data_dir"]) / "worker.log"
-    with log.open("wb") as sink:
-        worker = subprocess.Popen(
-            ["gpulab", "worker", "--queues", "cpu", "--concurrency", "2"],
-            env=child_env(**env),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
+    worker = start_gpulab(["worker", "--queues", "cpu", "--concurrency", "2"], child_env(**env), log)
     try:
-        wait_for(lambda: b"ready" in log.read_bytes() or worker.poll() is not None, timeout_s=60)
-        assert worker.poll() is None, log.read_text(errors="replace")
+        wait_until_ready(log, worker, timeout_s=60)
         yield env
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop_gracefully(worker, 20)
 
 
 @pytest.fixture

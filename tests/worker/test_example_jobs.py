@@ -26,7 +26,18 @@ from app.jobs.dispatch import CeleryDispatcher
 from app.migrate import upgrade
 from app.models import ExerciseCheck, ExerciseVersion, Role, Submission, User, utcnow
 from app.security import create_user
-from tests.support import BANK, bank_file, child_env, configure, fresh_postgres_db, require_service, wait_for
+from tests.support import (
+    BANK,
+    bank_file,
+    child_env,
+    configure,
+    fresh_postgres_db,
+    require_service,
+    start_gpulab,
+    stop_gracefully,
+    wait_for,
+    wait_until_ready,
+)
 from worker.core.config import get_settings
 from worker.core.outcome import GradeOutcome
 
@@ -39,26 +50,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 
 def _start_worker(env: dict[str, str], log: Path, *args: str) -> subprocess.Popen[bytes]:
-    with log.open("ab") as sink:
-        worker = subprocess.Popen(
-            ["gpulab", "worker", *args], env=child_env(**env), stdout=sink, stderr=subprocess.STDOUT
-        )
-    return worker
-
-
-def _ready(log: Path, count: int, worker: subprocess.Popen[bytes]) -> None:
-    wait_for(lambda: log.read_bytes().count(b" ready.") >= count or worker.poll() is not None, timeout_s=90)
-    assert worker.poll() is None, log.read_text(errors="replace")
-
-
-def _stop(worker: subprocess.Popen[bytes]) -> None:
-    if worker.poll() is None:
-        worker.terminate()
-        try:
-            worker.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+    return start_gpulab(["worker", *args], child_env(**env), log)
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +69,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     log = Path(env["data_dir"]) / "worker.log"
     worker = _start_worker(env, log, "--queues", "cpu", "--concurrency", "1", "--examples-concurrency", "1")
     try:
-        _ready(log, 2, worker)  # the grading worker and its example-lane companion
+        wait_until_ready(log, worker, count=2)  # the grading worker and its example-lane companion
         yield env
     finally:
-        _stop(worker)
+        stop_gracefully(worker)
         assert b"examples-cpu" in log.read_bytes()
 
 
@@ -196,7 +188,7 @@ def test_a_check_whose_worker_is_killed_is_sent_again_and_finishes(env: dict[str
     second: subprocess.Popen[bytes] | None = None
     dispatcher = CeleryDispatcher(get_settings())
     try:
-        _ready(log, 1, first)
+        wait_until_ready(log, first)
         dispatcher.start_check(check_id, queue)
         wait_for(lambda: _check(check_id).status == "running", timeout_s=30)
         time.sleep(6.5)  # longer than the lease, still grading the slow solution: only the heartbeat kept it
@@ -209,7 +201,7 @@ def test_a_check_whose_worker_is_killed_is_sent_again_and_finishes(env: dict[str
         assert claimed.status == "running" and claimed.attempts == 1
 
         second = _start_worker(env, log, "--queues", "gpu", "--concurrency", "1", "--examples-concurrency", "0")
-        _ready(log, 2, second)
+        wait_until_ready(log, second, count=2)
         wait_for(lambda: utcnow() - _check(check_id).heartbeat_at > timedelta(seconds=6), timeout_s=30)  # type: ignore[operator]
         with session_scope() as session:
             jobs = redispatchable_checks(session=session, now=utcnow(), lease_s=6, stale_queued_s=30)
@@ -223,7 +215,7 @@ def test_a_check_whose_worker_is_killed_is_sent_again_and_finishes(env: dict[str
         dispatcher.shutdown()
         for worker in (first, second):
             if worker is not None:
-                _stop(worker)
+                stop_gracefully(worker)
     assert isinstance(done, ExerciseCheck)
     assert done.status == "passed", (done.problems, log.read_text(errors="replace")[-3000:])
     assert done.attempts == 2 and len(done.lines) == done.total == 2
