@@ -11,7 +11,8 @@ Contract:
 - After each of those commits it publishes the change (``app.news``), so a status stream in this process
   (the embedded server) shows it without waiting for its next poll.
 - A database that cannot be reached (a PostgreSQL restart) is waited for with back-off around the claim and
-  around the record (``with_database_retry``), so a finished grading is not thrown away.
+  around the record (``with_database_retry``), so a finished grading is not thrown away; a database away
+  for longer gives the message back to the queue (``Reject(requeue=True)``) instead of acknowledging it.
 - Only platform errors (``internal_error``) are retried, up to ``settings.max_attempts`` tries in all;
   then the submission settles as ``error``. Learner verdicts are final.
 """
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Annotated, TypeVar
 
+from celery.exceptions import Reject
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
@@ -42,6 +44,7 @@ from worker.spec import ExerciseSpec
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 0.5
 DB_GIVE_UP_S = 120.0
+DATABASE_AWAY = (OperationalError, InterfaceError, DisconnectionError)
 T = TypeVar("T")
 
 
@@ -90,19 +93,19 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
     return outcome, settled
 
 
-def with_database_retry(action: Callable[[], T], *, what: str, give_up_s: float = DB_GIVE_UP_S) -> T:
+def with_database_retry(action: Callable[[], T], *, what: str, give_up_s: float | None = None) -> T:
     """Run ``action`` (one whole transaction), again with back-off while the database cannot be reached.
 
     A PostgreSQL restart or fail-over drops every connection; the work in memory (a finished grading) is
-    worth waiting for. After ``give_up_s`` the error propagates: the lease then expires and the sweeper sends
-    the submission again, so nothing is lost either way.
+    worth waiting for. After ``give_up_s`` (default ``DB_GIVE_UP_S``) the error propagates: the task gives
+    its message back, the lease expires and the sweeper sends the submission again: nothing is lost.
     """
-    deadline = time.monotonic() + give_up_s
+    deadline = time.monotonic() + (DB_GIVE_UP_S if give_up_s is None else give_up_s)
     delay_s = 0.5
     while True:
         try:
             return action()
-        except (OperationalError, InterfaceError, DisconnectionError):
+        except DATABASE_AWAY:
             if time.monotonic() + delay_s > deadline:
                 raise
             log.warning("database unreachable during %s; retrying in %.1f s", what, delay_s, exc_info=True)
@@ -148,5 +151,10 @@ def grade_submission_task(submission_id: object) -> str | None:
     except ValidationError:
         log.error("dropped a grading message whose submission id is not one: %.80r", submission_id)
         return None
-    verdict = grade_submission(valid_id)
+    try:
+        verdict = grade_submission(valid_id)
+    except DATABASE_AWAY as exc:
+        # with_database_retry already waited DB_GIVE_UP_S: give the message back rather than let Celery ack
+        # a failure, so the submission is tried again once the database is back (the sweeper would too).
+        raise Reject(f"database unreachable: {exc}", requeue=True) from exc
     return verdict.value if verdict else None
