@@ -121,7 +121,9 @@ class InProcessDispatcher:
         from app.jobs.heartbeat import ProcessBeat, count_redispatched, process_name
         from app.jobs.sweeper import Sweeper
 
-        self._beat = ProcessBeat(settings, name=process_name("embedded"), queues=["cpu", "gpu"]).start()
+        # This process grades everything: both queues and their example-run lanes (runs happen in requests).
+        queues = ["cpu", "gpu", "examples-cpu", "examples-gpu"]
+        self._beat = ProcessBeat(settings, name=process_name("embedded"), queues=queues).start()
         from app.checks import sweep_checks
 
         self._sweeper = Sweeper(

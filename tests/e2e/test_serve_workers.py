@@ -39,8 +39,10 @@ REDIS_URL = "redis://127.0.0.1:6379/13"
 PASSWORD = "a-fine-long-password"
 LEARNERS = ("ada@example.com", "bob@example.com", "cy@example.com", "dee@example.com")
 SLUG = "python-split-batch"
+STAFF = (("ivy@example.com", "instructor"), ("abe@example.com", "admin"))
 MAX_FAILURES = 5
 EVENTS_POLL_S = 30.0  # the streams' safety-net poll: anything sooner than this came through news
+VOLATILE_KEYS = {"now", "last_seen_at", "seen_ago_s", "age_s", "busy", "redispatched"}  # the clock moves
 ROUNDS, PER_ROUND = 15, 4  # at most 60 requests to see both processes answer
 ACCESS = re.compile(r'\[(\d+)\] [\d.]+:\d+ - "(\w+) (\S+) HTTP/[\d.]+" (\d+)')
 
@@ -98,6 +100,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     redis.Redis.from_url(REDIS_URL).flushdb()
     steps: list[tuple[list[str], str | None]] = [(["db", "upgrade"], None), (["exercises", "sync"], None)]
     steps += [(["user", "add", email, "--password-stdin"], PASSWORD + "\n") for email in LEARNERS]
+    steps += [
+        (["user", "add", email, "--role", role, "--password-stdin"], PASSWORD + "\n") for email, role in STAFF
+    ]
     for args, stdin in steps:
         done = subprocess.run(["gpulab", *args], env=env, input=stdin, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
@@ -257,3 +262,47 @@ def test_login_failures_are_limited_across_processes(stack: Stack) -> None:
         keys = client_redis.keys(f"{KEY_PREFIX}:*")
         if keys:
             client_redis.delete(*keys)
+
+
+def test_every_read_of_the_api_answers_the_same_from_either_process(stack: Stack) -> None:
+    learner = stack.login("bob@example.com")
+    with stack.client(learner) as client:
+        created = client.post(f"/api/exercises/{SLUG}/submissions", json={"code": bank_file(SLUG, "solution.py")})
+    assert created.status_code == 202, created.text
+    submission_id = created.json()["id"]
+    _follow(stack, learner, submission_id)  # graded by the worker
+    reads = {
+        learner: [
+            "/api/auth/me", "/api/exercises", f"/api/exercises/{SLUG}", f"/api/exercises/{SLUG}/progress",
+            f"/api/exercises/{SLUG}/attempts", "/api/me/progress", "/api/me/submissions",
+            f"/api/submissions/{submission_id}", f"/api/submissions/{submission_id}/diff",
+        ],
+        stack.login("ivy@example.com"): [
+            "/api/instructor/exercises", f"/api/instructor/exercises/{SLUG}/submissions",
+            f"/api/exercises/{SLUG}/submissions", f"/api/instructor/submissions/{submission_id}/history",
+        ],
+        stack.login("abe@example.com"): ["/api/admin/stats", "/api/admin/users", "/api/admin/liveness"],
+    }  # fmt: skip
+    for cookie, paths in reads.items():
+        for path in paths:
+            since = stack.mark()
+            bodies: list[object] = []
+
+            def read(path: str = path, bodies: list[object] = bodies, cookie: str = cookie) -> httpx.Response:
+                with stack.client(cookie) as client:
+                    answer = client.get(path)
+                if answer.status_code == 200:
+                    bodies.append(_stable(answer.json()))
+                return answer
+
+            _until_both_answer(stack, since, "GET", path, read, 200)
+            assert all(body == bodies[0] for body in bodies), f"{path}: the two processes disagree"
+
+
+def _stable(body: object) -> object:
+    """Drop what legitimately differs between two reads (the clock), keep everything else."""
+    if isinstance(body, dict):
+        return {k: _stable(v) for k, v in body.items() if k not in VOLATILE_KEYS}
+    if isinstance(body, list):
+        return [_stable(v) for v in body]
+    return body
