@@ -295,12 +295,12 @@ def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> N
     settings = get_settings()
     if not settings.broker_url:
         raise click.ClickException("set GPULAB_BROKER_URL (e.g. redis://127.0.0.1:6379/0) to run a worker")
-    from app.jobs.celery_app import QUEUES, celery_app
-    from app.jobs.example_tasks import EXAMPLE_LANES
+    from app.jobs.celery_app import celery_app
+    from app.jobs.queues import ALL_QUEUES, EXAMPLE_LANES
     from worker.sandbox import get_sandbox
 
     wanted = list(dict.fromkeys(q.strip() for q in queues.split(",") if q.strip()))
-    known = (*QUEUES, *EXAMPLE_LANES.values())
+    known = ALL_QUEUES
     unknown = set(wanted) - set(known)
     if unknown or not wanted:
         raise click.ClickException(

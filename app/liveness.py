@@ -24,16 +24,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
+from app.jobs.queues import ALL_QUEUES, DEFAULT_QUEUE, grading_queue, lane_for
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, WorkerBeat
 from app.schemas import as_utc
 from worker.core.config import Settings
 
-# The grading queues and their example-run lanes (app.jobs.celery_app.QUEUES, app.jobs.example_tasks.EXAMPLE_LANES;
-# not imported: they load Celery, which the embedded default never needs).
-QUEUES = ("cpu", "gpu")
-EXAMPLE_LANES = {"cpu": "examples-cpu", "gpu": "examples-gpu"}
-ALL_QUEUES = (*QUEUES, *EXAMPLE_LANES.values())
-DEFAULT_QUEUE = "cpu"
 STRANDED_QUEUED_S = 60.0
 WORKERS_SHOWN = 50
 STRANDED_SHOWN = 50
@@ -146,8 +141,8 @@ def required_queues(*, session: Session) -> list[str]:
         .where(Exercise.is_published.is_(True))
         .distinct()
     )
-    needed = {q if q in QUEUES else DEFAULT_QUEUE for q in session.scalars(stmt)} | {DEFAULT_QUEUE}
-    return sorted(needed | {EXAMPLE_LANES[q] for q in needed})
+    needed = {grading_queue(q) for q in session.scalars(stmt)} | {DEFAULT_QUEUE}
+    return sorted(needed | {lane_for(q) for q in needed})
 
 
 def _stranded_filter(*, settings: Settings, now: datetime) -> ColumnElement[bool]:

@@ -41,7 +41,8 @@ from prometheus_client.utils import floatToGoString
 from sqlalchemy import ColumnElement, Float, String, case, cast, func, or_, select, union_all
 from sqlalchemy.orm import Session
 
-from app.liveness import ALL_QUEUES, QUEUES, live_per_queue, worker_state
+from app.jobs.queues import ALL_QUEUES, QUEUES
+from app.liveness import live_per_queue, worker_state
 from app.models import ExerciseVersion, GradingRecord, Submission, SubmissionStatus, WorkerBeat
 from app.schemas import as_utc
 from worker.core.config import Settings

@@ -19,9 +19,9 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
+from app.jobs.queues import QUEUES
 from worker.core.config import Settings, get_settings
 
-QUEUES = ("cpu", "gpu")
 GRADE_TASK = "gpulab.grade_submission"
 # The longest a grading task may run before Celery kills it: above every exercise's own time limits, which
 # the sandbox enforces twice; only a bug of ours reaches it.

@@ -21,6 +21,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from app.db import session_scope
+from app.jobs.queues import ALL_QUEUES, QUEUES, grading_queue
 from app.models import SubmissionStatus
 from app.submissions import unfinished
 from worker.core.config import Settings, get_settings
@@ -122,7 +123,7 @@ class InProcessDispatcher:
         from app.jobs.sweeper import Sweeper
 
         # This process grades everything: both queues and their example-run lanes (runs happen in requests).
-        queues = ["cpu", "gpu", "examples-cpu", "examples-gpu"]
+        queues = list(ALL_QUEUES)
         self._beat = ProcessBeat(settings, name=process_name("embedded"), queues=queues).start()
         from app.checks import sweep_checks
 
@@ -161,11 +162,10 @@ class CeleryDispatcher:
 
     def dispatch(self, submission_id: str, queue: str) -> None:
         """Send the id to the queue; a duplicate message is harmless because grading claims first."""
-        from app.jobs.celery_app import GRADE_TASK, QUEUES
+        from app.jobs.celery_app import GRADE_TASK
 
         self._celery.send_task(
-            GRADE_TASK, args=[submission_id], queue=queue if queue in QUEUES else "cpu",
-            retry_policy=self.PUBLISH_RETRY,
+            GRADE_TASK, args=[submission_id], queue=grading_queue(queue), retry_policy=self.PUBLISH_RETRY,
         )  # fmt: skip
 
     def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
@@ -176,16 +176,15 @@ class CeleryDispatcher:
 
     def start_check(self, check_id: int, queue: str) -> None:
         """Send the check id to the exercise's queue; a duplicate is harmless because the check is claimed first."""
-        from app.jobs.celery_app import QUEUES
         from app.jobs.check_tasks import CHECK_TASK
 
         self._celery.send_task(
-            CHECK_TASK, args=[check_id], queue=queue if queue in QUEUES else "cpu", retry_policy=self.PUBLISH_RETRY
+            CHECK_TASK, args=[check_id], queue=grading_queue(queue), retry_policy=self.PUBLISH_RETRY
         )
 
     def broker_backlog(self) -> dict[str, Backlog]:
         """Return what the broker holds per queue: waiting plus delivered, not acknowledged."""
-        from app.jobs.celery_app import QUEUES, broker_backlog
+        from app.jobs.celery_app import broker_backlog
 
         with self._celery.connection_for_write() as connection:
             return broker_backlog(connection, QUEUES)
@@ -200,10 +199,8 @@ class CeleryDispatcher:
             return [submission_id for submission_id, _ in stale]
         lost = []
         for submission_id, queue in stale:
-            held = backlog.get(queue if queue in backlog else "cpu")
-            if held is None:
-                lost.append(submission_id)
-            elif held.ids is not None:
+            held = backlog[grading_queue(queue)]
+            if held.ids is not None:
                 if submission_id not in held.ids:
                     lost.append(submission_id)
             elif held.length < waiting_by_queue.get(queue, 0):

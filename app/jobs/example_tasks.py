@@ -4,7 +4,7 @@ Contract:
 - ``ExampleRunJob`` is the whole message (JSON, never pickle): an exercise version id and the code, capped at
   ``MAX_JOB_CODE_CHARS`` here and at the worker's ``max_code_bytes``. The worker re-reads the version by id
   (versions never change, so specs are cached by id) and grades against its example tests in its own sandbox.
-- ``lane_for(queue)`` is ``examples-cpu`` or ``examples-gpu``: a GPU exercise's example runs reach GPU workers.
+- Runs go to the exercise's lane (``app.jobs.queues.lane_for``): a GPU exercise's example runs reach GPU workers.
 - The task returns an ``ExampleRunReply`` (the outcome, or a learner-facing error and its kind). Only
   this task stores a result: in ``lane_backend``, a Redis result backend on the broker's Redis whose keys
   expire after ``RESULT_TTL_S`` (every other task keeps ``ignore_result``).
@@ -26,6 +26,7 @@ from celery import Task
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.jobs.celery_app import celery_app
+from app.jobs.queues import lane_for
 from worker.core.config import get_settings
 from worker.core.errors import (
     GpulabError,
@@ -44,16 +45,10 @@ if TYPE_CHECKING:
     from worker.spec import ExerciseSpec
 
 EXAMPLE_TASK = "gpulab.run_examples"
-EXAMPLE_LANES = {"cpu": "examples-cpu", "gpu": "examples-gpu"}
 RESULT_TTL_S = 120
 MAX_JOB_CODE_CHARS = 1024 * 1024
 RETRY_AFTER_S = 10
 POLL_FIRST_S, POLL_MAX_S = 0.02, 0.2
-
-
-def lane_for(queue: str) -> str:
-    """Return the fast lane of a grading queue (unknown queues run on the CPU lane)."""
-    return EXAMPLE_LANES.get(queue, EXAMPLE_LANES["cpu"])
 
 
 class ExampleRunJob(BaseModel):

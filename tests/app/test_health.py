@@ -17,7 +17,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app import liveness
 from app.db import Base, engine_for
 from app.exercises import upsert_exercise
 from app.jobs.dispatch import reset_dispatcher
@@ -414,13 +413,6 @@ def test_metrics_need_the_bearer_token_when_one_is_set(deploy: Callable[..., Dep
     assert client_from(d.app).get("/metrics").status_code == 401  # loopback is no exception once a token is set
     ok = remote.get("/metrics", headers={"Authorization": f"Bearer {token}"})
     assert ok.status_code == 200 and "gpulab_database_up 1.0" in ok.text
-
-
-def test_queue_names_match_the_worker_side() -> None:
-    from app.jobs.celery_app import QUEUES
-    from app.jobs.example_tasks import EXAMPLE_LANES
-
-    assert liveness.QUEUES == QUEUES and liveness.EXAMPLE_LANES == EXAMPLE_LANES
 
 
 # --- OpenAPI -----------------------------------------------------------------------------------------------
