@@ -20,18 +20,19 @@ Contract:
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
 
+from app import leases
 from app.exercises import spec_of
+from app.leases import LeaseKeeper
 from app.models import ExerciseCheck, ExerciseVersion, User, utcnow
 from worker.core.config import Settings, get_settings
 from worker.sandbox.base import Sandbox
@@ -66,14 +67,6 @@ def create_check(*, session: Session, version: ExerciseVersion, user: User | Non
     return check
 
 
-def _lease_expired(*, lease_s: float, now: datetime) -> ColumnElement[bool]:
-    cutoff = now - timedelta(seconds=lease_s)
-    return and_(
-        ExerciseCheck.status == "running",
-        or_(ExerciseCheck.heartbeat_at.is_(None), ExerciseCheck.heartbeat_at < cutoff),
-    )
-
-
 def claim_check(*, session: Session, check_id: int, lease_s: float, max_attempts: int) -> int | None:
     """Take the check if it is queued or its lease expired; return this attempt's number, or None to skip."""
     now = utcnow()
@@ -82,7 +75,7 @@ def claim_check(*, session: Session, check_id: int, lease_s: float, max_attempts
         .where(
             ExerciseCheck.id == check_id,
             ExerciseCheck.attempts < max_attempts,
-            or_(ExerciseCheck.status == "queued", _lease_expired(lease_s=lease_s, now=now)),
+            or_(ExerciseCheck.status == "queued", leases.expired(ExerciseCheck, lease_s=lease_s, now=now)),
         )
         .values(status="running", attempts=ExerciseCheck.attempts + 1, started_at=now, heartbeat_at=now)
         .execution_options(synchronize_session=False)
@@ -95,42 +88,9 @@ def claim_check(*, session: Session, check_id: int, lease_s: float, max_attempts
 def _write(factory: SessionFactory, check_id: int, attempt: int, **values: Any) -> bool:
     """Write ``values`` (and a fresh heartbeat) if ``attempt`` still holds the check; say whether it did."""
     with factory() as session:
-        result = session.execute(
-            update(ExerciseCheck)
-            .where(ExerciseCheck.id == check_id, ExerciseCheck.status == "running", ExerciseCheck.attempts == attempt)
-            .values(heartbeat_at=utcnow(), **values)
-            .execution_options(synchronize_session=False)
-        )
+        kept = leases.renew(session=session, model=ExerciseCheck, row_id=check_id, attempt=attempt, **values)
         session.commit()
-        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
-
-
-class _Heartbeat:
-    """Renews the claim's ``heartbeat_at`` every interval in a thread until stopped or the claim is lost."""
-
-    def __init__(self, factory: SessionFactory, check_id: int, attempt: int, interval_s: float) -> None:
-        self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._args = (factory, check_id, attempt)
-        self._interval_s = interval_s
-        self._thread = threading.Thread(target=self._run, name=f"gpulab-check-beat-{check_id}", daemon=True)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            try:
-                if not _write(*self._args):
-                    self.lost.set()
-                    return
-            except Exception:  # the database is briefly away: keep beating, the lease allows a few misses
-                log.warning("check %s: could not renew its heartbeat", self._args[1], exc_info=True)
+        return kept
 
 
 def run_check(check_id: int, *, factory: SessionFactory, sandbox: Sandbox, settings: Settings | None = None) -> None:
@@ -151,11 +111,13 @@ def run_check(check_id: int, *, factory: SessionFactory, sandbox: Sandbox, setti
         spec = spec_of(check.exercise_version)
     lines: list[str] = []
 
-    with _Heartbeat(factory, check_id, attempt, settings.heartbeat_interval_s) as beat:
+    renew = partial(_write, factory, check_id, attempt)
+    label = f"check {check_id} attempt {attempt}"
+    with LeaseKeeper(renew, interval_s=settings.heartbeat_interval_s, label=label) as beat:
 
         def echo(line: str) -> None:
             lines.append(line.strip())
-            if beat.lost.is_set() or not _write(factory, check_id, attempt, lines=list(lines)):
+            if beat.lost or not _write(factory, check_id, attempt, lines=list(lines)):
                 raise LostClaim
 
         try:
@@ -199,7 +161,8 @@ def redispatchable_checks(
     # Not sent lately (a message sent within stale_queued_s waits its turn), or, for a dead claim, not sent
     # since its last heartbeat (that send is what the dead worker took).
     not_lately = or_(ExerciseCheck.dispatched_at.is_(None), ExerciseCheck.dispatched_at < stale)
-    dead = and_(_lease_expired(lease_s=lease_s, now=now), ExerciseCheck.dispatched_at <= ExerciseCheck.heartbeat_at)
+    lease_gone = leases.expired(ExerciseCheck, lease_s=lease_s, now=now)
+    dead = and_(lease_gone, ExerciseCheck.dispatched_at <= ExerciseCheck.heartbeat_at)
     rows = session.execute(
         select(ExerciseCheck, ExerciseVersion.queue)
         .join(ExerciseVersion, ExerciseVersion.id == ExerciseCheck.exercise_version_id)
@@ -207,7 +170,7 @@ def redispatchable_checks(
             or_(
                 and_(ExerciseCheck.status == "queued", not_lately),
                 dead,
-                and_(not_lately, _lease_expired(lease_s=lease_s, now=now)),
+                and_(not_lately, lease_gone),
             )
         )
         .order_by(ExerciseCheck.id)

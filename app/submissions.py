@@ -6,9 +6,9 @@ Contract:
   conditional UPDATE, so of two deliveries of the same id only one grades. A ``running`` row whose lease
   has expired (no heartbeat for ``lease_s``: its worker died) can be claimed again. The claimed row's new
   ``attempts`` value is the *fencing token* of that grading.
-- ``renew_lease`` moves ``heartbeat_at`` forward while the grading runs, only for the holder of the token;
-  ``held`` re-reads the row (locked on PostgreSQL) for the holder, so a grading whose lease was taken over
-  never writes its result: exactly one grading is ever recorded.
+- While the grading runs its holder renews ``heartbeat_at`` (``app.leases``); ``held`` re-reads the row
+  (locked on PostgreSQL) for the holder, so a grading whose lease was taken over never writes its result:
+  exactly one grading is ever recorded.
 - ``record_outcome`` writes the verdict and per-test rows; ``record_platform_failure`` counts a failed
   attempt and either requeues (attempts left) or settles the submission as ``error``/``internal_error``.
 - ``unfinished`` (start-up recovery) and ``app.jobs.sweeper`` decide what to send again.
@@ -16,12 +16,12 @@ Contract:
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
-from sqlalchemy.sql.elements import ColumnElement
 
+from app import leases
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
 from worker.core.errors import InvalidInput, PayloadTooLarge
 from worker.core.outcome import GradeOutcome, Verdict
@@ -54,13 +54,6 @@ def create_submission(
     return submission
 
 
-def lease_expired(*, lease_s: float, now: datetime) -> ColumnElement[bool]:
-    """Return the SQL condition "running, and no heartbeat for ``lease_s``" (rows written before heartbeats count
-    from their start)."""
-    last_sign = func.coalesce(Submission.heartbeat_at, Submission.started_at)
-    return (Submission.status == SubmissionStatus.running) & (last_sign < now - timedelta(seconds=lease_s))
-
-
 def claim(*, session: Session, submission_id: str, lease_s: float, max_attempts: int = 1_000) -> Submission | None:
     """Move the submission to ``running`` if it is queued or its lease expired; return it, or None to skip.
 
@@ -72,7 +65,7 @@ def claim(*, session: Session, submission_id: str, lease_s: float, max_attempts:
         .where(
             Submission.id == submission_id,
             Submission.attempts < max_attempts,
-            or_(Submission.status == SubmissionStatus.queued, lease_expired(lease_s=lease_s, now=now)),
+            or_(Submission.status == SubmissionStatus.queued, leases.expired(Submission, lease_s=lease_s, now=now)),
         )
         .values(status=SubmissionStatus.running, started_at=now, heartbeat_at=now, attempts=Submission.attempts + 1)
         .execution_options(synchronize_session=False)
@@ -81,21 +74,6 @@ def claim(*, session: Session, submission_id: str, lease_s: float, max_attempts:
         return None
     session.expire_all()
     return session.get(Submission, submission_id)
-
-
-def renew_lease(*, session: Session, submission_id: str, attempt: int) -> bool:
-    """Move the heartbeat of a running grading forward; return False if ``attempt`` no longer holds it."""
-    result = session.execute(
-        update(Submission)
-        .where(
-            Submission.id == submission_id,
-            Submission.status == SubmissionStatus.running,
-            Submission.attempts == attempt,
-        )
-        .values(heartbeat_at=utcnow())
-        .execution_options(synchronize_session=False)
-    )
-    return bool(result.rowcount == 1)  # type: ignore[attr-defined]
 
 
 def held(*, session: Session, submission_id: str, attempt: int) -> Submission | None:
@@ -169,7 +147,7 @@ def unfinished(*, session: Session, lease_s: float, now: datetime | None = None)
     now = now or utcnow()
     stmt = (
         select(Submission)
-        .where(or_(Submission.status == SubmissionStatus.queued, lease_expired(lease_s=lease_s, now=now)))
+        .where(or_(Submission.status == SubmissionStatus.queued, leases.expired(Submission, lease_s=lease_s, now=now)))
         .order_by(Submission.created_at)
     )
     return list(session.scalars(stmt))

@@ -1,11 +1,6 @@
-"""Signs of life written to the database: one per running grading (its lease) and one per grading process.
+"""Signs of life of each grading process, written to the database (a job's own lease is ``app.leases``).
 
 Contract:
-- ``LeaseKeeper(submission_id, attempt, interval_s)`` is a context manager around one grading: a daemon
-  thread renews the submission's ``heartbeat_at`` every ``interval_s`` for as long as grading ``attempt`` holds
-  it (``app.submissions.renew_lease``). A failed renewal (the database is restarting) is logged and tried at
-  the next tick; a lost lease (another delivery took the submission over) ends the thread and sets ``lost``.
-  Nothing here ever raises into the grading.
 - ``ProcessBeat(settings, name, queues)`` upserts this process's ``WorkerBeat`` row every heartbeat interval
   from a daemon thread (busy count and sweeper re-dispatches included), and marks it stopped on ``stop()``.
   ``/readyz``, ``/metrics`` and the admin dashboard read these rows: a process whose row is older than
@@ -20,13 +15,11 @@ import logging
 import os
 import socket
 import threading
-from types import TracebackType
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.db import session_scope
 from app.models import WorkerBeat, utcnow
-from app.submissions import renew_lease
 from worker.core.config import Settings
 
 log = logging.getLogger(__name__)
@@ -61,43 +54,6 @@ def busy() -> int:
     """Return how many gradings this process holds now."""
     with _busy_lock:
         return _busy
-
-
-class LeaseKeeper:
-    """Renew one grading's lease in the background while the ``with`` block runs."""
-
-    def __init__(self, submission_id: str, attempt: int, interval_s: float) -> None:
-        self.submission_id = submission_id
-        self.attempt = attempt
-        self.interval_s = interval_s
-        self.lost = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"gpulab-lease-{submission_id[:8]}", daemon=True)
-
-    def __enter__(self) -> LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                with session_scope() as session:
-                    kept = renew_lease(session=session, submission_id=self.submission_id, attempt=self.attempt)
-            except SQLAlchemyError:
-                # The database is away (a restart): keep grading; the lease allows three missed beats.
-                log.warning("could not renew the lease of %s; retrying", self.submission_id, exc_info=True)
-                continue
-            if not kept:
-                log.warning("grading %s lost its lease (attempt %d): its result will be dropped", self.submission_id,
-                            self.attempt)  # fmt: skip
-                self.lost = True
-                return
 
 
 def process_name(kind: str) -> str:

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from app import leases
 from app.db import session_scope
 from app.models import ExerciseVersion, Submission, SubmissionStatus, utcnow
-from app.submissions import lease_expired
 from worker.core.config import Settings
 from worker.core.outcome import Verdict
 
@@ -76,7 +76,7 @@ def _collect(
         _locked(
             select(Submission, ExerciseVersion.queue)
             .join(ExerciseVersion, Submission.exercise_version_id == ExerciseVersion.id)
-            .where(lease_expired(lease_s=settings.grading_lease_s, now=now))
+            .where(leases.expired(Submission, lease_s=settings.grading_lease_s, now=now))
             .order_by(Submission.created_at)
             .limit(SWEEP_BATCH)
         )

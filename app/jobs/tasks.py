@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Annotated, TypeVar
 
 from celery.exceptions import Reject
@@ -32,7 +33,9 @@ from app import news
 from app.db import session_scope
 from app.exercises import spec_of
 from app.jobs.celery_app import GRADE_TASK, celery_app
-from app.jobs.heartbeat import LeaseKeeper, grading_finished, grading_started
+from app.jobs.heartbeat import grading_finished, grading_started
+from app.leases import LeaseKeeper, renew
+from app.models import Submission
 from app.submissions import claim, held, record_outcome, record_platform_failure
 from worker.core.config import Settings, get_settings
 from worker.core.errors import GpulabError
@@ -69,7 +72,10 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
     news.publish(submission_id)  # now running (committed): a live stream in this process shows it at once
     grading_started()
     try:
-        with LeaseKeeper(submission_id, attempt, settings.heartbeat_interval_s):
+        with LeaseKeeper(
+            partial(_renew, submission_id, attempt), interval_s=settings.heartbeat_interval_s,
+            label=f"grading {submission_id} attempt {attempt}",
+        ):  # fmt: skip
             outcome = _run_grading(submission_id, spec, code, settings)
     finally:
         grading_finished()
@@ -111,6 +117,11 @@ def with_database_retry(action: Callable[[], T], *, what: str, give_up_s: float 
             log.warning("database unreachable during %s; retrying in %.1f s", what, delay_s, exc_info=True)
             time.sleep(delay_s)
             delay_s = min(delay_s * 2, 8.0)
+
+
+def _renew(submission_id: str, attempt: int) -> bool:
+    with session_scope() as session:
+        return renew(session=session, model=Submission, row_id=submission_id, attempt=attempt)
 
 
 def _run_grading(submission_id: str, spec: ExerciseSpec, code: str, settings: Settings) -> GradeOutcome:

@@ -14,9 +14,10 @@ from sqlalchemy import update
 from app.db import engine_for, session_scope
 from app.exercises import get_published, sync_bank
 from app.jobs.sweeper import EXHAUSTED_MESSAGE, sweep_once
+from app.leases import renew
 from app.migrate import upgrade
 from app.models import Submission, SubmissionStatus, utcnow
-from app.submissions import claim, create_submission, held, renew_lease
+from app.submissions import claim, create_submission, held
 from tests.support import BANK, configure, fresh_postgres_db, require_service
 from worker.core.config import get_settings
 from worker.core.outcome import Verdict
@@ -130,13 +131,13 @@ def test_only_the_holder_of_the_lease_renews_it_or_writes_the_result(database: s
     with session_scope() as session:  # a second delivery while the lease is fresh grades nothing
         assert claim(session=session, submission_id=submission_id, lease_s=settings.grading_lease_s) is None
     with session_scope() as session:
-        assert renew_lease(session=session, submission_id=submission_id, attempt=1)
+        assert renew(session=session, model=Submission, row_id=submission_id, attempt=1)
         session.execute(update(Submission).where(Submission.id == submission_id).values(heartbeat_at=_ago(600)))
     with session_scope() as session:
         second = claim(session=session, submission_id=submission_id, lease_s=settings.grading_lease_s)
         assert second is not None and second.attempts == 2
     with session_scope() as session:
-        assert not renew_lease(session=session, submission_id=submission_id, attempt=1)
+        assert not renew(session=session, model=Submission, row_id=submission_id, attempt=1)
         assert held(session=session, submission_id=submission_id, attempt=1) is None
         assert held(session=session, submission_id=submission_id, attempt=2) is not None
 
