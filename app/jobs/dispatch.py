@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from app.db import session_scope
@@ -119,23 +118,15 @@ class InProcessDispatcher:
 
     def start_background(self, settings: Settings) -> None:
         """Beat as this process's grading worker and sweep periodically, as a Celery worker does."""
-        from app.jobs.heartbeat import ProcessBeat, count_redispatched, process_name
-        from app.jobs.sweeper import Sweeper
+        from app.jobs.heartbeat import process_name
+        from app.jobs.sweeper import Duties
 
         # This process grades everything: both queues and their example-run lanes (runs happen in requests).
-        queues = list(ALL_QUEUES)
-        self._beat = ProcessBeat(settings, name=process_name("embedded"), queues=queues).start()
-        from app.checks import sweep_checks
-
-        self._sweeper = Sweeper(
-            self, settings, extra_sweeps=(partial(sweep_checks, self, settings),),
-            on_report=lambda r: count_redispatched(r.redispatched),
-        ).start()  # fmt: skip
+        self._duties = Duties.start(self, settings, name=process_name("embedded"), queues=list(ALL_QUEUES))
 
     def shutdown(self) -> None:
-        for helper in (getattr(self, "_sweeper", None), getattr(self, "_beat", None)):
-            if helper is not None:
-                helper.stop()
+        if getattr(self, "_duties", None) is not None:
+            self._duties.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
         if getattr(self, "_check_runner", None) is not None:
             self._check_runner.shutdown()

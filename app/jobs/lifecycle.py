@@ -15,23 +15,17 @@ Contract (connected to Celery's signals when the worker imports this module, see
 from __future__ import annotations
 
 import logging
-from functools import partial
+import os
 from typing import Any
 
 from celery.signals import worker_ready, worker_shutdown
 
-from app.checks import sweep_checks
 from app.jobs.dispatch import CeleryDispatcher
-from app.jobs.heartbeat import ProcessBeat, count_redispatched
-from app.jobs.sweeper import Sweeper, SweepReport
+from app.jobs.sweeper import Duties
 from worker.core.config import get_settings
 
 log = logging.getLogger(__name__)
-_running: dict[str, Any] = {}
-
-
-def _count(report: SweepReport) -> None:
-    count_redispatched(report.redispatched)
+_running: dict[str, Duties] = {}
 
 
 @worker_ready.connect
@@ -39,11 +33,9 @@ def start_background(sender: Any = None, **_kwargs: Any) -> None:
     """Start the heartbeat and the sweeper once the worker consumes."""
     settings = get_settings()
     queues = sorted(queue.name for queue in sender.task_consumer.queues) if sender is not None else []
-    name = f"{sender.hostname}:{_pid()}" if sender is not None else f"celery:{_pid()}"
-    _running["beat"] = ProcessBeat(settings, name=name, queues=queues).start()
+    name = f"{sender.hostname if sender is not None else 'celery'}:{os.getpid()}"
     dispatcher = CeleryDispatcher(settings, celery=sender.app if sender is not None else None)
-    checks = partial(sweep_checks, dispatcher, settings)  # instructor checks strand like submissions do
-    _running["sweeper"] = Sweeper(dispatcher, settings, extra_sweeps=(checks,), on_report=_count).start()
+    _running["duties"] = Duties.start(dispatcher, settings, name=name, queues=queues)
     log.info("worker %s: heartbeat every %.0f s, sweeper every %.0f s", name, settings.heartbeat_interval_s,
              settings.sweep_interval_s)  # fmt: skip
 
@@ -51,15 +43,6 @@ def start_background(sender: Any = None, **_kwargs: Any) -> None:
 @worker_shutdown.connect
 def stop_background(**_kwargs: Any) -> None:
     """Stop the sweeper and mark this worker stopped."""
-    sweeper = _running.pop("sweeper", None)
-    if sweeper is not None:
-        sweeper.stop()
-    beat = _running.pop("beat", None)
-    if beat is not None:
-        beat.stop()
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
+    duties = _running.pop("duties", None)
+    if duties is not None:
+        duties.stop()

@@ -16,6 +16,9 @@ Contract:
   broker outage is logged and tried again at the next interval, never raised.
 - ``extra_sweeps`` are callables run in each sweep after the submissions (checks use one); each returns how
   many jobs it sent again.
+- ``Duties.start(dispatcher, settings, name=..., queues=...)`` is what every grading process (a Celery worker,
+  the embedded server) runs beside its gradings: its ``ProcessBeat`` and a ``Sweeper`` that also sweeps
+  instructor checks; ``stop()`` ends both.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING
 
 from sqlalchemy import func, or_, select
@@ -32,6 +36,7 @@ from sqlalchemy.orm import Session
 
 from app import leases
 from app.db import session_scope
+from app.jobs.heartbeat import ProcessBeat, count_redispatched
 from app.models import ExerciseVersion, Submission, SubmissionStatus, utcnow
 from worker.core.config import Settings
 from worker.core.outcome import Verdict
@@ -196,3 +201,28 @@ class Sweeper:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+class Duties:
+    """What every grading process does besides grading: beat as a worker and sweep stranded work."""
+
+    def __init__(self, beat: ProcessBeat, sweeper: Sweeper) -> None:
+        self.beat = beat
+        self.sweeper = sweeper
+
+    @classmethod
+    def start(cls, dispatcher: Dispatcher, settings: Settings, *, name: str, queues: list[str]) -> Duties:
+        """Start the beat of ``name`` (serving ``queues``) and a sweeper that sends through ``dispatcher``."""
+        from app.checks import sweep_checks  # instructor checks strand like submissions do
+
+        beat = ProcessBeat(settings, name=name, queues=queues).start()
+        sweeper = Sweeper(
+            dispatcher, settings, extra_sweeps=(partial(sweep_checks, dispatcher, settings),),
+            on_report=lambda report: count_redispatched(report.redispatched),
+        ).start()  # fmt: skip
+        return cls(beat, sweeper)
+
+    def stop(self) -> None:
+        """Stop sweeping, then mark the beat stopped (an orderly exit is not a dead worker)."""
+        self.sweeper.stop()
+        self.beat.stop()
