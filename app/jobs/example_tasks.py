@@ -36,7 +36,7 @@ from worker.core.errors import (
     PlatformError,
     RunnerUnavailable,
 )
-from worker.core.outcome import GradeOutcome, TestOutcome, TestOutcomeKind, Verdict
+from worker.core.outcome import GradeOutcome
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -60,34 +60,6 @@ class ExampleRunJob(BaseModel):
     code: str = Field(max_length=MAX_JOB_CODE_CHARS)
 
 
-class TestOutcomeOut(BaseModel):
-    __test__ = False  # not a pytest test class
-    name: str
-    outcome: TestOutcomeKind
-    message: str
-    points: float
-    max_points: float
-
-
-class OutcomeOut(BaseModel):
-    """``GradeOutcome.to_json()`` read back, checked field by field."""
-
-    verdict: Verdict
-    score: float
-    max_score: float
-    tests: list[TestOutcomeOut] = []
-    stdout: str = ""
-    stderr: str = ""
-    runtime_ms: int = 0
-    device: str = ""
-    sandbox: str = ""
-    message: str = ""
-
-    def to_outcome(self) -> GradeOutcome:
-        tests = [TestOutcome(**t.model_dump()) for t in self.tests]
-        return GradeOutcome(**{**self.model_dump(exclude={"tests"}), "tests": tests})
-
-
 # The learner-facing errors a worker may send back, by the name the reply carries (no HTTP codes on this side).
 REPLY_ERRORS: dict[str, type[GpulabError]] = {
     "not_found": NotFound, "invalid_input": InvalidInput, "too_large": PayloadTooLarge,
@@ -97,14 +69,14 @@ REPLY_ERRORS: dict[str, type[GpulabError]] = {
 class ExampleRunReply(BaseModel):
     """What the task returns: an outcome, or the error (and its kind) the learner should see."""
 
-    outcome: OutcomeOut | None = None
+    outcome: GradeOutcome | None = None  # pydantic checks the dataclass field by field, enums included
     error_kind: Literal["", "not_found", "invalid_input", "too_large", "platform"] = ""
     error: str = ""
 
     def result(self) -> GradeOutcome:
         """Return the outcome or raise the error as the API would have raised it in-process."""
         if self.outcome is not None:
-            return self.outcome.to_outcome()
+            return self.outcome
         kind = REPLY_ERRORS.get(self.error_kind, PlatformError)
         raise kind(self.error or "the example run failed on the worker")
 
