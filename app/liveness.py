@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
+from app import leases
 from app.jobs.queues import ALL_QUEUES, DEFAULT_QUEUE, grading_queue, lane_for
 from app.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, WorkerBeat
 from app.schemas import as_utc
@@ -146,11 +147,9 @@ def required_queues(*, session: Session) -> list[str]:
 
 
 def _stranded_filter(*, settings: Settings, now: datetime) -> ColumnElement[bool]:
-    lease_cutoff = now - timedelta(seconds=settings.grading_lease_s)
     queued_cutoff = now - timedelta(seconds=STRANDED_QUEUED_S)
-    last_sign = func.coalesce(Submission.heartbeat_at, Submission.started_at, Submission.created_at)
     return or_(
-        (Submission.status == SubmissionStatus.running) & (last_sign < lease_cutoff),
+        leases.expired(Submission, lease_s=settings.grading_lease_s, now=now),
         (Submission.status == SubmissionStatus.queued) & (Submission.created_at < queued_cutoff),
     )
 

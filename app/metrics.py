@@ -41,6 +41,7 @@ from prometheus_client.utils import floatToGoString
 from sqlalchemy import ColumnElement, Float, String, case, cast, func, or_, select, union_all
 from sqlalchemy.orm import Session
 
+from app import leases
 from app.jobs.queues import ALL_QUEUES, QUEUES
 from app.liveness import live_per_queue, worker_state
 from app.models import ExerciseVersion, GradingRecord, Submission, SubmissionStatus, WorkerBeat
@@ -170,10 +171,9 @@ def snapshot(*, session: Session, settings: Settings, now: datetime) -> Snapshot
     )
     snap.queued = {q: (int(n), oldest) for q, n, oldest in session.execute(stmt)}
 
-    lease_cutoff = now - timedelta(seconds=settings.grading_lease_s)
-    last_sign = func.coalesce(Submission.heartbeat_at, Submission.started_at, Submission.created_at)
+    lease_gone = leases.expired(Submission, lease_s=settings.grading_lease_s, now=now)
     stmt = (
-        select(ExerciseVersion.queue, func.count(), func.sum(case((last_sign < lease_cutoff, 1), else_=0)))
+        select(ExerciseVersion.queue, func.count(), func.sum(case((lease_gone, 1), else_=0)))
         .join(ExerciseVersion, Submission.exercise_version_id == ExerciseVersion.id)
         .where(Submission.status == SubmissionStatus.running)
         .group_by(ExerciseVersion.queue)
