@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Annotated, Literal
 
+from pydantic import Field
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
@@ -47,7 +49,7 @@ class WorkerState:
     started_at: datetime
     last_seen_at: datetime
     stopped_at: datetime | None
-    state: str  # live, dead or stopped
+    state: Literal["live", "dead", "stopped"]
     seen_ago_s: float
 
     @property
@@ -60,10 +62,10 @@ class StrandedSubmission:
     id: str
     slug: str
     queue: str
-    status: str
+    status: Literal["queued", "running"]
     attempts: int
     created_at: datetime
-    since: datetime  # last heartbeat (running) or creation (queued)
+    since: Annotated[datetime, Field(description="last lease renewal (running) or submission time (queued)")]
     age_s: float
     why: str
 
@@ -99,6 +101,7 @@ def worker_state(beat: WorkerBeat, *, settings: Settings, now: datetime) -> Work
     """Describe one heartbeat row as live, dead or stopped."""
     seen = as_utc(beat.last_seen_at)
     ago = max(0.0, (now - seen).total_seconds())
+    state: Literal["live", "dead", "stopped"]
     if beat.stopped_at is not None:
         state = "stopped"
     elif ago <= settings.worker_stale_s:
@@ -174,14 +177,17 @@ def stranded(
     found = []
     for sid, slug, queue, status, attempts, created, started, beat in session.execute(stmt):
         created = as_utc(created)
+        state: Literal["queued", "running"]
         if status == SubmissionStatus.running:
+            state = "running"
             since = as_utc(beat or started or created)
             why = "running, but its worker stopped renewing the lease" if beat else "running, never renewed its lease"
         else:
+            state = "queued"
             since = created
             why = "queued, no worker picked it up"
         found.append(StrandedSubmission(
-            id=sid, slug=slug, queue=queue, status=str(status), attempts=attempts, created_at=created, since=since,
+            id=sid, slug=slug, queue=queue, status=state, attempts=attempts, created_at=created, since=since,
             age_s=max(0.0, (now - since).total_seconds()), why=why,
         ))  # fmt: skip
     return found, int(total)

@@ -6,9 +6,8 @@ the API's CSRF rule covers them; they follow ``app.accounts`` (no changing one's
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, ConfigDict, Field
@@ -46,40 +45,17 @@ class StatsOut(BaseModel):
     queues: QueuesOut
 
 
-class WorkerOut(BaseModel):
-    name: str
-    queues: list[str]
-    hostname: str
-    pid: int
-    sandbox: str
-    busy: int
-    redispatched: int
-    started_at: datetime
-    last_seen_at: datetime
-    stopped_at: datetime | None
-    state: Literal["live", "dead", "stopped"]
-    seen_ago_s: float
-
-
-class StrandedOut(BaseModel):
-    id: str
-    slug: str
-    queue: str
-    status: Literal["queued", "running"]
-    attempts: int
-    created_at: datetime
-    since: datetime = Field(description="last lease renewal (running) or submission time (queued)")
-    age_s: float
-    why: str
-
-
 class LivenessOut(BaseModel):
     now: datetime
-    workers: list[WorkerOut] = Field(description=f"the {liveness.WORKERS_SHOWN} most recently seen, newest first")
+    workers: list[liveness.WorkerState] = Field(
+        description=f"the {liveness.WORKERS_SHOWN} most recently seen, newest first"
+    )
     required_queues: list[str] = Field(description="queues that need a live worker (cpu, and those of published "
                                        "exercises)")  # fmt: skip
     live_workers: dict[str, int]
-    stranded: list[StrandedOut] = Field(description=f"the {liveness.STRANDED_SHOWN} oldest stranded submissions")
+    stranded: list[liveness.StrandedSubmission] = Field(
+        description=f"the {liveness.STRANDED_SHOWN} oldest stranded submissions"
+    )
     stranded_total: int
     worker_stale_s: float
     grading_lease_s: float
@@ -149,8 +125,8 @@ def worker_liveness(session: SessionDep, settings: SettingsDep, _admin: AdminDep
     """Return each grading process's last beat (live, dead or stopped) and every stranded submission."""
     view = liveness.overview(session=session, settings=settings, now=datetime.now(UTC))
     return LivenessOut(
-        now=view.now, workers=[WorkerOut(**asdict(w)) for w in view.workers], required_queues=view.required,
-        live_workers=view.live, stranded=[StrandedOut(**asdict(s)) for s in view.stranded],
+        now=view.now, workers=view.workers, required_queues=view.required,
+        live_workers=view.live, stranded=view.stranded,
         stranded_total=view.stranded_total, worker_stale_s=view.worker_stale_s,
         grading_lease_s=view.grading_lease_s, stranded_queued_s=view.stranded_queued_s,
     )  # fmt: skip

@@ -133,5 +133,5 @@ def test_openapi_declares_the_liveness_schema(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     ok = spec["paths"]["/api/admin/liveness"]["get"]["responses"]["200"]["content"]["application/json"]
     assert ok["schema"] == {"$ref": "#/components/schemas/LivenessOut"}
-    worker = spec["components"]["schemas"]["WorkerOut"]["properties"]
+    worker = spec["components"]["schemas"]["WorkerState"]["properties"]
     assert worker["state"]["enum"] == ["live", "dead", "stopped"]
