@@ -109,7 +109,7 @@ def _serve(host: str, port: int, workers: int = 1) -> None:
         settings.session_secret()
         _refuse_workers(settings, workers)
         if not settings.broker_url:
-            from worker.sandbox import get_sandbox
+            from worker.grading.sandbox import get_sandbox
 
             get_sandbox(settings).check()
     except GpulabError as exc:
@@ -156,7 +156,7 @@ def db() -> None:
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 def db_upgrade(revision: str) -> None:
     """Apply Alembic migrations to GPULAB_DATABASE_URL (SQLite or PostgreSQL)."""
-    from app.migrate import upgrade
+    from app.domain.migrate import upgrade
 
     upgrade(revision)
     click.echo(f"database at {_safe_url(get_settings().database_url)} is at {revision}")
@@ -173,9 +173,9 @@ def user() -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input (first line).")
 def user_add(email: str, role: str, password_stdin: bool) -> None:
     """Create a user; the password comes from stdin, or a random one is printed."""
-    from app.db import session_scope
-    from app.models import Role
-    from app.security import create_user
+    from app.domain.db import session_scope
+    from app.domain.models import Role
+    from app.domain.security import create_user
 
     password = sys.stdin.readline().rstrip("\r\n") if password_stdin else secrets.token_urlsafe(12)
     try:
@@ -195,8 +195,8 @@ def exercises() -> None:
 @click.argument("directory", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 def exercises_sync(directory: Path | None) -> None:
     """Load the bank folder into the database; a changed exercise becomes a new version."""
-    from app.db import session_scope
-    from app.exercises import sync_bank
+    from app.domain.db import session_scope
+    from app.domain.exercises import sync_bank
 
     root = directory or get_settings().exercises_dir
     try:
@@ -215,8 +215,8 @@ def exercises_sync(directory: Path | None) -> None:
 @click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None)
 def exercises_check(slugs: tuple[str, ...], directory: Path | None) -> None:
     """Grade each reference solution (full marks) and wrong variant (must not pass) in the real sandbox."""
-    from app.bankcheck import check_bank
-    from worker.sandbox import get_sandbox
+    from worker.grading.bankcheck import check_bank
+    from worker.grading.sandbox import get_sandbox
 
     settings = get_settings()
     try:
@@ -240,10 +240,10 @@ def exercises_check(slugs: tuple[str, ...], directory: Path | None) -> None:
 @click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None)
 def grade(slug: str, file: Path, as_json: bool, directory: Path | None) -> None:
     """Grade FILE against exercise SLUG from the bank folder (no server or database needed)."""
+    from worker.bank.spec import load_exercise
     from worker.core.outcome import Verdict
-    from worker.grading import grade as grade_code
-    from worker.sandbox import get_sandbox
-    from worker.spec import load_exercise
+    from worker.grading.pipeline import grade as grade_code
+    from worker.grading.sandbox import get_sandbox
 
     settings = get_settings()
     folder = (directory or settings.exercises_dir) / slug
@@ -295,9 +295,9 @@ def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> N
     settings = get_settings()
     if not settings.broker_url:
         raise click.ClickException("set GPULAB_BROKER_URL (e.g. redis://127.0.0.1:6379/0) to run a worker")
+    from app.domain.queues import ALL_QUEUES, EXAMPLE_LANES
     from app.jobs.celery_app import celery_app
-    from app.jobs.queues import ALL_QUEUES, EXAMPLE_LANES
-    from worker.sandbox import get_sandbox
+    from worker.grading.sandbox import get_sandbox
 
     wanted = list(dict.fromkeys(q.strip() for q in queues.split(",") if q.strip()))
     known = ALL_QUEUES
@@ -379,11 +379,11 @@ def demo(host: str, port: int) -> None:
     """Migrate, load the bank, create demo accounts, print them, and serve."""
     from sqlalchemy import select
 
-    from app.db import session_scope
-    from app.exercises import sync_bank
-    from app.migrate import upgrade
-    from app.models import Role, User
-    from app.security import create_user
+    from app.domain.db import session_scope
+    from app.domain.exercises import sync_bank
+    from app.domain.migrate import upgrade
+    from app.domain.models import Role, User
+    from app.domain.security import create_user
 
     settings = get_settings()
     upgrade("head")

@@ -6,7 +6,7 @@ Contract:
 - The lifespan re-dispatches unfinished submissions at start when it grades in-process (unless
   ``app.state.recover_on_start`` is False; in Celery mode the workers' sweepers do it) and shuts the
   dispatcher down at stop (an in-process dispatcher starts warming, beating and sweeping when made). It
-  also relays news from other processes (``app.news.relay``) and, on SIGTERM/SIGINT, ends open status
+  also relays news from other processes (``app.domain.news.relay``) and, on SIGTERM/SIGINT, ends open status
   streams cleanly before the server waits for its connections (``_end_streams_on_stop_signals``).
   ``app.jobs.dispatch`` is imported there, lazily.
 - Middleware, outermost first: security headers, request-body size limit (twice ``max_code_bytes`` + slack,
@@ -31,11 +31,18 @@ from sqlalchemy.orm import sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.sessions import SessionMiddleware
 
-from app import news
-from app.db import engine_for
-from app.errors import install_error_handlers
-from app.ratelimit import limiter_for
-from app.routes import (
+from app.domain import news
+from app.domain.db import engine_for
+from app.domain.ratelimit import limiter_for
+from app.domain.security import (
+    SESSION_COOKIE,
+    BodySizeLimitMiddleware,
+    CSRFMiddleware,
+    LoginLimiter,
+    SecurityHeadersMiddleware,
+)
+from app.web.errors import install_error_handlers
+from app.web.routes import (
     api_admin,
     api_auth,
     api_exercises,
@@ -47,13 +54,6 @@ from app.routes import (
     pages_admin,
     pages_instructor,
     staff,
-)
-from app.security import (
-    SESSION_COOKIE,
-    BodySizeLimitMiddleware,
-    CSRFMiddleware,
-    LoginLimiter,
-    SecurityHeadersMiddleware,
 )
 from worker.core.config import Settings, get_settings
 

@@ -35,8 +35,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 
-from app.db import Base, engine_for
-from app.models import Exercise, Role, User
+from app.domain.db import Base, engine_for
+from app.domain.models import Exercise, Role, User
 from worker.core.config import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ def _schema_drifted(engine: Engine) -> bool:
 @pytest.fixture(scope="session")
 def pg_engine(database_url: str) -> Iterator[Engine]:
     """Return an engine on the test database with every table created."""
-    import app.models  # noqa: F401  (registers the tables on Base.metadata)
+    import app.domain.models  # noqa: F401  (registers the tables on Base.metadata)
 
     engine = create_engine(_psycopg_url(database_url), pool_pre_ping=True)
     if _schema_drifted(engine):  # a model gained a column since this database was made: start it afresh
@@ -152,7 +152,7 @@ class RecordingDispatcher:
 
     def run_examples(self, version: Any, code: str, *, wait_s: float) -> Any:
         """Run for real in this process, as the embedded dispatcher does (example runs are never recorded)."""
-        from app.example_runs import run_in_process
+        from app.domain.example_runs import run_in_process
 
         return run_in_process(version, code)
 
@@ -180,8 +180,8 @@ def db_lock() -> threading.RLock:
 @pytest.fixture
 def app(settings: Settings, db_session: Session, dispatcher: RecordingDispatcher, db_lock: threading.RLock) -> FastAPI:
     """Return ``create_app()`` wired to the test session and the recording dispatcher, without recovery."""
-    from app.deps import get_dispatcher_dep, get_session, get_session_factory
     from app.main import create_app
+    from app.web.deps import get_dispatcher_dep, get_session, get_session_factory
 
     application = create_app(settings)
     application.state.recover_on_start = False
@@ -223,7 +223,7 @@ def client(app: FastAPI) -> Iterator[TestClient]:
 @pytest.fixture
 def make_user(db_session: Session) -> Callable[..., User]:
     """Return a factory: ``make_user(role, email=None, password=PASSWORD)`` adds and flushes a user."""
-    from app.security import create_user
+    from app.domain.security import create_user
 
     def make(role: Role = Role.learner, *, email: str | None = None, password: str = PASSWORD) -> User:
         address = email or f"{role.value}-{uuid.uuid4().hex[:10]}@example.com"
@@ -316,8 +316,8 @@ def tiny_files(*, prompt_md: str, queue: str, tag: str) -> dict[str, str]:
 @pytest.fixture
 def make_exercise(db_session: Session) -> Callable[..., TinyExercise]:
     """Return a factory that syncs a tiny code exercise with a unique slug; ``prompt_md``/``queue`` vary it."""
-    from app.exercises import upsert_exercise
-    from worker.spec import ExerciseSpec
+    from app.domain.exercises import upsert_exercise
+    from worker.bank.spec import ExerciseSpec
 
     def make(*, prompt_md: str = "# Add\n\nWrite `add(a, b)`.\n", queue: str = "cpu") -> TinyExercise:
         tag = uuid.uuid4().hex[:12]

@@ -19,7 +19,7 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
-from app.jobs.queues import QUEUES
+from app.domain.queues import QUEUES
 from worker.core.config import Settings, get_settings
 
 GRADE_TASK = "gpulab.grade_submission"

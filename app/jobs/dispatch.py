@@ -19,19 +19,19 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
-from app.db import session_scope
-from app.jobs.queues import ALL_QUEUES, QUEUES, grading_queue
-from app.models import SubmissionStatus
-from app.submissions import unfinished
+from app.domain.db import session_scope
+from app.domain.models import SubmissionStatus
+from app.domain.queues import ALL_QUEUES, QUEUES, grading_queue
+from app.domain.submissions import unfinished
 from worker.core.config import Settings, get_settings
 
 if TYPE_CHECKING:
     from celery import Celery
 
+    from app.domain.models import ExerciseVersion
     from app.jobs.celery_app import Backlog
-    from app.models import ExerciseVersion
     from worker.core.outcome import GradeOutcome
-    from worker.sandbox.base import Sandbox
+    from worker.grading.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +47,11 @@ class Dispatcher(Protocol):
         ...
 
     def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
-        """Grade ``code`` against the version's example tests and return the outcome (see app.example_runs)."""
+        """Grade ``code`` against the version's example tests and return the outcome (see app.domain.example_runs)."""
         ...
 
     def start_check(self, check_id: int, queue: str) -> None:
-        """Start a committed instructor check (see app.checks)."""
+        """Start a committed instructor check (see app.domain.checks)."""
         ...
 
     def shutdown(self) -> None: ...
@@ -102,13 +102,13 @@ class InProcessDispatcher:
 
     def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
         """Grade in the calling thread (the route holds a RunGate slot): examples are short and interactive."""
-        from app.example_runs import run_in_process
+        from app.domain.example_runs import run_in_process
 
         return run_in_process(version, code)
 
     def start_check(self, check_id: int, queue: str) -> None:
         """Run the check in this process's one check thread, made on first use."""
-        from app.checks import CheckRunner
+        from app.domain.checks import CheckRunner
 
         with self._lock:
             runner: CheckRunner | None = getattr(self, "_check_runner", None)
@@ -134,7 +134,7 @@ class InProcessDispatcher:
 
 def _checked_sandbox() -> Sandbox:
     """Return this process's sandbox after checking it works (a check says so on its page if not)."""
-    from worker.sandbox import get_sandbox
+    from worker.grading.sandbox import get_sandbox
 
     sandbox = get_sandbox(get_settings())
     sandbox.check()

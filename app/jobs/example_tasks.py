@@ -4,7 +4,7 @@ Contract:
 - ``ExampleRunJob`` is the whole message (JSON, never pickle): an exercise version id and the code, capped at
   ``MAX_JOB_CODE_CHARS`` here and at the worker's ``max_code_bytes``. The worker re-reads the version by id
   (versions never change, so specs are cached by id) and grades against its example tests in its own sandbox.
-- Runs go to the exercise's lane (``app.jobs.queues.lane_for``): a GPU exercise's example runs reach GPU workers.
+- Runs go to the exercise's lane (``app.domain.queues.lane_for``): a GPU exercise's example runs reach GPU workers.
 - The task returns an ``ExampleRunReply`` (the outcome, or a learner-facing error and its kind). Only
   this task stores a result: in ``lane_backend``, a Redis result backend on the broker's Redis whose keys
   expire after ``RESULT_TTL_S`` (every other task keeps ``ignore_result``).
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from celery import Task
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.domain.queues import lane_for
 from app.jobs.celery_app import celery_app
-from app.jobs.queues import lane_for
 from worker.core.config import get_settings
 from worker.core.errors import (
     GpulabError,
@@ -41,8 +41,8 @@ from worker.core.outcome import GradeOutcome
 if TYPE_CHECKING:
     from celery import Celery
 
-    from app.models import ExerciseVersion
-    from worker.spec import ExerciseSpec
+    from app.domain.models import ExerciseVersion
+    from worker.bank.spec import ExerciseSpec
 
 EXAMPLE_TASK = "gpulab.run_examples"
 RESULT_TTL_S = 120
@@ -112,9 +112,9 @@ class _LaneTask(Task):
 @functools.lru_cache(maxsize=64)
 def _spec(version_id: int) -> ExerciseSpec:
     """Return the grading spec of a stored code version (immutable, so cached by id)."""
-    from app.db import session_scope
-    from app.exercises import spec_of
-    from app.models import ExerciseVersion
+    from app.domain.db import session_scope
+    from app.domain.exercises import spec_of
+    from app.domain.models import ExerciseVersion
 
     with session_scope() as session:
         version = session.get(ExerciseVersion, version_id)
@@ -127,9 +127,9 @@ def _spec(version_id: int) -> ExerciseSpec:
 
 def run_example_job(payload: object) -> dict[str, Any]:
     """Grade one job's code against its example tests in this worker's sandbox; return the reply as JSON."""
-    from app.example_runs import check_code
-    from worker.examples import run_examples
-    from worker.sandbox import get_sandbox
+    from app.domain.example_runs import check_code
+    from worker.grading.examples import run_examples
+    from worker.grading.sandbox import get_sandbox
 
     try:
         job = ExampleRunJob.model_validate(payload)

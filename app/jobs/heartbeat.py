@@ -1,4 +1,4 @@
-"""Signs of life of each grading process, written to the database (a job's own lease is ``app.leases``).
+"""Signs of life of each grading process, written to the database (a job's own lease is ``app.domain.leases``).
 
 Contract:
 - ``ProcessBeat(settings, name, queues)`` upserts this process's ``WorkerBeat`` row every heartbeat interval
@@ -18,8 +18,8 @@ import threading
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.db import session_scope
-from app.models import WorkerBeat, utcnow
+from app.domain.db import session_scope
+from app.domain.models import WorkerBeat, utcnow
 from worker.core.config import Settings
 
 log = logging.getLogger(__name__)

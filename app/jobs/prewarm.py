@@ -17,10 +17,10 @@ from __future__ import annotations
 import logging
 import threading
 
-from app.db import session_scope
-from app.exercises import list_published, spec_of
+from app.domain.db import session_scope
+from app.domain.exercises import list_published, spec_of
+from worker.bank.spec import ExerciseSpec
 from worker.core.config import SandboxKind, Settings
-from worker.spec import ExerciseSpec
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def published_specs() -> list[ExerciseSpec]:
 
 def prewarm(settings: Settings) -> int:
     """Start the templates the published exercises need; return how many keys were warmed."""
-    from worker.sandbox.warm import parse_runtimes, shared_pool
+    from worker.grading.sandbox.warm import parse_runtimes, shared_pool
 
     runtimes = parse_runtimes(settings.warm_pools)
     if settings.sandbox is not SandboxKind.local or not runtimes:

@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from app import leases
-from app.db import session_scope
+from app.domain import leases
+from app.domain.db import session_scope
+from app.domain.models import ExerciseVersion, Submission, SubmissionStatus, utcnow
 from app.jobs.heartbeat import ProcessBeat, count_redispatched
-from app.models import ExerciseVersion, Submission, SubmissionStatus, utcnow
 from worker.core.config import Settings
 from worker.core.outcome import Verdict
 
@@ -144,7 +144,7 @@ def sweep_once(
     report = SweepReport()
     with session_scope() as session:
         jobs = _collect(session=session, settings=settings, dispatcher=dispatcher, report=report)
-    from app import news  # after the commit: live streams show "queued" or the settled error at once
+    from app.domain import news  # after the commit: live streams show "queued" or the settled error at once
 
     for submission_id in report.exhausted:
         news.publish(submission_id)
@@ -213,7 +213,7 @@ class Duties:
     @classmethod
     def start(cls, dispatcher: Dispatcher, settings: Settings, *, name: str, queues: list[str]) -> Duties:
         """Start the beat of ``name`` (serving ``queues``) and a sweeper that sends through ``dispatcher``."""
-        from app.checks import sweep_checks  # instructor checks strand like submissions do
+        from app.domain.checks import sweep_checks  # instructor checks strand like submissions do
 
         beat = ProcessBeat(settings, name=name, queues=queues).start()
         sweeper = Sweeper(

@@ -2,13 +2,13 @@
 
 Contract:
 - ``grade_submission(submission_id)`` takes an id (the Celery task checks it is one), re-fetches everything,
-  hands the grading side only the spec and the code (``worker.grading.grade``), and is idempotent:
+  hands the grading side only the spec and the code (``worker.grading.pipeline.grade``), and is idempotent:
   ``claim`` lets only one delivery grade; a graded submission is never graded again.
 - The claim is committed before the sandbox runs (the UI sees ``running``) and the result in a second
   transaction, so no database transaction stays open while learner code runs. While the sandbox runs, a
   ``LeaseKeeper`` renews the claim's heartbeat; the result is written only if this grading's attempt still
   holds the submission (``held``), so a grading taken over after a lost lease records nothing.
-- After each of those commits it publishes the change (``app.news``), so a status stream in this process
+- After each of those commits it publishes the change (``app.domain.news``), so a status stream in this process
   (the embedded server) shows it without waiting for its next poll.
 - A database that cannot be reached (a PostgreSQL restart) is waited for with back-off around the claim and
   around the record (``with_database_retry``), so a finished grading is not thrown away; a database away
@@ -29,20 +29,20 @@ from celery.exceptions import Reject
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
-from app import news
-from app.db import session_scope
-from app.exercises import spec_of
+from app.domain import news
+from app.domain.db import session_scope
+from app.domain.exercises import spec_of
+from app.domain.leases import LeaseKeeper, renew
+from app.domain.models import Submission
+from app.domain.submissions import claim, held, record_outcome, record_platform_failure
 from app.jobs.celery_app import GRADE_TASK, celery_app
 from app.jobs.heartbeat import grading_finished, grading_started
-from app.leases import LeaseKeeper, renew
-from app.models import Submission
-from app.submissions import claim, held, record_outcome, record_platform_failure
+from worker.bank.spec import ExerciseSpec
 from worker.core.config import Settings, get_settings
 from worker.core.errors import GpulabError
 from worker.core.outcome import GradeOutcome, Verdict
-from worker.grading import grade
-from worker.sandbox import get_sandbox
-from worker.spec import ExerciseSpec
+from worker.grading.pipeline import grade
+from worker.grading.sandbox import get_sandbox
 
 log = logging.getLogger(__name__)
 RETRY_BACKOFF_S = 0.5

@@ -16,7 +16,7 @@ function setUpPreview() {
       const response = await window.gpulab.postJson("/api/instructor/preview", { markdown: source.value });
       if (!response.ok) { target.textContent = await window.gpulab.errorText(response); return; }
       const data = await response.json();
-      target.innerHTML = data.html;  // sanitised by app.markdown, the same HTML learners get
+      target.innerHTML = data.html;  // sanitised by app.domain.markdown, the same HTML learners get
     } catch (_) {
       target.textContent = "Preview unavailable: could not reach the server.";
     }

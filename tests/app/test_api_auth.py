@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.orm import Session
 
-from app.models import Role, User
-from app.security import hash_password
+from app.domain.models import Role, User
+from app.domain.security import hash_password
 from tests.conftest import PASSWORD, TinyExercise
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def test_unauthenticated_api_calls_get_401(client: TestClient) -> None:
 
 
 def test_role_check_admin_dependency(make_user: Callable[..., User]) -> None:
-    from app.deps import require_role
+    from app.web.deps import require_role
     from worker.core.errors import Forbidden
 
     check = require_role(Role.admin)  # async: it runs on the event loop, not in the threadpool

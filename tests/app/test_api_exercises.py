@@ -95,8 +95,8 @@ def test_unknown_or_unpublished_exercise_is_404(
 def test_detail_follows_the_current_version(
     learner_client: TestClient, tiny_exercise: TinyExercise, db_session: Session
 ) -> None:
-    from app.exercises import upsert_exercise
-    from worker.spec import ExerciseSpec
+    from app.domain.exercises import upsert_exercise
+    from worker.bank.spec import ExerciseSpec
 
     files = {**tiny_exercise.files, "prompt.md": "# Second version\n"}
     upsert_exercise(session=db_session, spec=ExerciseSpec.from_files(tiny_exercise.slug, files))

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.orm import Session
 
-from app.models import Submission, SubmissionStatus, User
-from app.progress import diff_lines
-from app.submissions import create_submission
+from app.domain.models import Submission, SubmissionStatus, User
+from app.domain.progress import diff_lines
+from app.domain.submissions import create_submission
 from tests.conftest import TinyExercise
 from worker.core.outcome import Verdict
 

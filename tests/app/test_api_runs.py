@@ -11,12 +11,12 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.example_runs import RunGate
-from app.models import Exercise, Submission
+from app.domain.example_runs import RunGate
+from app.domain.models import Exercise, Submission
 from tests.conftest import TinyExercise, tiny_files
+from worker.bank.spec import ExerciseSpec
 from worker.core.errors import RateLimited
-from worker.examples import examples_files
-from worker.spec import ExerciseSpec
+from worker.grading.examples import examples_files
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -33,7 +33,7 @@ def test_add_small(submission):
 @pytest.fixture
 def graded_example(db_session: Session) -> Exercise:
     """An exercise whose example test checks ``add`` and explains a failure."""
-    from app.exercises import upsert_exercise
+    from app.domain.exercises import upsert_exercise
 
     tag = uuid.uuid4().hex[:12]
     files = tiny_files(prompt_md="Add.\n", queue="cpu", tag=tag)

@@ -13,10 +13,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app import news
-from app.models import Role, Submission, SubmissionStatus, TestResult, User
-from app.routes import api_submissions
-from app.submissions import create_submission
+from app.domain import news
+from app.domain.models import Role, Submission, SubmissionStatus, TestResult, User
+from app.domain.submissions import create_submission
+from app.web.routes import api_submissions
 from tests.conftest import RecordingDispatcher, TinyExercise
 from worker.core.outcome import Verdict
 

@@ -17,17 +17,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import Base, engine_for
-from app.exercises import upsert_exercise
+from app.domain.db import Base, engine_for
+from app.domain.exercises import upsert_exercise
+from app.domain.models import Exercise, GradingRecord, Submission, SubmissionStatus, WorkerBeat
 from app.jobs.dispatch import reset_dispatcher
 from app.main import create_app
-from app.models import Exercise, GradingRecord, Submission, SubmissionStatus, WorkerBeat
-from app.routes.health import PROBE_DEADLINE_S
+from app.web.routes.health import PROBE_DEADLINE_S
 from tests.conftest import tiny_files
 from tests.support import configure, free_port, fresh_postgres_db, require_service
+from worker.bank.spec import ExerciseSpec
 from worker.core.config import get_settings
 from worker.core.outcome import Verdict
-from worker.spec import ExerciseSpec
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

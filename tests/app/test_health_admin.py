@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.orm import Session
 
-from app.models import Role, Submission, SubmissionStatus, User, WorkerBeat
+from app.domain.models import Role, Submission, SubmissionStatus, User, WorkerBeat
 from tests.conftest import TinyExercise
 from worker.core.config import Settings
 

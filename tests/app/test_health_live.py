@@ -14,14 +14,14 @@ import pytest
 import redis
 from sqlalchemy.orm import Session
 
-from app.db import Base, engine_for
-from app.exercises import upsert_exercise
+from app.domain.db import Base, engine_for
+from app.domain.exercises import upsert_exercise
 from app.main import create_app
 from tests.app.test_health import HEALTH_REDIS_URL, client_from, parse, value
 from tests.conftest import tiny_files
 from tests.support import child_env, configure, fresh_postgres_db, require_service, wait_for
+from worker.bank.spec import ExerciseSpec
 from worker.core.config import get_settings
-from worker.spec import ExerciseSpec
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

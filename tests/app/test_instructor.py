@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.models import Exercise, ExerciseCheck, GradingRecord, SubmissionStatus, TestResult, User
-from app.submissions import create_submission
+from app.domain.models import Exercise, ExerciseCheck, GradingRecord, SubmissionStatus, TestResult, User
+from app.domain.submissions import create_submission
 from tests.app.test_instructor_zip import make_zip
 from tests.conftest import RecordingDispatcher, TinyExercise, tiny_files
 from worker.core.outcome import Verdict
@@ -247,7 +247,7 @@ def test_regrade_archives_the_old_result_and_requeues(
         "finished": False,
     }
     # The grading task's claim takes the requeued row exactly once.
-    from app.submissions import claim
+    from app.domain.submissions import claim
 
     assert claim(session=db_session, submission_id=sub.id, lease_s=900) is not None
     assert claim(session=db_session, submission_id=sub.id, lease_s=900) is None
@@ -256,8 +256,8 @@ def test_regrade_archives_the_old_result_and_requeues(
 
 
 def test_sync_does_not_unpublish_exercises_made_in_the_browser(db_session: Session, tmp_path) -> None:
-    from app.authoring import add_draft, validate
-    from app.exercises import sync_bank
+    from app.domain.authoring import add_draft, validate
+    from app.domain.exercises import sync_bank
 
     spec = validate("browser-only", tiny_files(prompt_md="x", queue="cpu", tag="b"))
     version, _ = add_draft(session=db_session, spec=spec, source="editor", user=None)
@@ -271,9 +271,9 @@ def test_sync_does_not_unpublish_exercises_made_in_the_browser(db_session: Sessi
 def test_run_check_records_progress_with_the_real_sandbox(db_session: Session, settings) -> None:
     import textwrap
 
-    from app.authoring import add_draft, validate
-    from app.checks import create_check, run_check
-    from worker.sandbox import get_sandbox
+    from app.domain.authoring import add_draft, validate
+    from app.domain.checks import create_check, run_check
+    from worker.grading.sandbox import get_sandbox
 
     files = {
         "exercise.toml": 'title = "Check me"\n[limits]\ntimeout_s = 20\nmemory_mb = 256\n\n[[wrong]]\n'

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from app.authoring import MAX_RATIO, MAX_ZIP_BYTES, read_zip
+from app.domain.authoring import MAX_RATIO, MAX_ZIP_BYTES, read_zip
 from tests.conftest import tiny_files
 from worker.core.errors import InvalidInput
 

@@ -8,8 +8,8 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect
 
-from app.db import engine_for
-from app.migrate import alembic_config, upgrade
+from app.domain.db import engine_for
+from app.domain.migrate import alembic_config, upgrade
 from tests.support import fresh_postgres_db, require_service
 
 TABLES = {"users", "exercises", "exercise_versions", "submissions", "test_results", "alembic_version"}

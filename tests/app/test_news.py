@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app import news
+from app.domain import news
 from tests.redis_server import PrivateRedis
 from tests.support import child_env, configure, require_service, wait_for
 from worker.core.config import REPO_ROOT
@@ -64,7 +64,7 @@ def test_publish_without_subscribers_is_dropped() -> None:
 
 def _publish_from_another_process(broker_url: str, submission_id: str) -> None:
     """Publish as a Celery worker would: a separate interpreter, configured by GPULAB_* only."""
-    code = f"from app import news; news.publish({submission_id!r})"
+    code = f"from app.domain import news; news.publish({submission_id!r})"
     done = subprocess.run(
         [sys.executable, "-c", code],
         env=child_env(mode="dev", broker_url=broker_url),

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy.orm import Session
 
-from app.models import Submission, SubmissionStatus, User
-from app.submissions import create_submission
+from app.domain.models import Submission, SubmissionStatus, User
+from app.domain.submissions import create_submission
 from tests.conftest import PASSWORD, RecordingDispatcher, TinyExercise
 from worker.core.outcome import Verdict
 
@@ -109,7 +109,7 @@ def test_every_form_route_checks_the_csrf_token(app: FastAPI) -> None:
     """Any state-changing route outside /api must depend on the form-token check (JSON API has its own rule)."""
     from fastapi.routing import APIRoute
 
-    from app.routes import pages, staff
+    from app.web.routes import pages, staff
 
     checks = {pages.verify_form_csrf, getattr(staff, "_csrf_form", None)} - {None}
 

@@ -11,8 +11,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from app.models import Submission, SubmissionStatus, TestResult, User
-from app.submissions import create_submission
+from app.domain.models import Submission, SubmissionStatus, TestResult, User
+from app.domain.submissions import create_submission
 from tests.conftest import TinyExercise
 from worker.core.outcome import Verdict
 

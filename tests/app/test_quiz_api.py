@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.models import Exercise, Submission, SubmissionStatus, User
+from app.domain.models import Exercise, Submission, SubmissionStatus, User
 from tests.conftest import TinyExercise
 
 if TYPE_CHECKING:
@@ -52,8 +52,8 @@ SECRETS = ("SECRET-", '"answer"', '"correct"', "explanation", "model_answer", "r
 
 @pytest.fixture
 def quiz(db_session: Session) -> Exercise:
-    from app.exercises import upsert_exercise
-    from worker.spec import ExerciseSpec
+    from app.domain.exercises import upsert_exercise
+    from worker.bank.spec import ExerciseSpec
 
     files = {
         "exercise.toml": 'title = "A quiz"\nkind = "quiz"\ntopic = "Quizzes"\n',

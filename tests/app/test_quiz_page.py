@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from app.models import Exercise
+from app.domain.models import Exercise
 from tests.app.test_quiz_api import quiz  # noqa: F401  (fixture)
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""``app.ratelimit``: moving windows in memory and on real Redis, shared by limiters, soft when Redis is away."""
+"""``app.domain.ratelimit``: moving windows in memory and on real Redis, shared by limiters, soft when Redis is away."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from app import ratelimit
-from app.ratelimit import Limiter, Rule, limiter_for, make_limiter
+from app.domain import ratelimit
+from app.domain.ratelimit import Limiter, Rule, limiter_for, make_limiter
 from tests.redis_server import PrivateRedis
 from tests.support import free_port, require_service
 from worker.core.config import Settings

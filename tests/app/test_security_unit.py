@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from app.markdown import render_markdown
-from app.security import LoginLimiter, csrf_problem, hash_password, verify_password
+from app.domain.markdown import render_markdown
+from app.domain.security import LoginLimiter, csrf_problem, hash_password, verify_password
 from worker.core.errors import RateLimited
 
 

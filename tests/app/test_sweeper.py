@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from app.db import engine_for, session_scope
-from app.exercises import get_published, sync_bank
+from app.domain.db import engine_for, session_scope
+from app.domain.exercises import get_published, sync_bank
+from app.domain.leases import renew
+from app.domain.migrate import upgrade
+from app.domain.models import Submission, SubmissionStatus, utcnow
+from app.domain.submissions import claim, create_submission, held
 from app.jobs.sweeper import EXHAUSTED_MESSAGE, sweep_once
-from app.leases import renew
-from app.migrate import upgrade
-from app.models import Submission, SubmissionStatus, utcnow
-from app.submissions import claim, create_submission, held
 from tests.support import BANK, configure, fresh_postgres_db, require_service
 from worker.core.config import get_settings
 from worker.core.outcome import Verdict

@@ -20,8 +20,8 @@ import httpx
 import pytest
 import redis
 
-from app.example_runs import RUNS_PER_USER
-from app.ratelimit import KEY_PREFIX
+from app.domain.example_runs import RUNS_PER_USER
+from app.domain.ratelimit import KEY_PREFIX
 from tests.support import (
     bank_file,
     child_env,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from tests.support import BANK
-from worker.quiz import parse_quiz
-from worker.spec import load_bank
+from worker.bank.quiz import parse_quiz
+from worker.bank.spec import load_bank
 
 REF_RE = re.compile(r"`([a-z0-9-]+)(?:::([a-z0-9_-]+))?`")
 

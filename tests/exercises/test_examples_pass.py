@@ -2,7 +2,7 @@
 
 The examples are what learners run before submitting; a failing example on a correct solution would tell
 them their right answer is wrong. Each solution is graded against the examples exactly as
-``worker.examples.run_examples`` grades a learner's "run examples" request, in the real local sandbox
+``worker.grading.examples.run_examples`` grades a learner's "run examples" request, in the real local sandbox
 (bubblewrap and cgroups), one exercise per test case. Framework imports make this slow.
 """
 
@@ -20,10 +20,10 @@ import pytest
 
 from worker.core.errors import SandboxUnavailable
 from tests.support import BANK
-from worker.examples import run_examples
+from worker.grading.examples import run_examples
 from worker.core.outcome import TestOutcomeKind, Verdict
-from worker.sandbox.local import LocalSandbox
-from worker.spec import ExerciseSpec, load_bank
+from worker.grading.sandbox.local import LocalSandbox
+from worker.bank.spec import ExerciseSpec, load_bank
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from tests.support import BANK
-from worker.quiz import Program, parse_quiz
-from worker.spec import load_bank
+from worker.bank.quiz import Program, parse_quiz
+from worker.bank.spec import load_bank
 
 TIMEOUT_S = 300  # a TensorFlow import alone takes seconds on a busy 2-core machine
 

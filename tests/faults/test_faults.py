@@ -15,12 +15,12 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from app.db import session_scope
-from app.exercises import get_published
+from app.domain.db import session_scope
+from app.domain.exercises import get_published
+from app.domain.models import Role, Submission, SubmissionStatus, User, WorkerBeat
+from app.domain.security import create_user
+from app.domain.submissions import create_submission
 from app.jobs.dispatch import CeleryDispatcher
-from app.models import Role, Submission, SubmissionStatus, User, WorkerBeat
-from app.security import create_user
-from app.submissions import create_submission
 from tests.faults.conftest import Deployment, kill_group, settle_time
 from tests.support import bank_file, wait_for
 from worker.core.config import get_settings

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from worker.spec import discover_test_ids
+from worker.bank.spec import discover_test_ids
 
 WORKER_DIR = Path(__file__).resolve().parents[2] / "worker"
 

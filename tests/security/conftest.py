@@ -3,10 +3,10 @@
 Contract:
 - ``backend`` is parametrized over ``local``, ``local-warm`` (the same backend, subjects forked from a warm
   template of a session-wide pool) and ``docker``. ``docker`` is skipped (with the reason) when
-  ``worker.sandbox.docker`` is missing or no engine answers, unless ``GPULAB_REQUIRE_DOCKER=1``: then it fails.
+  ``worker.grading.sandbox.docker`` is missing or no engine answers, unless ``GPULAB_REQUIRE_DOCKER=1``: then it fails.
   ``local``/``local-warm`` are skipped off CI when the host cannot run it, and fails under ``CI=true``.
 - ``attack(code, **limits)`` grades ``code`` as the learner's ``submission.py`` for ``TINY`` through
-  ``worker.grading.grade`` with the worker's environment holding ``SECRETS``, and returns an ``Attack``
+  ``worker.grading.pipeline.grade`` with the worker's environment holding ``SECRETS``, and returns an ``Attack``
   (outcome, wall time, every text the learner gets back). After each test, nothing may be left: no
   process of the sandbox users, no job cgroup, no file in the work root, no new staging folder in /tmp.
 """
@@ -29,13 +29,13 @@ from pathlib import Path
 import pytest
 
 from tests.worker.conftest import leftover_state
+from worker.bank.spec import ExerciseSpec
 from worker.core.errors import SandboxUnavailable
 from worker.core.outcome import GradeOutcome
-from worker.grading import grade
-from worker.sandbox.base import Sandbox
-from worker.sandbox.local import LocalSandbox
-from worker.sandbox.warm import RUNTIMES, WarmLocalSandbox, WarmPool
-from worker.spec import ExerciseSpec
+from worker.grading.pipeline import grade
+from worker.grading.sandbox.base import Sandbox
+from worker.grading.sandbox.local import LocalSandbox
+from worker.grading.sandbox.warm import RUNTIMES, WarmLocalSandbox, WarmPool
 
 CGROUP_NAME = "gpulab-security"
 SANDBOX_USERS = ("gpulab-sandbox", "gpulab-judge")
@@ -108,10 +108,10 @@ def _docker_backend(tmp_path: Path) -> Sandbox:
             pytest.fail(f"GPULAB_REQUIRE_DOCKER=1 but {reason}")
         pytest.skip(reason)
 
-    if importlib.util.find_spec("worker.sandbox.docker") is None:
-        unavailable("worker.sandbox.docker does not exist yet")
+    if importlib.util.find_spec("worker.grading.sandbox.docker") is None:
+        unavailable("worker.grading.sandbox.docker does not exist yet")
     from worker.core.config import Settings
-    from worker.sandbox import get_sandbox
+    from worker.grading.sandbox import get_sandbox
 
     try:
         sandbox = get_sandbox(Settings(sandbox="docker", mode="dev", data_dir=tmp_path))  # type: ignore[arg-type]

@@ -7,9 +7,9 @@ import textwrap
 import pytest
 
 from tests.security.conftest import tiny_files
-from worker.grading import grade
-from worker.sandbox.base import Sandbox
-from worker.spec import ExerciseSpec
+from worker.bank.spec import ExerciseSpec
+from worker.grading.pipeline import grade
+from worker.grading.sandbox.base import Sandbox
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.jobdir import read_result
+from worker.grading.jobdir import read_result
 
 TEST = {"id": "t.py::t", "outcome": "passed", "message": "", "duration_ms": 1}
 VALID = {"version": 1, "error": None, "tests": [TEST]}

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from worker.bank.spec import ExerciseSpec
 from worker.core.errors import SandboxUnavailable
-from worker.sandbox.local import LocalSandbox
-from worker.spec import ExerciseSpec
+from worker.grading.sandbox.local import LocalSandbox
 
 SANDBOX_USER = "gpulab-sandbox"
 CGROUP_ROOT = Path("/sys/fs/cgroup")

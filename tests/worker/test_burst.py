@@ -8,7 +8,7 @@ others in flight. Checked: for submissions i < j in ``created_at`` order (same q
 i then j - i < W ("max start displacement" < W); with W = 1 the start order is exactly the submission order.
 None is lost: every accepted submission ends ``graded`` with one attempt.
 
-The HTTP test also covers the API timeout under load: before ``app.db`` let the SQLite pool grow, requests
+The HTTP test also covers the API timeout under load: before ``app.domain.db`` let the SQLite pool grow, requests
 holding one of the 15 pooled connections waited for a threadpool thread that requests waiting for a
 connection held, until the pool's 30 s timeout (a 500 or a client timeout).
 """
@@ -23,17 +23,17 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from app.db import session_scope
-from app.exercises import get_published, upsert_exercise
+from app.domain.db import session_scope
+from app.domain.exercises import get_published, upsert_exercise
+from app.domain.migrate import upgrade
+from app.domain.models import Role, Submission, SubmissionStatus, User
+from app.domain.security import create_user
+from app.domain.submissions import create_submission
 from app.jobs.dispatch import InProcessDispatcher, get_dispatcher, reset_dispatcher
 from app.main import create_app
-from app.migrate import upgrade
-from app.models import Role, Submission, SubmissionStatus, User
-from app.security import create_user
-from app.submissions import create_submission
 from tests.support import BANK, bank_file, configure
+from worker.bank.spec import load_exercise
 from worker.core.outcome import Verdict
-from worker.spec import load_exercise
 
 SLUG = "python-split-batch"
 EMAIL, PASSWORD = "burst@example.com", "correct horse battery staple"

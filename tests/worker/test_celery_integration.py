@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.db import session_scope
-from app.exercises import get_published, sync_bank
+from app.domain.db import session_scope
+from app.domain.exercises import get_published, sync_bank
+from app.domain.migrate import upgrade
+from app.domain.models import Role, Submission, SubmissionStatus, User
+from app.domain.security import create_user
+from app.domain.submissions import create_submission
 from app.jobs.dispatch import CeleryDispatcher, recover_unfinished
-from app.migrate import upgrade
-from app.models import Role, Submission, SubmissionStatus, User
-from app.security import create_user
-from app.submissions import create_submission
 from tests.support import (
     BANK,
     REDIS_URL,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from worker.bank.spec import Limits
 from worker.core.errors import SandboxUnavailable
-from worker.sandbox.cgroups import PARENT_CPU_SHARES, JobCgroups, detect_layout
-from worker.spec import Limits
+from worker.grading.sandbox.cgroups import PARENT_CPU_SHARES, JobCgroups, detect_layout
 
 ROOT = Path("/sys/fs/cgroup")
 

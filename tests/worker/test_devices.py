@@ -6,13 +6,13 @@ import textwrap
 
 import pytest
 
+from worker.bank.spec import ExerciseSpec
 from worker.core.errors import ExerciseFormatError
 from worker.core.outcome import Verdict
-from worker.devices import device_label
-from worker.grading import grade
-from worker.sandbox.local import LocalSandbox
-from worker.sandbox.unsafe import UnsafeSandbox
-from worker.spec import ExerciseSpec
+from worker.grading.devices import device_label
+from worker.grading.pipeline import grade
+from worker.grading.sandbox.local import LocalSandbox
+from worker.grading.sandbox.unsafe import UnsafeSandbox
 
 
 def spec_for(

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from worker.bank.spec import ExerciseSpec, Limits
 from worker.core.config import Settings
 from worker.core.errors import SandboxUnavailable
 from worker.core.outcome import GradeOutcome, TestOutcomeKind, Verdict
-from worker.grading import NOT_REPORTED, grade
-from worker.sandbox import get_sandbox
-from worker.sandbox.base import SandboxRun
-from worker.sandbox.local import LocalSandbox
-from worker.sandbox.unsafe import UnsafeSandbox
-from worker.spec import ExerciseSpec, Limits
+from worker.grading.pipeline import NOT_REPORTED, grade
+from worker.grading.sandbox import get_sandbox
+from worker.grading.sandbox.base import SandboxRun
+from worker.grading.sandbox.local import LocalSandbox
+from worker.grading.sandbox.unsafe import UnsafeSandbox
 
 SpecFactory = Callable[..., ExerciseSpec]
 CORRECT = "def add(a, b):\n    return a + b\n"

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from worker.jobdir import read_result, write_job_dir
-from worker.spec import ExerciseSpec
+from worker.bank.spec import ExerciseSpec
+from worker.grading.jobdir import read_result, write_job_dir
 
 VALID: dict[str, Any] = {
     "version": 1,

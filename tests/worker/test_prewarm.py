@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from app.db import session_scope
-from app.exercises import sync_bank
+from app.domain.db import session_scope
+from app.domain.exercises import sync_bank
+from app.domain.migrate import upgrade
 from app.jobs import prewarm
-from app.migrate import upgrade
 from tests.support import BANK, configure
 from tests.worker.conftest import tiny_add_files
+from worker.bank.spec import ExerciseSpec, load_bank
 from worker.core.config import Settings, get_settings
-from worker.jobdir import write_job_dir
-from worker.sandbox.warm import JUDGE_KEY, RuntimeKey, Template, WarmPool, shared_pool
-from worker.spec import ExerciseSpec, load_bank
+from worker.grading.jobdir import write_job_dir
+from worker.grading.sandbox.warm import JUDGE_KEY, RuntimeKey, Template, WarmPool, shared_pool
 
 
 def test_spec_keys_are_the_keys_their_jobs_ask_for(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from worker.bank.quiz import Quiz, canonical_json, check_answers, count_words, grade, parse_quiz
+from worker.bank.spec import ExerciseSpec
 from worker.core.errors import ExerciseFormatError, InvalidInput
-from worker.quiz import Quiz, canonical_json, check_answers, count_words, grade, parse_quiz
-from worker.spec import ExerciseSpec
 
 GOOD = """
 pass_percent = 75

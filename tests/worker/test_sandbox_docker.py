@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 
 from tests.worker.conftest import tiny_add_files
+from worker.bank.spec import ExerciseSpec
 from worker.core.config import Settings
 from worker.core.errors import PlatformError, SandboxUnavailable
 from worker.core.outcome import GradeOutcome, Verdict
-from worker.grading import grade
-from worker.jobdir import write_job_dir
-from worker.sandbox import get_sandbox
-from worker.sandbox.docker import (
+from worker.grading.jobdir import write_job_dir
+from worker.grading.pipeline import grade
+from worker.grading.sandbox import get_sandbox
+from worker.grading.sandbox.docker import (
     API_VERSION,
     GPU_SHM_MB,
     JUDGE_UID,
@@ -43,9 +44,8 @@ from worker.sandbox.docker import (
     run_job,
     seccomp_profile,
 )
-from worker.sandbox.gpus import GpuSlots, parse_gpu_ids
-from worker.sandbox.seccomp import CLONE_NEW_FLAGS, DENIED
-from worker.spec import ExerciseSpec
+from worker.grading.sandbox.gpus import GpuSlots, parse_gpu_ids
+from worker.grading.sandbox.seccomp import CLONE_NEW_FLAGS, DENIED
 
 MARGIN_S = 2.0
 CORRECT = "def add(a, b):\n    return a + b\n"
@@ -389,7 +389,7 @@ def test_a_lease_waits_for_a_gpu_to_free_up(tmp_path: Path) -> None:
 
 def test_another_process_holding_a_gpu_keeps_it(tmp_path: Path) -> None:
     script = (
-        "import sys, time; from pathlib import Path; from worker.sandbox.gpus import GpuSlots; "
+        "import sys, time; from pathlib import Path; from worker.grading.sandbox.gpus import GpuSlots; "
         f"lease = GpuSlots(('0', '1'), 1, Path({str(tmp_path)!r})).acquire(1); "
         "print(lease.ids[0], flush=True); time.sleep(30)"
     )

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from worker.jobdir import read_result, write_job_dir
-from worker.sandbox.base import SandboxRun
-from worker.sandbox.local import LocalSandbox
-from worker.spec import ExerciseSpec
+from worker.bank.spec import ExerciseSpec
+from worker.grading.jobdir import read_result, write_job_dir
+from worker.grading.sandbox.base import SandboxRun
+from worker.grading.sandbox.local import LocalSandbox
 
 Leftovers = Callable[[int], tuple[list[str], list[str]]]
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.support import BANK
+from worker.bank.spec import ExerciseSpec, discover_test_ids, load_bank, load_exercise
 from worker.core.errors import ExerciseFormatError
-from worker.jobdir import write_job_dir
-from worker.spec import ExerciseSpec, discover_test_ids, load_bank, load_exercise
+from worker.grading.jobdir import write_job_dir
 
 TOML = 'title = "Tiny"\n[points]\n"test_a.py::test_one" = 3\n'
 TESTS = "def test_one(submission):\n    assert True\n\nclass TestMore:\n    def test_two(self):\n        pass\n"

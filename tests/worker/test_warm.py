@@ -1,4 +1,4 @@
-"""Warm subjects and judges (``worker/sandbox/warm.py``): graded like cold, in the same sandboxes, templates replaced.
+"""Warm subjects and judges (``worker/grading/sandbox/warm.py``): graded like cold, same sandboxes, templates replaced.
 
 No timing assertions: speed is measured by ``benchmarks/``, not here.
 """
@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.worker.conftest import CGROUP_NAME, tiny_add_files
+from worker.bank.spec import ExerciseSpec, Limits, load_exercise
 from worker.core.config import Settings
-from worker.grading import grade
-from worker.sandbox import get_sandbox
-from worker.sandbox.local import LocalSandbox, sandbox_env
-from worker.sandbox.warm import JUDGE_KEY, RuntimeKey, WarmLocalSandbox, WarmPool, parse_runtimes
-from worker.spec import ExerciseSpec, Limits, load_exercise
+from worker.grading.pipeline import grade
+from worker.grading.sandbox import get_sandbox
+from worker.grading.sandbox.local import LocalSandbox, sandbox_env
+from worker.grading.sandbox.warm import JUDGE_KEY, RuntimeKey, WarmLocalSandbox, WarmPool, parse_runtimes
 
 REPO = Path(__file__).resolve().parents[2]
 

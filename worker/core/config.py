@@ -77,14 +77,14 @@ class Settings(BaseSettings):
     docker_api_timeout_s: float = Field(default=10.0, gt=0, le=120)
     gpu_ids: str = ""
     gpus_per_job: int = Field(default=1, ge=1, le=64)
-    # Health and metrics (app/routes/health.py, app/metrics.py): /metrics answers only this bearer token when
+    # Health and metrics (app/web/routes/health.py, app/domain/metrics.py): /metrics answers only this bearer token when
     # set, else only loopback clients that did not come through a proxy.
     metrics_token: str = ""
     # Example runs and checks as jobs (issue 10 item 2): in Celery mode an example-run request waits this long
-    # for a worker's answer (app/example_runs.py), then answers 503 with Retry-After.
+    # for a worker's answer (app/domain/example_runs.py), then answers 503 with Retry-After.
     example_run_wait_s: float = Field(default=30.0, gt=0, le=300)
     # Shared state (issue 10 item 3): a live status stream re-reads the database at least this often; news
-    # (app/news.py, across processes over Redis with a broker) wakes it sooner, so this is only a safety net.
+    # (app/domain/news.py, across processes over Redis with a broker) wakes it sooner, so this is only a safety net.
     events_poll_s: float = Field(default=0.3, gt=0, le=60)
 
     @model_validator(mode="after")

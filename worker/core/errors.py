@@ -1,7 +1,7 @@
 """Every error gpulab raises on purpose, shared by the web side and the grading side.
 
 Contract: services, the grading pipeline and the sandbox raise these with a ``message`` a person can act on.
-They carry no HTTP status: the web side maps each class to one (``app.errors``), the CLI to an exit code.
+They carry no HTTP status: the web side maps each class to one (``app.web.errors``), the CLI to an exit code.
 This module imports nothing of ours.
 """
 

@@ -376,7 +376,7 @@ def prepare(job: Path) -> tuple[dict[str, Any], types.ModuleType | None]:
 def warm(preload: list[str], devices: dict[str, Any]) -> None:
     """Import the preloads and prepare the virtual devices: all of ``prepare`` that reads no job.
 
-    A warm template (``worker/sandbox/template.py``) calls it once with a runtime's values and forks per
+    A warm template (``worker/grading/boot/template.py``) calls it once with a runtime's values and forks per
     job; ``prepare`` in the forked child calls it again with the job's values, which is then a no-op.
     """
     if "tensorflow" in preload:

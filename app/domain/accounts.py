@@ -1,0 +1,141 @@
+"""User management for admins: create, change role, disable/enable, reset a password, bulk-import from CSV.
+
+Contract:
+- Functions take the session keyword-only and never commit.
+- An admin cannot change their own role or disable themselves (no locking the last door from inside).
+- A disabled user cannot log in and every session they hold stops working at its next request
+  (``app.domain.security.user_from_session`` checks ``is_active``); a password reset ends their sessions too.
+- ``import_csv`` is all or nothing: every row is checked first (e-mail, role, duplicates in the file or the
+  database) and if any row is wrong nothing is added and every problem is reported with its line number.
+  Columns: ``email`` and optionally ``name`` and ``role`` (default learner), with or without a header row.
+  New accounts get a random password, returned once so the admin can hand it over.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import secrets
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.domain.models import Role, User
+from app.domain.security import EMAIL_RE, create_user, hash_password, normalise_email
+from worker.core.errors import InvalidInput
+
+MAX_IMPORT_ROWS = 500  # each new password costs one scrypt hash
+MAX_IMPORT_BYTES = 256 * 1024
+MAX_NAME_CHARS = 200
+
+
+@dataclass
+class NewAccount:
+    email: str
+    name: str
+    role: str
+    password: str
+
+
+@dataclass
+class ImportReport:
+    created: list[NewAccount] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def new_password() -> str:
+    return secrets.token_urlsafe(12)
+
+
+def create_account(*, session: Session, email: str, name: str, role: Role, password: str = "") -> NewAccount:
+    """Add a user; an empty ``password`` gets a random one. Return the account with its password."""
+    if len(name) > MAX_NAME_CHARS:
+        raise InvalidInput(f"the name is longer than {MAX_NAME_CHARS} characters")
+    password = password or new_password()
+    user = create_user(session=session, email=email, password=password, role=role)
+    user.name = name.strip()
+    return NewAccount(email=user.email, name=user.name, role=role.value, password=password)
+
+
+def set_role(*, session: Session, actor: User, user: User, role: Role) -> None:
+    """Change ``user``'s role; refuse changing one's own."""
+    if actor.id == user.id:
+        raise InvalidInput("you cannot change your own role")
+    user.role = role
+
+
+def set_active(*, session: Session, actor: User, user: User, active: bool) -> None:
+    """Enable or disable ``user``; refuse disabling oneself."""
+    if actor.id == user.id and not active:
+        raise InvalidInput("you cannot disable your own account")
+    user.is_active = active
+
+
+def reset_password(*, session: Session, user: User) -> str:
+    """Give ``user`` a new random password (ending their sessions) and return it."""
+    password = new_password()
+    user.password_hash = hash_password(password)
+    return password
+
+
+def _rows(text: str) -> list[tuple[int, list[str]]]:
+    reader = csv.reader(io.StringIO(text))
+    try:
+        rows = [(reader.line_num, row) for row in reader]
+    except csv.Error as exc:
+        raise InvalidInput(f"not a readable CSV file: {exc}") from exc
+    return [(n, [c.strip() for c in row]) for n, row in rows if any(c.strip() for c in row)]
+
+
+def import_csv(*, session: Session, data: bytes) -> ImportReport:
+    """Check every row, then add all of them or none; return what was created or every problem found."""
+    if len(data) > MAX_IMPORT_BYTES:
+        raise InvalidInput(f"the file is larger than {MAX_IMPORT_BYTES // 1024} KiB")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput("the file is not UTF-8 text") from exc
+    rows = _rows(text)
+    columns = ["email", "name", "role"]
+    if rows and rows[0][1] and rows[0][1][0].lower() == "email":
+        columns = [c.lower() for c in rows[0][1]]
+        rows = rows[1:]
+        unknown = set(columns) - {"email", "name", "role"}
+        if unknown:
+            raise InvalidInput(f"unknown column(s) {', '.join(sorted(unknown))}; use email, name, role")
+    if not rows:
+        raise InvalidInput("the file holds no accounts")
+    if len(rows) > MAX_IMPORT_ROWS:
+        raise InvalidInput(f"the file holds {len(rows)} accounts; import at most {MAX_IMPORT_ROWS} at a time")
+    report = ImportReport()
+    wanted: list[tuple[str, str, Role]] = []
+    seen: dict[str, int] = {}
+    for line, row in rows:
+        if len(row) > len(columns):
+            report.errors.append(f"line {line}: {len(row)} columns, expected at most {len(columns)}")
+            continue
+        values = dict(zip(columns, row, strict=False))
+        email = normalise_email(values.get("email", ""))
+        name = values.get("name", "")
+        role_name = (values.get("role") or "learner").lower()
+        if not EMAIL_RE.match(email) or len(email) > 320:
+            report.errors.append(f"line {line}: {email!r} is not a valid e-mail address")
+        elif email in seen:
+            report.errors.append(f"line {line}: {email} is already on line {seen[email]}")
+        if role_name not in Role.__members__:
+            report.errors.append(f"line {line}: unknown role {role_name!r} (learner, instructor or admin)")
+        if len(name) > MAX_NAME_CHARS:
+            report.errors.append(f"line {line}: the name is longer than {MAX_NAME_CHARS} characters")
+        seen.setdefault(email, line)
+        if role_name in Role.__members__:
+            wanted.append((email, name, Role(role_name)))
+    existing = set(session.scalars(select(func.lower(User.email)).where(func.lower(User.email).in_(list(seen)))))
+    for email in sorted(existing):
+        report.errors.append(f"line {seen[email]}: {email} already has an account")
+    if report.errors:
+        return report
+    for email, name, role in wanted:
+        report.created.append(create_account(session=session, email=email, name=name, role=role))
+    session.flush()
+    return report

@@ -1,0 +1,253 @@
+"""The tables: users, exercises with immutable versions, submissions and their per-test results.
+
+Contract:
+- An ``ExerciseVersion`` is never edited after it is created: a changed exercise folder becomes a new
+  version, and ``Exercise.current_version`` moves to it. A ``Submission`` points at the version it was
+  submitted against, so its grade always refers to the tests that produced it.
+- ``ExerciseVersion.files`` holds every file of the folder (hidden tests and solutions included); only the
+  worker reads it. API schemas expose a safe subset.
+- ``Submission.status`` moves queued → running → graded | error; ``verdict`` is set with graded/error.
+- Drafts: a version that is not ``Exercise.current_version`` is a draft (or an older version); learners only
+  ever get ``current_version`` of an exercise with ``is_published``. ``ExerciseVersion.source`` says where a
+  version came from (``bank`` sync, ``upload``, ``editor``): sync only unpublishes exercises it owns.
+- ``GradingRecord`` keeps a submission's earlier result each time staff regrade it; ``ExerciseCheck`` is one
+  background run of the bank check on a version. Neither changes the version itself.
+- Leases: a ``running`` submission (or check) is held by whoever claimed it while ``heartbeat_at`` is recent;
+  ``attempts`` is the fencing token of that claim. ``dispatched_at`` is when it was last handed to a queue.
+- ``WorkerBeat`` is one grading process's latest sign of life (every worker and the embedded server write
+  theirs); ``RevokedSession`` is a logged-out session nonce, shared by every API process.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from app.domain.db import Base
+from worker.core.outcome import Verdict
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Role(enum.StrEnum):
+    learner = "learner"
+    instructor = "instructor"
+    admin = "admin"
+
+
+class SubmissionStatus(enum.StrEnum):
+    queued = "queued"
+    running = "running"
+    graded = "graded"
+    error = "error"
+
+
+def _enum(cls: type[enum.Enum], name: str) -> Enum:
+    # Stored as plain strings (no native enum types) so SQLite and PostgreSQL migrate alike.
+    return Enum(cls, name=name, native_enum=False, length=32, values_callable=lambda e: [m.value for m in e])
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    email: Mapped[str] = mapped_column(String(320), unique=True, index=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    role: Mapped[Role] = mapped_column(_enum(Role, "role"), default=Role.learner)
+    is_active: Mapped[bool] = mapped_column(default=True)
+    name: Mapped[str] = mapped_column(String(200), default="", server_default="")
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    submissions: Mapped[list[Submission]] = relationship(back_populates="user")
+
+
+class Exercise(Base):
+    __tablename__ = "exercises"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    slug: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    current_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("exercise_versions.id", use_alter=True, ondelete="SET NULL"), nullable=True
+    )
+    is_published: Mapped[bool] = mapped_column(default=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    versions: Mapped[list[ExerciseVersion]] = relationship(
+        back_populates="exercise", foreign_keys="ExerciseVersion.exercise_id", order_by="ExerciseVersion.number"
+    )
+    current_version: Mapped[ExerciseVersion | None] = relationship(foreign_keys=[current_version_id], post_update=True)
+
+
+class ExerciseVersion(Base):
+    __tablename__ = "exercise_versions"
+    __table_args__ = (UniqueConstraint("exercise_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    exercise_id: Mapped[int] = mapped_column(ForeignKey("exercises.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    title: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(16))
+    topic: Mapped[str] = mapped_column(String(100))
+    difficulty: Mapped[str] = mapped_column(String(16))
+    framework: Mapped[str] = mapped_column(String(16))
+    queue: Mapped[str] = mapped_column(String(8))
+    max_score: Mapped[float] = mapped_column(Float)
+    files: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    source: Mapped[str] = mapped_column(String(16), default="bank", server_default="bank")
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+
+    exercise: Mapped[Exercise] = relationship(back_populates="versions", foreign_keys=[exercise_id])
+    created_by: Mapped[User | None] = relationship()
+
+
+class Submission(Base):
+    __tablename__ = "submissions"
+    __table_args__ = (
+        Index("ix_submissions_user_created", "user_id", "created_at"),
+        Index("ix_submissions_status", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    exercise_version_id: Mapped[int] = mapped_column(ForeignKey("exercise_versions.id"), index=True)
+    code: Mapped[str] = mapped_column(Text)
+    status: Mapped[SubmissionStatus] = mapped_column(
+        _enum(SubmissionStatus, "submission_status"), default=SubmissionStatus.queued
+    )
+    verdict: Mapped[Verdict | None] = mapped_column(_enum(Verdict, "verdict"), nullable=True)
+    score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_score: Mapped[float] = mapped_column(Float, default=0.0)
+    stdout: Mapped[str] = mapped_column(Text, default="")
+    stderr: Mapped[str] = mapped_column(Text, default="")
+    message: Mapped[str] = mapped_column(Text, default="")
+    device: Mapped[str] = mapped_column(String(200), default="")
+    sandbox: Mapped[str] = mapped_column(String(32), default="")
+    runtime_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    user: Mapped[User | None] = relationship(back_populates="submissions")
+    exercise_version: Mapped[ExerciseVersion] = relationship()
+    tests: Mapped[list[TestResult]] = relationship(
+        back_populates="submission", order_by="TestResult.position", cascade="all, delete-orphan"
+    )
+
+
+class TestResult(Base):
+    __tablename__ = "test_results"
+    __test__ = False  # not a pytest test class
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    name: Mapped[str] = mapped_column(String(300))
+    outcome: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text, default="")
+    points: Mapped[float] = mapped_column(Float, default=0.0)
+    max_points: Mapped[float] = mapped_column(Float, default=0.0)
+
+    submission: Mapped[Submission] = relationship(back_populates="tests")
+
+
+class ExerciseCheck(Base):
+    """One background run of ``worker.grading.bankcheck.check_exercise`` on a version; ``lines`` grows as it runs."""
+
+    __tablename__ = "exercise_checks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    exercise_version_id: Mapped[int] = mapped_column(ForeignKey("exercise_versions.id", ondelete="CASCADE"), index=True)
+    status: Mapped[str] = mapped_column(String(16), default="queued")  # queued, running, passed, failed, error
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    lines: Mapped[list[str]] = mapped_column(JSON, default=list)
+    problems: Mapped[list[str]] = mapped_column(JSON, default=list)
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    exercise_version: Mapped[ExerciseVersion] = relationship()
+
+
+class Regrade(Base):
+    """Staff asked for some submissions of an exercise to be graded again against ``target_version``."""
+
+    __tablename__ = "regrades"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    exercise_id: Mapped[int] = mapped_column(ForeignKey("exercises.id", ondelete="CASCADE"), index=True)
+    target_version_id: Mapped[int] = mapped_column(ForeignKey("exercise_versions.id", ondelete="CASCADE"))
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    target_version: Mapped[ExerciseVersion] = relationship()
+
+
+class GradingRecord(Base):
+    """A submission's earlier result, archived when it was regraded (newest ``archived_at`` last)."""
+
+    __tablename__ = "grading_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"), index=True)
+    exercise_version_id: Mapped[int] = mapped_column(ForeignKey("exercise_versions.id"))
+    regrade_id: Mapped[int | None] = mapped_column(
+        ForeignKey("regrades.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    status: Mapped[str] = mapped_column(String(32))
+    verdict: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_score: Mapped[float] = mapped_column(Float)
+    tests: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    message: Mapped[str] = mapped_column(Text, default="")
+    runtime_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    graded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    archived_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    exercise_version: Mapped[ExerciseVersion] = relationship()
+
+
+class WorkerBeat(Base):
+    """The latest sign of life of one grading process (a Celery worker or the embedded server)."""
+
+    __tablename__ = "worker_heartbeats"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)  # e.g. celery@host or embedded@host:pid
+    queues: Mapped[list[str]] = mapped_column(JSON, default=list)
+    hostname: Mapped[str] = mapped_column(String(200), default="")
+    pid: Mapped[int] = mapped_column(Integer, default=0)
+    sandbox: Mapped[str] = mapped_column(String(32), default="")
+    busy: Mapped[int] = mapped_column(Integer, default=0)  # gradings in progress at the last beat
+    redispatched: Mapped[int] = mapped_column(Integer, default=0)  # sweeper re-dispatches since it started
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class RevokedSession(Base):
+    """A logged-out session's nonce, refused by every API process until its cookie would have expired."""
+
+    __tablename__ = "revoked_sessions"
+
+    nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)

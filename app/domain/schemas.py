@@ -1,0 +1,330 @@
+"""Request and response bodies of the JSON API, and the only code that turns rows into them.
+
+Contract:
+- Exercise responses are built from an explicit allow-list of a version's files (``prompt.md``,
+  ``starter.py``, ``examples/*``): hidden tests, solutions and wrong/right variants are never read here, so they
+  cannot leak through a new field. A quiz's questions come only from ``worker.bank.quiz.Quiz.public()``, which
+  leaves out keys, explanations, hints and model answers.
+- ``SubmissionOut`` has exactly the documented keys; datetimes are ISO-8601 in UTC (naive values from SQLite
+  are taken as UTC); ``verdict`` and ``score`` stay null until the submission is graded or errored.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from app.domain.markdown import render_markdown
+from app.domain.models import Exercise, ExerciseVersion, Role, Submission, SubmissionStatus, User
+from app.domain.progress import DiffLine, Progress
+from worker.bank.quiz import QuizResult, parse_quiz
+from worker.core.outcome import GradeOutcome
+
+SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)
+
+
+def as_utc(value: datetime) -> datetime:
+    """Return ``value`` in UTC, taking a naive datetime to be UTC already."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+
+
+class _In(BaseModel):
+    # Unknown fields are refused, so a typo ("cod") is a clear 422, not a silently empty submission.
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoginIn(_In):
+    email: str = Field(max_length=320)
+    password: str = Field(max_length=1024)
+
+
+class SubmissionIn(_In):
+    code: str  # size is checked against settings.max_code_bytes by create_submission (413)
+
+
+class MeOut(BaseModel):
+    email: str
+    role: Role
+
+    @classmethod
+    def of(cls, user: User) -> MeOut:
+        return cls(email=user.email, role=user.role)
+
+
+class ExerciseSummary(BaseModel):
+    slug: str
+    title: str
+    kind: str
+    topic: str
+    difficulty: str
+    framework: str
+    points: float
+    version: int
+
+    @classmethod
+    def of(cls, exercise: Exercise, version: ExerciseVersion | None = None) -> ExerciseSummary:
+        """Describe ``version`` of ``exercise`` (its current version unless given, e.g. a draft's preview)."""
+        version = version or _current(exercise)
+        return cls(
+            slug=exercise.slug,
+            title=version.title,
+            kind=version.kind,
+            topic=version.topic,
+            difficulty=version.difficulty,
+            framework=version.framework,
+            points=version.max_score,
+            version=version.number,
+        )
+
+
+class QuizOptionOut(BaseModel):
+    id: str
+    text: str
+    code: bool
+
+
+class QuizQuestionOut(BaseModel):
+    """A quiz question as learners see it before answering: no key, explanation, hint or model answer."""
+
+    id: str
+    type: str
+    prompt: str
+    prompt_html: str
+    code: str
+    points: float
+    options: list[QuizOptionOut]
+    min_words: int | None
+    max_chars: int | None
+
+
+class QuizOut(BaseModel):
+    pass_percent: float
+    questions: list[QuizQuestionOut]
+
+    @classmethod
+    def of(cls, quiz_toml: str, slug: str) -> QuizOut:
+        quiz = parse_quiz(slug, quiz_toml)
+        questions = [QuizQuestionOut(**q, prompt_html=render_markdown(q["prompt"])) for q in quiz.public()]
+        return cls(pass_percent=quiz.pass_percent, questions=questions)
+
+
+class ExerciseDetail(ExerciseSummary):
+    prompt_md: str
+    prompt_html: str
+    starter_code: str
+    examples: dict[str, str]
+    quiz: QuizOut | None = None  # only for kind "quiz"
+
+    @classmethod
+    def of(cls, exercise: Exercise, version: ExerciseVersion | None = None) -> ExerciseDetail:
+        """Return what a learner receives for ``version`` (default: current): never hidden tests or keys."""
+        version = version or _current(exercise)
+        files: dict[str, str] = dict(version.files)
+        prompt = files.get("prompt.md", "")
+        examples = {p.removeprefix("examples/"): c for p, c in files.items() if p.startswith("examples/")}
+        return cls(
+            **ExerciseSummary.of(exercise, version).model_dump(),
+            prompt_md=prompt,
+            prompt_html=render_markdown(prompt),
+            starter_code=files.get("starter.py", "") if version.kind == "code" else "",
+            examples=dict(sorted(examples.items())),
+            quiz=QuizOut.of(files["quiz.toml"], exercise.slug) if version.kind == "quiz" else None,
+        )
+
+
+def _current(exercise: Exercise) -> ExerciseVersion:
+    if exercise.current_version is None:  # list_published/get_published never return these
+        raise ValueError(f"exercise {exercise.slug!r} has no current version")
+    return exercise.current_version
+
+
+class SubmissionCreated(BaseModel):
+    id: str
+    status: SubmissionStatus
+
+
+class TestResultOut(BaseModel):
+    __test__ = False  # not a pytest test class
+    name: str
+    outcome: str
+    message: str
+    points: float
+    max_points: float
+
+
+class SubmissionOut(BaseModel):
+    id: str
+    exercise: str
+    exercise_version: int
+    status: SubmissionStatus
+    verdict: str | None
+    score: float | None
+    max_score: float
+    tests: list[TestResultOut]
+    stdout: str
+    stderr: str
+    message: str
+    created_at: UtcDatetime
+    finished_at: UtcDatetime | None
+    runtime_ms: int | None
+    device: str
+
+    @classmethod
+    def of(cls, submission: Submission) -> SubmissionOut:
+        settled = submission.status in SETTLED
+        version = submission.exercise_version
+        return cls(
+            id=submission.id,
+            exercise=version.exercise.slug,
+            exercise_version=version.number,
+            status=submission.status,
+            verdict=submission.verdict.value if settled and submission.verdict else None,
+            score=submission.score if settled else None,
+            max_score=submission.max_score,
+            tests=[TestResultOut.model_validate(t, from_attributes=True) for t in submission.tests],
+            stdout=submission.stdout,
+            stderr=submission.stderr,
+            message=submission.message,
+            created_at=submission.created_at,
+            finished_at=submission.finished_at,
+            runtime_ms=submission.runtime_ms,
+            device=submission.device,
+        )
+
+
+class StaffSubmissionOut(SubmissionOut):
+    """A submission as staff see it in an exercise's list: who sent it, too."""
+
+    user: str | None
+
+    @classmethod
+    def of(cls, submission: Submission) -> StaffSubmissionOut:
+        return cls(**SubmissionOut.of(submission).model_dump(), user=submission.user.email if submission.user else None)
+
+
+# --- the learner's progress, attempts and example runs (app.domain.progress, app.domain.example_runs) ---------
+
+
+class ProgressOut(BaseModel):
+    """My standing on one exercise: ``state`` is not_started, attempted or passed; the best score counts."""
+
+    slug: str
+    state: str
+    attempts: int
+    best_score: float | None
+    best_max_score: float | None
+    points: float
+
+    @classmethod
+    def of(cls, exercise: Exercise, progress: Progress) -> ProgressOut:
+        return cls(
+            slug=exercise.slug,
+            state=progress.state.value,
+            attempts=progress.attempts,
+            best_score=progress.best_score,
+            best_max_score=progress.best_max_score,
+            points=_current(exercise).max_score,
+        )
+
+
+class DiffLineOut(BaseModel):
+    kind: str  # file, hunk, add, del, ctx
+    text: str
+
+
+class AttemptDiffOut(BaseModel):
+    """The unified diff of an attempt's code against the same learner's previous attempt (none for the first)."""
+
+    id: str
+    previous_id: str | None
+    lines: list[DiffLineOut]
+
+    @classmethod
+    def of(cls, submission: Submission, previous: Submission | None, lines: list[DiffLine]) -> AttemptDiffOut:
+        return cls(
+            id=submission.id,
+            previous_id=previous.id if previous else None,
+            lines=[DiffLineOut(kind=line.kind, text=line.text) for line in lines],
+        )
+
+
+def example_run_out(version: ExerciseVersion, outcome: GradeOutcome, started_at: datetime) -> SubmissionOut:
+    """Return an example run's outcome in the shape of a submission (empty ``id``: it is never stored)."""
+    return SubmissionOut(
+        id="",
+        exercise=version.exercise.slug,
+        exercise_version=version.number,
+        status=SubmissionStatus.error if outcome.verdict.is_platform_error else SubmissionStatus.graded,
+        verdict=outcome.verdict.value,
+        score=outcome.score,
+        max_score=outcome.max_score,
+        tests=[
+            TestResultOut(
+                name=t.name, outcome=t.outcome.value, message=t.message, points=t.points, max_points=t.max_points
+            )
+            for t in outcome.tests
+        ],
+        stdout=outcome.stdout,
+        stderr=outcome.stderr,
+        message=outcome.message,
+        created_at=started_at,
+        finished_at=datetime.now(UTC),
+        runtime_ms=outcome.runtime_ms,
+        device=outcome.device,
+    )
+
+
+# --- quiz attempts (app.domain.quiz) ----------------------------------------------------------------------------------
+
+
+class QuizAnswersIn(_In):
+    """``{"answers": {"q1": ["b"], "q2": "my own words"}}``: option ids for choice questions, text otherwise."""
+
+    answers: dict[str, list[str] | str]
+
+
+class QuizQuestionResultOut(BaseModel):
+    """One question of an attempt; ``explanation`` and the rest appear only once it was answered."""
+
+    id: str
+    answered: bool
+    correct: bool
+    score: float
+    max_score: float
+    feedback: str
+    explanation: str | None
+    hint: str | None
+    common_mistakes: list[str]
+    model_answer: str | None
+    rubric: list[str]
+
+
+class QuizAttemptOut(BaseModel):
+    submission_id: str
+    score: float
+    max_score: float
+    passed: bool
+    verdict: str
+    best_score: float | None
+    attempts: int
+    questions: list[QuizQuestionResultOut]
+
+    @classmethod
+    def of(
+        cls, submission: Submission, result: QuizResult, *, best_score: float | None, attempts: int
+    ) -> QuizAttemptOut:
+        return cls(
+            submission_id=submission.id,
+            score=result.score,
+            max_score=result.max_score,
+            passed=result.passed,
+            verdict=submission.verdict.value if submission.verdict else "failed",
+            best_score=best_score,
+            attempts=attempts,
+            questions=[QuizQuestionResultOut.model_validate(q, from_attributes=True) for q in result.questions],
+        )

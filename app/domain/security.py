@@ -1,0 +1,399 @@
+"""Passwords, users, login rate limiting, cookie sessions and the CSRF rule of the JSON API.
+
+Contract:
+- Passwords are hashed with stdlib scrypt and stored as ``scrypt$n$r$p$salt$hash`` (salt and hash in
+  URL-safe base64); ``verify_password`` compares in constant time and refuses absurd cost parameters.
+- ``create_user``/``authenticate`` take the session keyword-only and never commit.
+- ``LoginLimiter`` counts failed logins per e-mail and per client IP in an ``app.domain.ratelimit.Limiter`` (on
+  Redis, shared by every API process, when a broker is set): after ``login_max_failures`` failures inside
+  ``login_window_s`` either key is refused with ``RateLimited``; a success forgives the e-mail only.
+- A login stores ``uid``, a random per-login ``nonce`` and a fingerprint of the password hash in the signed
+  session cookie ``gpulab_session``; changing the password or logging out ends that session. Logging out
+  stores the nonce in ``RevokedSession`` (the database, so every process refuses it) until the cookie would
+  have expired; ``user_from_session`` checks it in the same query that loads the user.
+- ``CSRFMiddleware``: a state-changing ``/api`` request that carries the session cookie (and every login) must
+  be ``Content-Type: application/json`` and, when the browser sends ``Origin``, come from this host.
+- HTML forms (outside ``/api``) carry a per-session token: ``csrf_token(request)`` makes it (stored in the
+  signed session, so a new login gets a new one), ``verify_csrf(request, token)`` raises ``Forbidden``.
+- ``BodySizeLimitMiddleware`` takes an optional per-path-prefix limit (uploads need more than code does).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.domain.models import RevokedSession, Role, User, utcnow
+from app.domain.ratelimit import Limiter, Rule
+from worker.core.errors import Conflict, Forbidden, InvalidInput, RateLimited
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+SESSION_COOKIE = "gpulab_session"
+SCRYPT_N, SCRYPT_R, SCRYPT_P, SCRYPT_DKLEN = 2**14, 8, 1, 32
+MAX_SCRYPT_N = 2**20  # refuse stored hashes that would make verification a denial of service
+EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")
+MIN_PASSWORD_CHARS = 8
+MAX_PASSWORD_CHARS = 1024
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+LOGIN_PATH = "/api/auth/login"
+
+
+# --- passwords -----------------------------------------------------------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int, dklen: int) -> bytes:
+    # maxmem must cover 128*n*r bytes plus slack, or OpenSSL refuses larger cost parameters.
+    return hashlib.scrypt(
+        password.encode("utf-8", errors="surrogatepass"),
+        salt=salt,
+        n=n,
+        r=r,
+        p=p,
+        dklen=dklen,
+        maxmem=256 * n * r + 1024 * 1024,
+    )
+
+
+def hash_password(password: str) -> str:
+    """Hash ``password`` with a fresh random salt."""
+    salt = secrets.token_bytes(16)
+    digest = _scrypt(password, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P, SCRYPT_DKLEN)
+    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}"
+
+
+def verify_password(password: str, encoded: str) -> bool:
+    """Say whether ``password`` matches ``encoded``; malformed hashes never match."""
+    try:
+        scheme, n_s, r_s, p_s, salt_s, hash_s = encoded.split("$")
+        n, r, p = int(n_s), int(r_s), int(p_s)
+        salt, expected = _unb64(salt_s), _unb64(hash_s)
+    except ValueError:
+        return False
+    sane = 2 <= n <= MAX_SCRYPT_N and 1 <= r <= 32 and 1 <= p <= 4 and 16 <= len(expected) <= 64
+    if scheme != "scrypt" or not sane:
+        return False
+    actual = _scrypt(password, salt, n, r, p, len(expected))
+    return hmac.compare_digest(actual, expected)
+
+
+# Verified against when the e-mail is unknown, so both failures cost the same time.
+_DUMMY_HASH = hash_password(secrets.token_urlsafe(16))
+
+
+# --- users ---------------------------------------------------------------------------------------------------
+
+
+def normalise_email(email: str) -> str:
+    return email.strip().lower()
+
+
+def create_user(*, session: Session, email: str, password: str, role: Role = Role.learner) -> User:
+    """Add a user with a hashed password; raise ``InvalidInput`` or ``Conflict`` (duplicate e-mail)."""
+    email = normalise_email(email)
+    if len(email) > 320 or not EMAIL_RE.match(email):
+        raise InvalidInput(f"{email!r} is not a valid e-mail address")
+    if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
+        raise InvalidInput(f"the password must be {MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters long")
+    if session.scalar(select(User.id).where(User.email == email)) is not None:
+        raise Conflict(f"a user with e-mail {email} already exists")
+    user = User(email=email, password_hash=hash_password(password), role=Role(role), is_active=True)
+    try:
+        # A savepoint, so losing a race with a concurrent insert leaves the caller's transaction usable.
+        with session.begin_nested():
+            session.add(user)
+    except IntegrityError as exc:
+        raise Conflict(f"a user with e-mail {email} already exists") from exc
+    return user
+
+
+def authenticate(*, session: Session, email: str, password: str) -> User | None:
+    """Return the active user with these credentials, or None (unknown e-mail, wrong password, inactive)."""
+    user = session.scalar(select(User).where(User.email == normalise_email(email)))
+    if user is None:
+        verify_password(password, _DUMMY_HASH)
+        return None
+    if not verify_password(password, user.password_hash) or not user.is_active:
+        return None
+    return user
+
+
+# --- login rate limiting -------------------------------------------------------------------------------------
+
+
+class LoginLimiter:
+    """Failed logins counted per e-mail and per client IP in a ``Limiter`` (shared by processes on Redis)."""
+
+    def __init__(self, max_failures: int, window_s: float, limiter: Limiter | None = None) -> None:
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.rule = Rule("login-failures", max_failures, window_s)
+        self.limiter = limiter or Limiter()
+
+    @staticmethod
+    def _keys(email: str, ip: str) -> tuple[tuple[str, str], tuple[str, str]]:
+        return ("email", normalise_email(email)), ("ip", ip)
+
+    def check(self, *, email: str, ip: str) -> None:
+        """Raise ``RateLimited`` if the e-mail or the IP has used up its failures."""
+        used_up = [key for key in self._keys(email, ip) if not self.limiter.allowed(self.rule, *key)]
+        if used_up:
+            seconds = max(self.limiter.retry_after_s(self.rule, *key) for key in used_up)
+            raise RateLimited(f"too many failed logins; try again in {seconds} s", retry_after_s=seconds)
+
+    def record_failure(self, *, email: str, ip: str) -> None:
+        for key in self._keys(email, ip):
+            self.limiter.hit(self.rule, *key)
+
+    def record_success(self, *, email: str) -> None:
+        # Only the e-mail is forgiven: clearing the IP too would let one attacker reset it with their own account.
+        self.limiter.clear(self.rule, *self._keys(email, "")[0])
+
+
+def client_ip(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+# --- sessions ------------------------------------------------------------------------------------------------
+
+
+def password_fingerprint(user: User) -> str:
+    """Return a short digest of the stored hash, so a password change invalidates older sessions."""
+    return hashlib.sha256(user.password_hash.encode()).hexdigest()[:16]
+
+
+def start_session(request: Request, user: User) -> None:
+    """Replace whatever session the request had with a fresh one for ``user``."""
+    request.session.clear()
+    request.session.update(
+        {"uid": user.id, "nonce": secrets.token_urlsafe(16), "pwd": password_fingerprint(user), "iat": int(time.time())}
+    )
+
+
+def end_session(request: Request, *, session: Session, max_age_s: int) -> None:
+    """Clear the request's session and revoke its nonce for every process until its cookie would expire."""
+    nonce = request.session.get("nonce")
+    request.session.clear()
+    if isinstance(nonce, str):
+        revoke_nonce(session=session, nonce=nonce, max_age_s=max_age_s)
+
+
+def revoke_nonce(*, session: Session, nonce: str, max_age_s: int) -> None:
+    """Store ``nonce`` as revoked until ``max_age_s`` from now, and purge rows that have expired."""
+    now = utcnow()
+    # Logouts are rare, so purging on each one keeps the table at about the logouts of one cookie lifetime.
+    session.execute(delete(RevokedSession).where(RevokedSession.expires_at < now))
+    if session.get(RevokedSession, nonce) is not None:
+        return
+    try:
+        with session.begin_nested():  # a copy of the cookie logged out at the same moment elsewhere
+            session.add(RevokedSession(nonce=nonce, expires_at=now + timedelta(seconds=max_age_s)))
+    except IntegrityError:
+        pass
+
+
+def user_from_session(request: Request, *, session: Session) -> User | None:
+    """Return the active user this request's session belongs to, or None (and drop a stale session)."""
+    uid, nonce, fingerprint = (request.session.get(k) for k in ("uid", "nonce", "pwd"))
+    if not isinstance(uid, int) or not isinstance(nonce, str) or not isinstance(fingerprint, str):
+        if request.session:
+            request.session.clear()
+        return None
+    # One round trip: the user by primary key, and whether the nonce is revoked (a primary-key probe too).
+    # An expired row needs no check: the signed cookie of its session has expired with it.
+    revoked = select(RevokedSession.nonce).where(RevokedSession.nonce == nonce).exists()
+    row = session.execute(select(User, revoked).where(User.id == uid)).one_or_none()
+    user, is_revoked = (row[0], row[1]) if row is not None else (None, False)
+    if (
+        user is None
+        or not user.is_active
+        or is_revoked
+        or not hmac.compare_digest(fingerprint, password_fingerprint(user))
+    ):
+        request.session.clear()
+        return None
+    return user
+
+
+# --- CSRF and security headers ------------------------------------------------------------------------------
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def csrf_problem(scope: Scope) -> str | None:
+    """Return why this request must be refused as a possible cross-site request forgery, or None."""
+    path = scope.get("path", "")
+    if scope.get("method") not in UNSAFE_METHODS or not path.startswith("/api/"):
+        return None
+    cookies = _header(scope, b"cookie") or ""
+    has_session = any(part.strip().startswith(SESSION_COOKIE + "=") for part in cookies.split(";"))
+    if not has_session and path != LOGIN_PATH:
+        return None  # no ambient credentials to abuse; login is checked too, against login CSRF
+    media_type = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        return "refused as possible cross-site request forgery: send the request as Content-Type: application/json"
+    origin = _header(scope, b"origin")
+    if origin is not None:
+        host = (_header(scope, b"host") or "").lower()
+        origin_host = origin.split("://", 1)[-1].rstrip("/").lower() if "://" in origin else None
+        if origin_host != host:
+            return f"refused as possible cross-site request forgery: Origin {origin!r} does not match this site"
+    if _header(scope, b"sec-fetch-site") == "cross-site":
+        return "refused as possible cross-site request forgery: the browser marked it cross-site"
+    return None
+
+
+CSRF_SESSION_KEY = "csrf"
+
+
+def csrf_token(request: Request) -> str:
+    """Return this session's form token, creating it on first use."""
+    token = request.session.get(CSRF_SESSION_KEY)
+    if not isinstance(token, str) or len(token) < 32:
+        token = secrets.token_urlsafe(32)
+        request.session[CSRF_SESSION_KEY] = token
+    return token
+
+
+def verify_csrf(request: Request, token: str | None) -> None:
+    """Raise ``Forbidden`` unless ``token`` is this session's form token."""
+    expected = request.session.get(CSRF_SESSION_KEY)
+    if not isinstance(expected, str) or not token or not hmac.compare_digest(expected, token):
+        raise Forbidden("the form expired or did not come from this site; reload the page and try again")
+
+
+async def _send_json(send: Send, status: int, detail: str, *, close: bool = False) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:  # the unread rest of an oversized body must not be taken for the next request
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class CSRFMiddleware:
+    """Refuse forged state-changing API requests with 403 before any route runs."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (problem := csrf_problem(scope)):
+            await _send_json(send, 403, problem)
+            return
+        await self.app(scope, receive, send)
+
+
+class BodySizeLimitMiddleware:
+    """Answer 413 to a request body over ``max_bytes`` without handing any of it to the app.
+
+    The body is read (at most ``max_bytes`` + one chunk) before the app runs, so a huge upload is refused
+    whether or not it declares a Content-Length; the limit is small, so buffering it costs little.
+    """
+
+    BODY_METHODS = UNSAFE_METHODS
+
+    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.path_limits = path_limits or {}
+
+    def _limit(self, path: str) -> int:
+        return next((n for prefix, n in self.path_limits.items() if path.startswith(prefix)), self.max_bytes)
+
+    def _too_large(self, limit: int) -> str:
+        return f"request body is larger than {limit // 1024} KiB"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in self.BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        limit = self._limit(scope.get("path", ""))
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _send_json(send, 413, self._too_large(limit), close=True)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await _send_json(send, 413, self._too_large(limit), close=True)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class SecurityHeadersMiddleware:
+    """Add a strict Content-Security-Policy and friends to every response (not to the API docs page, whose
+    Swagger UI starts from an inline script)."""
+
+    CSP = (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+    )
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        docs = scope.get("path", "") in ("/docs", "/redoc", "/docs/oauth2-redirect")
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"same-origin"),
+                    (b"x-frame-options", b"DENY"),
+                ]
+                if not docs:
+                    headers.append((b"content-security-policy", self.CSP.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

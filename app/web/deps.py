@@ -1,0 +1,190 @@
+"""FastAPI dependencies: settings, database sessions, the current user and roles, load-or-404, dispatcher.
+
+Contract:
+- ``SessionDep`` yields one session per request from ``app.state.sessionmaker`` (built by ``create_app`` from
+  its settings), rolls back if the route raises and is closed as soon as the route returns (scope
+  ``function``), so a long streaming response does not hold a pooled connection. Routes commit.
+- ``SessionFactoryDep`` gives code that outlives the route (the SSE poller) a way to open short sessions.
+- ``CurrentUser`` is the logged-in active user or ``Unauthorized("log in first")``; ``require_role`` raises
+  ``Forbidden``. ``ExerciseDep`` and ``SubmissionDep`` authenticate first, then load or raise ``NotFound``
+  (a submission that is not the learner's own is "not found", never "forbidden").
+- ``DispatcherDep`` is the process dispatcher from ``app.jobs.dispatch``; tests override ``get_dispatcher_dep``.
+
+Cost: FastAPI runs every sync dependency in a threadpool thread (one hand-off each, and behind the GIL a busy
+process pays dearly for every hand-off). Dependencies that do no blocking I/O are therefore ``async def`` and
+run on the event loop; database work stays in the threadpool, one hand-off per step: the session is opened on
+the loop (a ``Session`` connects on its first query) and closed in one hand-off, the user is looked up in one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Annotated, Any, Protocol
+
+import anyio
+from fastapi import Depends, Request
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from app.domain.exercises import get_published
+from app.domain.models import Exercise, Role, Submission, User
+from app.domain.security import LoginLimiter, user_from_session
+from app.domain.submissions import get_for_user
+from worker.core.config import Settings
+from worker.core.errors import Forbidden, NotFound, Unauthorized
+
+SessionFactory = Callable[[], AbstractContextManager[Session]]
+
+
+async def get_settings_dep(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+
+
+async def get_session_factory(request: Request) -> SessionFactory:
+    factory: SessionFactory = request.app.state.sessionmaker
+    return factory
+
+
+SessionFactoryDep = Annotated[SessionFactory, Depends(get_session_factory)]
+
+
+def _end_session(
+    manager: AbstractContextManager[Session],
+    session: Session,
+    exc_type: type[BaseException] | None = None,
+    exc: BaseException | None = None,
+    tb: TracebackType | None = None,
+) -> None:
+    """Roll back if the route failed, then leave the factory's context (closing the session): one hand-off."""
+    try:
+        if exc is not None:
+            session.rollback()
+    finally:
+        manager.__exit__(exc_type, exc, tb)
+
+
+def _ends_without_io(session: Session) -> bool:
+    """Say whether closing ``session`` cannot block: SQLite, whose connection goes back to the pool in memory.
+
+    Returning a pysqlite connection rolls it back, a no-op after reads (pysqlite opens no transaction for a
+    SELECT) and a local, lock-free discard after a failed write; a PostgreSQL rollback is a network round trip.
+    """
+    return session.get_bind().dialect.name == "sqlite"
+
+
+async def get_session(factory: SessionFactoryDep) -> AsyncIterator[Session]:
+    """Yield a request's session; roll back if the route fails.
+
+    Opened on the event loop (no I/O until the first query). Rollback and close run on the loop for SQLite (see
+    ``_ends_without_io``), else in the threadpool, shielded from cancellation so the connection always goes back.
+    """
+    manager = factory()
+    session = manager.__enter__()
+    try:
+        yield session
+    except BaseException as exc:
+        if _ends_without_io(session):
+            _end_session(manager, session, type(exc), exc, exc.__traceback__)
+        else:
+            with anyio.CancelScope(shield=True):
+                await run_in_threadpool(_end_session, manager, session, type(exc), exc, exc.__traceback__)
+        raise
+    else:
+        if _ends_without_io(session):
+            _end_session(manager, session)
+        else:
+            with anyio.CancelScope(shield=True):
+                await run_in_threadpool(_end_session, manager, session)
+
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+async def get_login_limiter(request: Request) -> LoginLimiter:
+    limiter: LoginLimiter = request.app.state.login_limiter
+    return limiter
+
+
+LoginLimiterDep = Annotated[LoginLimiter, Depends(get_login_limiter)]
+
+
+async def get_optional_user(request: Request, session: SessionDep) -> User | None:
+    return await run_in_threadpool(user_from_session, request, session=session)
+
+
+OptionalUser = Annotated[User | None, Depends(get_optional_user)]
+
+
+async def get_current_user(user: OptionalUser) -> User:
+    if user is None:
+        raise Unauthorized("log in first")
+    return user
+
+
+CurrentUser = Annotated[User, Depends(get_current_user)]
+
+
+def require_role(*roles: Role) -> Callable[[User], Coroutine[Any, Any, User]]:
+    """Return an (async) dependency that lets only users with one of ``roles`` through."""
+    names = " or ".join(r.value for r in roles)
+
+    async def dependency(user: CurrentUser) -> User:
+        if user.role not in roles:
+            raise Forbidden(f"this needs the {names} role")
+        return user
+
+    return dependency
+
+
+InstructorDep = Annotated[User, Depends(require_role(Role.instructor, Role.admin))]
+AdminDep = Annotated[User, Depends(require_role(Role.admin))]
+
+
+def get_exercise(slug: str, session: SessionDep, _user: CurrentUser) -> Exercise:
+    return get_published(session=session, slug=slug)
+
+
+ExerciseDep = Annotated[Exercise, Depends(get_exercise)]
+
+
+def get_submission(submission_id: str, session: SessionDep, user: CurrentUser) -> Submission:
+    submission = get_for_user(session=session, submission_id=submission_id, user=user)
+    if submission is None:
+        raise NotFound(f"no submission {submission_id!r}")
+    return submission
+
+
+SubmissionDep = Annotated[Submission, Depends(get_submission)]
+
+
+class Dispatcher(Protocol):
+    """What the API needs of ``app.jobs.dispatch.Dispatcher`` (kept here so importing the API loads no worker code)."""
+
+    def dispatch(self, submission_id: str, queue: str) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+def _start_dispatcher(request: Request) -> Dispatcher:
+    from app.jobs.dispatch import get_dispatcher  # lazily: grading machinery is not needed to serve pages
+
+    dispatcher: Dispatcher = get_dispatcher()  # process-wide and locked: concurrent first calls share one
+    request.app.state.dispatcher = dispatcher
+    return dispatcher
+
+
+async def get_dispatcher_dep(request: Request) -> Dispatcher:
+    """Return the process dispatcher, remembering it so the lifespan can shut it down."""
+    dispatcher: Dispatcher | None = getattr(request.app.state, "dispatcher", None)
+    if dispatcher is None:  # first use without the lifespan: imports and starts grading, off the event loop
+        dispatcher = await run_in_threadpool(_start_dispatcher, request)
+    return dispatcher
+
+
+DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher_dep)]

@@ -1,0 +1,45 @@
+"""``/api/auth``: log in (rate-limited), log out, and who am I.
+
+Contract: a failed login answers 401 "wrong email or password" whether or not the e-mail exists, and counts
+against the e-mail and the client IP; a refused one answers 429 with Retry-After, before the password is
+checked. A successful login starts a fresh session (a new cookie), so a planted session id never carries over.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from app.domain.schemas import LoginIn, MeOut
+from app.domain.security import authenticate, client_ip, end_session, start_session
+from app.web.deps import CurrentUser, LoginLimiterDep, SessionDep, SettingsDep
+from worker.core.errors import Unauthorized
+
+router = APIRouter(prefix="/api/auth", tags=["auth"])
+
+
+@router.post("/login")
+def login(body: LoginIn, request: Request, session: SessionDep, limiter: LoginLimiterDep) -> MeOut:
+    """Log in with e-mail and password; sets the session cookie."""
+    ip = client_ip(request)
+    limiter.check(email=body.email, ip=ip)
+    user = authenticate(session=session, email=body.email, password=body.password)
+    if user is None:
+        limiter.record_failure(email=body.email, ip=ip)
+        raise Unauthorized("wrong email or password")
+    limiter.record_success(email=body.email)
+    start_session(request, user)
+    return MeOut.of(user)
+
+
+@router.post("/logout", status_code=204)
+def logout(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """End this session (also for anyone holding a copy of its cookie, on every server process)."""
+    end_session(request, session=session, max_age_s=settings.session_max_age_s)
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.get("/me")
+async def me(user: CurrentUser) -> MeOut:
+    """Return the logged-in user."""
+    return MeOut.of(user)

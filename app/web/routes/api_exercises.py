@@ -1,0 +1,199 @@
+"""``/api/exercises``: the published exercises, their safe details, submitting code, my progress and attempts.
+
+Contract: everything needs a login. A submission is committed before it is dispatched, so a crash between
+the two (or a broker that is down) leaves a queued row that the sweeper (``app.jobs.sweeper``) sends later, never
+a lost grade.
+``POST /{slug}/runs`` grades code against the visible ``examples/`` tests at once and answers with the
+``SubmissionOut`` shape (``id`` empty): nothing is stored, runs are bounded per process and rate-limited per
+user (429 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from app.domain.example_runs import ExampleRunner, RunGate, run_examples_now
+from app.domain.exercises import list_published
+from app.domain.models import Exercise, Submission, utcnow
+from app.domain.progress import attempts_for, progress_for
+from app.domain.schemas import (
+    ExerciseDetail,
+    ExerciseSummary,
+    ProgressOut,
+    StaffSubmissionOut,
+    SubmissionCreated,
+    SubmissionIn,
+    SubmissionOut,
+    example_run_out,
+)
+from app.domain.submissions import create_submission, list_for_exercise
+from app.web.deps import CurrentUser, Dispatcher, DispatcherDep, ExerciseDep, InstructorDep, SessionDep, SettingsDep
+from app.web.routes.preload import with_current_versions, with_submission_details
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/api/exercises", tags=["exercises"])
+_gate_lock = threading.Lock()
+
+
+# Example runs one API process may wait on at once in Celery mode (each holds a threadpool thread of 40).
+CELERY_RUN_WAITERS = 16
+
+
+async def get_run_gate(request: Request) -> RunGate:
+    """Return the process's example-run gate, made on first use.
+
+    Embedded, runs grade in this process: one slot per grading worker. With a broker this process only waits
+    on the workers' fast lane, so it may wait on more runs at once (the lane's own concurrency paces them).
+    """
+    with _gate_lock:
+        gate: RunGate | None = getattr(request.app.state, "run_gate", None)
+        if gate is None:
+            state = request.app.state  # per-user counts live in the app's limiter, shared across processes
+            slots = CELERY_RUN_WAITERS if state.settings.broker_url else state.settings.grading_workers
+            gate = state.run_gate = RunGate(max_parallel=slots, limiter=state.rate_limiter)
+        return gate
+
+
+RunGateDep = Annotated[RunGate, Depends(get_run_gate)]
+
+DETAIL_CACHE_SIZE = 256
+_details: OrderedDict[tuple[str, int, str], ExerciseDetail] = OrderedDict()
+_details_lock = threading.Lock()
+
+
+async def exercise_detail_of(exercise: Exercise) -> ExerciseDetail:
+    """Return ``ExerciseDetail.of(exercise)``, built once per version content and then served from memory.
+
+    A version never changes (``app.domain.models``), and the key holds everything the answer is made of: the slug, the
+    version number and the hash of all its files (title, kind, points... are read from those files). Building it
+    (Markdown, a quiz's TOML) runs in the threadpool; a cached answer needs no thread at all. The answer is shared
+    between requests: read it, never change it.
+    """
+    version = exercise.current_version
+    if version is None:  # get_published never returns these; let the schema raise as it always did
+        return ExerciseDetail.of(exercise)
+    key = (exercise.slug, version.number, version.content_hash)
+    with _details_lock:
+        detail = _details.get(key)
+        if detail is not None:
+            _details.move_to_end(key)
+            return detail
+    detail = await run_in_threadpool(ExerciseDetail.of, exercise)
+    with _details_lock:
+        _details[key] = detail
+        while len(_details) > DETAIL_CACHE_SIZE:
+            _details.popitem(last=False)
+    return detail
+
+
+def dispatch_committed(dispatcher: Dispatcher, submission: Submission) -> None:
+    """Hand a committed submission to grading; a failed hand-over leaves it queued for recovery."""
+    queue = submission.exercise_version.queue
+    try:
+        dispatcher.dispatch(submission.id, queue)
+    except Exception:
+        # The row is committed and queued: the sweeper sends it once the broker is back, so accept it anyway.
+        log.exception("could not dispatch submission %s to %s; it stays queued", submission.id, queue)
+
+
+@router.get("")
+def list_exercises(session: SessionDep, _user: CurrentUser) -> list[ExerciseSummary]:
+    """List the published exercises."""
+    return [ExerciseSummary.of(e) for e in with_current_versions(session, list_published(session=session))]
+
+
+@router.get("/{slug}")
+async def exercise_detail(exercise: ExerciseDep) -> ExerciseDetail:
+    """Return one exercise: prompt, starter code and the visible example tests."""
+    return await exercise_detail_of(exercise)
+
+
+@router.post("/{slug}/submissions", status_code=202)
+def submit(
+    body: SubmissionIn,
+    exercise: ExerciseDep,
+    user: CurrentUser,
+    session: SessionDep,
+    settings: SettingsDep,
+    dispatcher: DispatcherDep,
+) -> SubmissionCreated:
+    """Store the code as a queued submission and hand it to grading."""
+    submission = create_submission(
+        session=session, user=user, exercise=exercise, code=body.code, max_bytes=settings.max_code_bytes
+    )
+    session.commit()
+    dispatch_committed(dispatcher, submission)
+    return SubmissionCreated(id=submission.id, status=submission.status)
+
+
+async def get_example_runner(dispatcher: DispatcherDep) -> ExampleRunner:
+    """Return the process dispatcher as what runs example tests (in this process, or on a worker's fast lane)."""
+    if not isinstance(dispatcher, ExampleRunner):
+        raise TypeError(f"{type(dispatcher).__name__} cannot run example tests")
+    return dispatcher
+
+
+ExampleRunnerDep = Annotated[ExampleRunner, Depends(get_example_runner)]
+RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again", "schema": {"type": "integer"}}}
+
+
+class RunError(BaseModel):
+    detail: str
+
+
+RUN_ERRORS: dict[int | str, dict[str, Any]] = {
+    413: {"model": RunError, "description": "The code is larger than a submission may be"},
+    422: {"model": RunError, "description": "The code holds a NUL character, or the exercise has no example tests"},
+    429: {"model": RunError, "description": "Too many example runs, or the runner is busy", "headers": RETRY_AFTER},
+    503: {
+        "model": RunError, "headers": RETRY_AFTER,
+        "description": "No example runner answered within GPULAB_EXAMPLE_RUN_WAIT_S (Celery mode) or the broker "
+        "is unreachable: nothing was stored; try again after Retry-After seconds",
+    },
+}  # fmt: skip
+
+
+@router.post("/{slug}/runs", responses=RUN_ERRORS)
+def run_examples(
+    body: SubmissionIn,
+    exercise: ExerciseDep,
+    user: CurrentUser,
+    settings: SettingsDep,
+    gate: RunGateDep,
+    runner: ExampleRunnerDep,
+) -> SubmissionOut:
+    """Grade the code against the visible example tests now; nothing is stored or counted."""
+    started = utcnow()
+    version = exercise.current_version
+    assert version is not None  # get_published only returns exercises with a current version
+    outcome = run_examples_now(
+        version=version, code=body.code, user_id=user.id, gate=gate, settings=settings, runner=runner
+    )
+    return example_run_out(version, outcome, started)
+
+
+@router.get("/{slug}/progress")
+def my_progress(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> ProgressOut:
+    """Return my standing on this exercise: state, attempts and best score."""
+    return ProgressOut.of(exercise, progress_for(session=session, user=user, exercise=exercise))
+
+
+@router.get("/{slug}/attempts")
+def my_attempts(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> list[SubmissionOut]:
+    """List my submissions to this exercise (any version), newest first."""
+    attempts = attempts_for(session=session, user=user, exercise=exercise)
+    return [SubmissionOut.of(s) for s in with_submission_details(session, attempts)]
+
+
+@router.get("/{slug}/submissions")
+def exercise_submissions(_staff: InstructorDep, exercise: ExerciseDep, session: SessionDep) -> list[StaffSubmissionOut]:
+    """List every learner's submissions to this exercise, newest first (instructors and admins)."""
+    submissions = list_for_exercise(session=session, exercise=exercise)
+    return [StaffSubmissionOut.of(s) for s in with_submission_details(session, submissions)]

@@ -1,0 +1,193 @@
+"""``/api/instructor``: JSON for the instructor pages: prompt preview, check and regrade progress, submissions,
+publish and unpublish.
+
+Contract: instructors and admins only (``InstructorDep``: 401 logged out, 403 for learners). State-changing
+calls are JSON and so covered by the API's CSRF rule. Unknown exercises, versions, checks and regrades are 404.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from app.domain import authoring
+from app.domain.markdown import render_markdown
+from app.domain.models import Exercise, ExerciseCheck, ExerciseVersion, Regrade, Submission
+from app.domain.regrade import history, progress
+from app.domain.review import SubmissionFilter, filter_submissions
+from app.domain.schemas import StaffSubmissionOut, UtcDatetime
+from app.web.deps import InstructorDep, SessionDep
+from worker.core.errors import NotFound
+
+router = APIRouter(prefix="/api/instructor", tags=["instructor"])
+MAX_PREVIEW_CHARS = 256 * 1024
+
+
+class PreviewIn(BaseModel):
+    markdown: str = Field(max_length=MAX_PREVIEW_CHARS)
+
+
+class PreviewOut(BaseModel):
+    html: str
+
+
+class CheckOut(BaseModel):
+    id: int
+    status: str
+    total: int
+    done: int
+    lines: list[str]
+    problems: list[str]
+    finished_at: UtcDatetime | None
+
+
+class RegradeOut(BaseModel):
+    id: int
+    total: int
+    done: int
+    passed: int
+    finished: bool
+
+
+class VersionOut(BaseModel):
+    number: int
+    title: str
+    source: str
+    state: str
+    created_at: UtcDatetime
+
+
+class StaffExerciseOut(BaseModel):
+    slug: str
+    published: bool
+    current_version: int | None
+    versions: list[VersionOut]
+
+    @classmethod
+    def of(cls, exercise: Exercise) -> StaffExerciseOut:
+        return cls(
+            slug=exercise.slug,
+            published=exercise.is_published and exercise.current_version is not None,
+            current_version=exercise.current_version.number if exercise.current_version else None,
+            versions=[
+                VersionOut(
+                    number=v.number, title=v.title, source=v.source, state=authoring.version_state(exercise, v),
+                    created_at=v.created_at,
+                )
+                for v in exercise.versions
+            ],
+        )  # fmt: skip
+
+
+class HistoryOut(BaseModel):
+    exercise_version: int
+    status: str
+    verdict: str | None
+    score: float | None
+    max_score: float
+    tests: list[dict[str, object]]
+    graded_at: UtcDatetime | None
+    archived_at: UtcDatetime
+
+
+def staff_exercise(slug: str, session: SessionDep, _staff: InstructorDep) -> Exercise:
+    exercise = session.scalar(select(Exercise).where(Exercise.slug == slug))
+    if exercise is None:
+        raise NotFound(f"no exercise called {slug!r}")
+    return exercise
+
+
+StaffExerciseDep = Annotated[Exercise, Depends(staff_exercise)]
+
+
+def staff_version(number: int, exercise: StaffExerciseDep, session: SessionDep) -> ExerciseVersion:
+    version = authoring.get_version(session=session, exercise=exercise, number=number)
+    if version is None:
+        raise NotFound(f"{exercise.slug} has no version {number}")
+    return version
+
+
+StaffVersionDep = Annotated[ExerciseVersion, Depends(staff_version)]
+
+
+@router.post("/preview")
+def preview(body: PreviewIn, _staff: InstructorDep) -> PreviewOut:
+    """Render prompt Markdown exactly as learners will see it (sanitised)."""
+    return PreviewOut(html=render_markdown(body.markdown))
+
+
+@router.get("/exercises")
+def exercises(session: SessionDep, _staff: InstructorDep) -> list[StaffExerciseOut]:
+    """List every exercise with its versions, drafts included."""
+    return [StaffExerciseOut.of(e) for e in session.scalars(select(Exercise).order_by(Exercise.slug))]
+
+
+@router.post("/exercises/{slug}/versions/{number}/publish")
+def publish(exercise: StaffExerciseDep, version: StaffVersionDep, session: SessionDep) -> StaffExerciseOut:
+    """Make the version what learners get (needs a passed check unless it came from the bank)."""
+    authoring.publish(session=session, exercise=exercise, version=version)
+    session.commit()
+    return StaffExerciseOut.of(exercise)
+
+
+@router.post("/exercises/{slug}/unpublish")
+def unpublish(exercise: StaffExerciseDep, session: SessionDep) -> StaffExerciseOut:
+    """Hide the exercise from learners."""
+    authoring.unpublish(exercise=exercise)
+    session.commit()
+    return StaffExerciseOut.of(exercise)
+
+
+@router.get("/exercises/{slug}/submissions")
+def submissions(
+    exercise: StaffExerciseDep,
+    session: SessionDep,
+    learner: str = "",
+    verdict: str = "",
+    since: str = "",
+    until: str = "",
+) -> list[StaffSubmissionOut]:
+    """List the exercise's submissions, newest first, filtered by learner e-mail, verdict and dates."""
+    filters = SubmissionFilter(learner=learner, verdict=verdict, since=since, until=until)
+    return [StaffSubmissionOut.of(s) for s in filter_submissions(session=session, exercise=exercise, filters=filters)]
+
+
+@router.get("/submissions/{submission_id}/history")
+def submission_history(submission_id: str, session: SessionDep, _staff: InstructorDep) -> list[HistoryOut]:
+    """Return a submission's earlier results, oldest first."""
+    submission = session.get(Submission, submission_id)
+    if submission is None:
+        raise NotFound(f"no submission {submission_id!r}")
+    return [
+        HistoryOut(
+            exercise_version=r.exercise_version.number, status=r.status, verdict=r.verdict, score=r.score,
+            max_score=r.max_score, tests=r.tests, graded_at=r.graded_at, archived_at=r.archived_at,
+        )
+        for r in history(session=session, submission=submission)
+    ]  # fmt: skip
+
+
+@router.get("/checks/{check_id}")
+def check_status(check_id: int, session: SessionDep, _staff: InstructorDep) -> CheckOut:
+    """Return a check's progress: the lines graded so far and, once settled, its problems."""
+    session.expire_all()  # the check runs in another thread: never answer from this session's cache
+    check = session.get(ExerciseCheck, check_id)
+    if check is None:
+        raise NotFound(f"no check {check_id}")
+    return CheckOut(
+        id=check.id, status=check.status, total=check.total, done=len(check.lines), lines=list(check.lines),
+        problems=list(check.problems), finished_at=check.finished_at,
+    )  # fmt: skip
+
+
+@router.get("/regrades/{regrade_id}")
+def regrade_status(regrade_id: int, session: SessionDep, _staff: InstructorDep) -> RegradeOut:
+    """Return how many of a regrade's submissions are graded again."""
+    job = session.get(Regrade, regrade_id)
+    if job is None:
+        raise NotFound(f"no regrade {regrade_id}")
+    p = progress(session=session, regrade=job)
+    return RegradeOut(id=job.id, total=p.total, done=p.done, passed=p.passed, finished=p.finished)

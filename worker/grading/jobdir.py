@@ -1,0 +1,164 @@
+"""Write a job directory for the runner and read back the result it leaves, trusting nothing in it.
+
+Contract (the runner side is ``worker/runner/README.md``):
+- ``write_job_dir(root, spec=..., code=...)`` creates, for the judge: ``root/job.json`` and
+  ``root/tests/...`` (read-only) and ``root/out/`` (the only place it writes); for the subject:
+  ``root/subject.json`` and ``root/submission/<module>.py`` (read-only); for both: ``root/probes/probes.py``
+  (read-only, may be absent) and ``root/ipc/`` (the judge creates ``judge.sock`` there). ``out/`` and
+  ``ipc/`` are owned by ``owner`` (the judge's uid) when given and we are root. Everything else is
+  readable by any uid, nothing is writable by it; which part each sandbox sees is the backend's job.
+- ``read_result(out_dir)`` returns the parsed ``result.json`` or ``None`` when it is missing, not a plain
+  file, a link, larger than ``max_bytes``, not JSON or not exactly the documented schema. It never raises
+  for anything the sandbox wrote, and never unpickles.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from worker.bank.spec import ExerciseSpec
+
+JOB_VERSION = 1
+RESULT_VERSION = 1
+MODULE = "submission"
+MAX_RESULT_BYTES = 1024 * 1024
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+MAX_TESTS = 2000
+MAX_ID_CHARS = 1000
+MAX_MESSAGE_CHARS = 8000
+MAX_ERROR_CHARS = 8000
+OUTCOMES = frozenset({"passed", "failed", "error", "skipped"})
+RESULT_KEYS = {"version", "tests", "error"}
+OPTIONAL_RESULT_KEYS = {"timed_out"}
+TEST_KEYS = {"id", "outcome", "message", "duration_ms"}
+
+
+def _safe_relative(path: str) -> PurePosixPath:
+    """Refuse absolute paths and ``..`` so a test file name cannot escape ``tests/``."""
+    rel = PurePosixPath(path)
+    if rel.is_absolute() or not rel.parts or any(part in ("", ".", "..") for part in rel.parts):
+        raise ValueError(f"unsafe test file path: {path!r}")
+    return rel
+
+
+def _write_file(path: Path, text: str) -> None:
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    path.chmod(0o644)
+
+
+def write_job_dir(
+    root: Path,
+    *,
+    spec: ExerciseSpec,
+    code: str,
+    test_files: dict[str, str] | None = None,
+    owner: tuple[int, int] | None = None,
+) -> Path:
+    """Create the job directory at ``root`` for grading ``code`` against ``spec``; return ``root``."""
+    root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    root.chmod(0o755)
+    files = spec.hidden_test_files if test_files is None else test_files
+    job = {
+        "version": JOB_VERSION,
+        "timeout_s": float(spec.limits.timeout_s),
+        "module": MODULE,
+        "tests": [{"id": t.id, "points": t.points} for t in spec.tests],
+        "max_reply_bytes": MAX_REPLY_BYTES,
+        "learner_process": spec.learner_process,
+    }
+    _write_file(root / "job.json", json.dumps(job, indent=2))
+    subject = {
+        "version": JOB_VERSION,
+        "module": MODULE,
+        "preload": list(spec.preload),
+        "max_reply_bytes": MAX_REPLY_BYTES,
+        "devices": {"framework": spec.vdev_framework, "replicas": spec.replicas},
+    }
+    _write_file(root / "subject.json", json.dumps(subject, indent=2))
+    (root / "probes").mkdir(mode=0o755, exist_ok=True)
+    for name, text in sorted(spec.probe_files.items()):
+        _write_file(root / "probes" / _safe_relative(name), text)
+    (root / "submission").mkdir(mode=0o755, exist_ok=True)
+    _write_file(root / "submission" / f"{MODULE}.py", code)
+    tests_dir = root / "tests"
+    tests_dir.mkdir(mode=0o755, exist_ok=True)
+    for name, text in sorted(files.items()):
+        _write_file(tests_dir / _safe_relative(name), text)
+    for name in ("out", "ipc"):
+        path = root / name
+        path.mkdir(mode=0o755, exist_ok=True)
+        path.chmod(0o755)
+        if owner is not None and os.geteuid() == 0:
+            os.chown(path, *owner)
+    return root
+
+
+def _read_capped(path: Path, max_bytes: int) -> bytes | None:
+    """Read a plain, singly-linked file without following links; ``None`` if it is anything else or too big."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > max_bytes:
+            return None
+        chunks: list[bytes] = []
+        remaining = max_bytes + 1  # one byte more tells a file that grew after fstat
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        data = b"".join(chunks)
+        return None if len(data) > max_bytes else data
+    finally:
+        os.close(fd)
+
+
+def _valid_test(entry: Any) -> bool:
+    if not isinstance(entry, dict) or set(entry) != TEST_KEYS:
+        return False
+    test_id, outcome, message, duration = entry["id"], entry["outcome"], entry["message"], entry["duration_ms"]
+    return (
+        isinstance(test_id, str)
+        and 0 < len(test_id) <= MAX_ID_CHARS
+        and outcome in OUTCOMES
+        and isinstance(message, str)
+        and len(message) <= MAX_MESSAGE_CHARS
+        and isinstance(duration, int)
+        and not isinstance(duration, bool)
+        and 0 <= duration <= 10**9
+    )
+
+
+def validate_result(data: Any) -> bool:
+    """Say whether ``data`` is exactly the ``result.json`` schema."""
+    if not isinstance(data, dict) or not RESULT_KEYS <= set(data) <= RESULT_KEYS | OPTIONAL_RESULT_KEYS:
+        return False
+    if data["version"] != RESULT_VERSION or isinstance(data["version"], bool):
+        return False
+    error, tests = data["error"], data["tests"]
+    if error is not None and not (isinstance(error, str) and len(error) <= MAX_ERROR_CHARS):
+        return False
+    if "timed_out" in data and not isinstance(data["timed_out"], bool):
+        return False
+    return isinstance(tests, list) and len(tests) <= MAX_TESTS and all(_valid_test(t) for t in tests)
+
+
+def read_result(out_dir: Path, *, max_bytes: int = MAX_RESULT_BYTES) -> dict[str, Any] | None:
+    """Return the runner's result from ``out_dir/result.json``, or ``None`` if it is absent or invalid."""
+    raw = _read_capped(out_dir / "result.json", max_bytes)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return data if validate_result(data) else None

@@ -1,0 +1,129 @@
+"""Grade one submission: the single pipeline behind the server, the Celery task and the CLI.
+
+Contract:
+- ``grade(spec, code, sandbox=...)`` writes a private job directory, runs the sandbox, reads the runner's
+  result and decides everything on the host: the verdict, each expected test's outcome and the score.
+- Verdicts, first match wins: ``memory_limit`` (OOM kill), ``timeout`` (wall clock or the runner's own
+  limit), ``crashed`` (too much output, or no valid result: the program exited or was killed before
+  reporting), else ``passed`` iff every point was earned (and there are points to earn), else ``failed``.
+  The score always counts the passed expected tests, whatever the verdict.
+- Only ``spec.tests`` count: unknown reported ids are ignored, expected ids that never reported fail.
+- ``SandboxUnavailable`` propagates; any other failure of ours becomes an ``internal_error`` outcome.
+  The job directory (it holds the hidden tests) is always deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from worker.bank.spec import ExerciseSpec
+from worker.core.errors import SandboxUnavailable
+from worker.core.outcome import GradeOutcome, TestOutcome, TestOutcomeKind, Verdict
+from worker.grading.devices import device_label
+from worker.grading.jobdir import read_result, write_job_dir
+from worker.grading.sandbox.base import Sandbox, SandboxRun
+
+NOT_REPORTED = "This test did not report a result (did your code exit or crash?)"
+TRUNCATED = "\n... [output truncated]"
+
+
+def _decode(data: bytes, truncated: bool) -> str:
+    text = data.decode("utf-8", errors="replace")
+    return text + TRUNCATED if truncated and data else text
+
+
+def _exit_text(exit_code: int | None) -> str:
+    """Describe how the sandboxed program ended, for a ``crashed`` message."""
+    if exit_code is None:
+        return "did not stop when asked to"
+    if exit_code < 0:
+        try:
+            name = signal.Signals(-exit_code).name
+        except ValueError:
+            name = f"signal {-exit_code}"
+        return f"was killed by {name}"
+    return f"exited with code {exit_code}"
+
+
+def _test_outcomes(spec: ExerciseSpec, result: dict[str, Any] | None) -> list[TestOutcome]:
+    """Match reported results to the expected tests; unreported ones fail."""
+    reported = {t["id"]: t for t in result["tests"]} if result else {}
+    outcomes = []
+    for expected in spec.tests:
+        entry = reported.get(expected.id)
+        if entry is None:
+            kind, message = TestOutcomeKind.failed, NOT_REPORTED
+        else:
+            kind, message = TestOutcomeKind(entry["outcome"]), entry["message"]
+        points = expected.points if kind is TestOutcomeKind.passed else 0.0
+        outcomes.append(TestOutcome(expected.id, kind, message, points, expected.points))
+    return outcomes
+
+
+def decide(spec: ExerciseSpec, run: SandboxRun, result: dict[str, Any] | None) -> tuple[Verdict, str]:
+    """Return the verdict and its message from what the sandbox saw and what the runner reported."""
+    limits = spec.limits
+    # An OOM kill explains a run better than the clock that may have expired after it.
+    if run.memory_exceeded:
+        return Verdict.memory_limit, f"Your code used more than the memory limit of {limits.memory_mb} MB."
+    if run.timed_out or (result is not None and result.get("timed_out")):
+        return Verdict.timeout, f"Your code ran longer than the time limit of {limits.timeout_s:g} s."
+    if run.output_exceeded:
+        return Verdict.crashed, "Your code printed far too much output and was stopped."
+    if result is None:
+        return Verdict.crashed, f"Your program {_exit_text(run.exit_code)} before the tests could report."
+    return Verdict.failed, result["error"] or ""
+
+
+def grade(spec: ExerciseSpec, code: str, *, sandbox: Sandbox, work_root: Path | None = None) -> GradeOutcome:
+    """Grade ``code`` against ``spec`` in ``sandbox``; never raises except ``SandboxUnavailable``."""
+    started = time.monotonic()
+    max_score = spec.max_score
+    private: Path | None = None
+    device = ""
+    try:
+        device = device_label(spec, sandbox)
+        if work_root is not None:
+            work_root.mkdir(parents=True, exist_ok=True)
+        private = Path(tempfile.mkdtemp(prefix="gpulab-job-", dir=work_root))
+        private.chmod(0o711)
+        job_dir = write_job_dir(private / "job", spec=spec, code=code)
+        run = sandbox.run(job_dir, spec.limits)
+        result = read_result(job_dir / "out")
+        verdict, message = decide(spec, run, result)
+        tests = _test_outcomes(spec, result)
+        score = min(max_score, sum(t.points for t in tests))
+        if verdict is Verdict.failed and max_score > 0 and score == max_score:
+            verdict = Verdict.passed
+        return GradeOutcome(
+            verdict=verdict,
+            score=score,
+            max_score=max_score,
+            tests=tests,
+            stdout=_decode(run.stdout, run.output_truncated),
+            stderr=_decode(run.stderr, run.output_truncated),
+            runtime_ms=int((time.monotonic() - started) * 1000),
+            device=device,
+            sandbox=sandbox.name,
+            message=message,
+        )
+    except SandboxUnavailable:
+        raise
+    except Exception as exc:  # ours, not the learner's: report it as a retryable platform error
+        return GradeOutcome(
+            verdict=Verdict.internal_error,
+            score=0.0,
+            max_score=max_score,
+            runtime_ms=int((time.monotonic() - started) * 1000),
+            device=device,
+            sandbox=sandbox.name,
+            message=f"grading failed: {type(exc).__name__}: {exc}",
+        )
+    finally:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)

@@ -1,0 +1,55 @@
+"""Sandbox backends and the one function that picks the configured one.
+
+Contract: ``get_sandbox(settings)`` returns the backend named by ``settings.sandbox`` (``local``: bubblewrap
+and cgroups; ``unsafe``: plain subprocess, dev/demo only; ``docker``: a fresh container per run, GPUs per
+job from ``GPULAB_GPU_IDS``; ``local`` with ``GPULAB_WARM_POOLS`` forks subjects from warm templates, see
+``warm.py``) without checking the host; call ``check()`` on it to get a clear
+``SandboxUnavailable`` early.
+"""
+
+from __future__ import annotations
+
+from worker.core.config import SandboxKind, Settings
+from worker.grading.sandbox.base import Sandbox, SandboxRun
+
+__all__ = ["Sandbox", "SandboxRun", "get_sandbox"]
+
+
+def get_sandbox(settings: Settings) -> Sandbox:
+    """Return the sandbox backend ``settings`` asks for."""
+    if settings.sandbox is SandboxKind.local:
+        from worker.grading.sandbox.local import LocalSandbox
+        from worker.grading.sandbox.warm import WarmLocalSandbox, parse_runtimes, shared_pool
+
+        runtimes = parse_runtimes(settings.warm_pools)
+        if runtimes:
+            # One pool per worker process, sized like its grading concurrency (see warm.py).
+            return WarmLocalSandbox(
+                pool=shared_pool(runtimes, settings.grading_workers),
+                user=settings.sandbox_user,
+                cgroup_root=settings.cgroup_root,
+                cgroup_name=settings.cgroup_name,
+                timeout_margin_s=settings.timeout_margin_s,
+            )
+        return LocalSandbox(
+            user=settings.sandbox_user,
+            cgroup_root=settings.cgroup_root,
+            cgroup_name=settings.cgroup_name,
+            timeout_margin_s=settings.timeout_margin_s,
+        )
+    if settings.sandbox is SandboxKind.unsafe:
+        from worker.grading.sandbox.unsafe import UnsafeSandbox
+
+        return UnsafeSandbox(timeout_margin_s=settings.timeout_margin_s)
+    from worker.grading.sandbox.docker import DockerSandbox
+    from worker.grading.sandbox.gpus import GpuSlots, parse_gpu_ids
+
+    gpu_ids = parse_gpu_ids(settings.gpu_ids)
+    return DockerSandbox(
+        image=settings.docker_image,
+        url=settings.docker_url,
+        api_timeout_s=settings.docker_api_timeout_s,
+        timeout_margin_s=settings.timeout_margin_s,
+        # Every job of a GPU worker gets its own GPUs; the locks live with the worker's data.
+        gpu_slots=GpuSlots(gpu_ids, settings.gpus_per_job, settings.data_dir / "gpu-locks") if gpu_ids else None,
+    )
