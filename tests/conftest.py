@@ -14,6 +14,8 @@ Contract:
 - ``make_user(role)`` returns a committed-in-test user whose password is ``PASSWORD``; ``learner``,
   ``other_learner``, ``instructor``, ``admin`` are ready-made; fixture ``login`` gives ``login(client, user)``;
   ``learner_client`` is ``client`` logged in as ``learner``.
+- ``fake_sandbox`` makes every grading in this process use one ``worker.grading.sandbox.fake.FakeSandbox``
+  (every test passes until the test sets its ``handler``), for tests that need only that a grading happened.
 - ``tiny_exercise`` syncs a small code exercise (hidden test, solution, wrong variant and example test
   carry unique marker strings, see ``TinyExercise``); ``make_exercise(prompt_md=...)`` builds variants.
 """
@@ -42,6 +44,8 @@ from worker.core.config import Settings, get_settings
 if TYPE_CHECKING:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
+
+    from worker.grading.sandbox.fake import FakeSandbox
 
 TEST_DATABASE_URL = os.environ.get("GPULAB_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/gpulab_test")
 PASSWORD = "correct horse battery staple"
@@ -169,6 +173,24 @@ class RecordingDispatcher:
 @pytest.fixture
 def dispatcher() -> RecordingDispatcher:
     return RecordingDispatcher()
+
+
+@pytest.fixture
+def fake_sandbox(monkeypatch: pytest.MonkeyPatch) -> FakeSandbox:
+    """Make every ``get_sandbox`` of this process return one passing ``FakeSandbox``; return it."""
+    import sys
+
+    import app.jobs.tasks  # noqa: F401  (it binds get_sandbox when loaded: load it first, so it is patched too)
+    import worker.grading.sandbox
+    from worker.grading.sandbox.fake import FakeSandbox
+
+    fake = FakeSandbox.passing()
+    real = worker.grading.sandbox.get_sandbox
+    for name, module in list(sys.modules.items()):
+        # Call-time imports read the package's attribute; modules that imported the name hold their own copy.
+        if name.partition(".")[0] in ("app", "worker") and getattr(module, "get_sandbox", None) is real:
+            monkeypatch.setattr(module, "get_sandbox", lambda _settings: fake)
+    return fake
 
 
 @pytest.fixture

@@ -1,4 +1,8 @@
-"""The embedded default end to end: SQLite, the in-process dispatcher, the real sandbox, restart recovery."""
+"""The embedded default end to end: SQLite, the in-process dispatcher, restart recovery.
+
+Gradings go to the ``fake_sandbox`` (what matters here is what the jobs side does with an outcome); the real
+backends have their own tests (``test_grading.py``, ``test_sandbox_*.py``, ``tests/security``).
+"""
 
 from __future__ import annotations
 
@@ -17,14 +21,21 @@ from app.domain.submissions import create_submission
 from app.jobs.dispatch import InProcessDispatcher, recover_unfinished
 from tests.support import BANK, bank_file, configure
 from worker.core.outcome import Verdict
+from worker.grading.sandbox.fake import FakeJob, FakeSandbox, Reply
 
 SLUG = "python-split-batch"
-pytestmark = pytest.mark.slow
+WRONG = "wrong/round_robin.py"
 
 
 @pytest.fixture
-def embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
-    """Migrate a fresh SQLite database, sync the real bank, and return a learner's id."""
+def embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_sandbox: FakeSandbox) -> int:
+    """Migrate a fresh SQLite database, sync the real bank, grade the wrong variant as failing; a learner's id."""
+    wrong = bank_file(SLUG, WRONG)
+
+    def wrong_fails(job: FakeJob) -> Reply:
+        return job.reply(default="failed" if job.code == wrong else "passed")
+
+    fake_sandbox.handler = wrong_fails
     configure(monkeypatch, mode="dev", data_dir=str(tmp_path), max_attempts="2")
     upgrade()
     with session_scope() as session:
@@ -56,7 +67,7 @@ def _load(submission_id: str) -> Submission:
 
 def test_correct_and_wrong_code_get_their_verdicts(embedded: int) -> None:
     good = _submit(embedded, bank_file(SLUG, "solution.py"))
-    bad = _submit(embedded, bank_file(SLUG, "wrong/round_robin.py"))
+    bad = _submit(embedded, bank_file(SLUG, WRONG))
     dispatcher = InProcessDispatcher(workers=2)
     try:
         dispatcher.dispatch(good, "cpu")
@@ -70,13 +81,13 @@ def test_correct_and_wrong_code_get_their_verdicts(embedded: int) -> None:
     assert passed.score == passed.max_score > 0
     assert all(t.outcome == "passed" for t in passed.tests) and passed.tests
     assert passed.finished_at is not None and passed.runtime_ms and passed.runtime_ms > 0
-    assert passed.sandbox == "local" and passed.device
+    assert passed.sandbox == "fake" and passed.device
     assert failed.status is SubmissionStatus.graded and failed.verdict is Verdict.failed
     assert failed.score is not None and failed.score < failed.max_score
     assert any(t.outcome == "failed" and t.message for t in failed.tests)
 
 
-def test_duplicate_dispatch_grades_once(embedded: int) -> None:
+def test_duplicate_dispatch_grades_once(embedded: int, fake_sandbox: FakeSandbox) -> None:
     submission_id = _submit(embedded, bank_file(SLUG, "solution.py"))
     dispatcher = InProcessDispatcher(workers=2)
     try:
@@ -87,12 +98,12 @@ def test_duplicate_dispatch_grades_once(embedded: int) -> None:
         dispatcher.shutdown()
     graded = _load(submission_id)
     assert graded.verdict is Verdict.passed
-    assert graded.attempts == 1
+    assert graded.attempts == 1 and len(fake_sandbox.runs) == 1
 
 
 def test_restart_recovers_queued_and_interrupted_submissions(embedded: int) -> None:
     queued = _submit(embedded, bank_file(SLUG, "solution.py"))
-    interrupted = _submit(embedded, bank_file(SLUG, "wrong/round_robin.py"), status=SubmissionStatus.running)
+    interrupted = _submit(embedded, bank_file(SLUG, WRONG), status=SubmissionStatus.running)
     done = _submit(embedded, bank_file(SLUG, "solution.py"))
     with session_scope() as session:
         row = session.get(Submission, done)
