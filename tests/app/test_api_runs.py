@@ -1,4 +1,8 @@
-"""``POST /api/exercises/{slug}/runs``: the visible example tests, in the real sandbox, unstored and rate-limited."""
+"""``POST /api/exercises/{slug}/runs``: the visible example tests, graded right away, unstored and rate-limited.
+
+Gradings go to the ``fake_sandbox``; the example tests in a real sandbox are ``tests/exercises`` and
+``tests/worker/test_example_jobs.py``.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from tests.conftest import TinyExercise, tiny_files
 from worker.bank.spec import ExerciseSpec
 from worker.core.errors import RateLimited
 from worker.grading.examples import examples_files
+from worker.grading.sandbox.fake import FakeJob, FakeSandbox, Reply
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -28,6 +33,14 @@ def test_add_small(submission):
     got = submission.add(1, 2)
     assert got == 3, f"add(1, 2) returned {got!r}; expected 3 <EXAMPLE-FEEDBACK>"
 """
+FEEDBACK = "add(1, 2) returned -1; expected 3 <EXAMPLE-FEEDBACK>"
+
+
+def subtraction_fails_with_feedback(job: FakeJob) -> Reply:
+    """Grade as ``EXAMPLE_TEST`` would: code that subtracts fails with the test's message."""
+    if "a - b" not in job.code:
+        return job.reply()
+    return job.reply(default="failed", messages={t.id: FEEDBACK for t in job.tests})
 
 
 @pytest.fixture
@@ -54,10 +67,10 @@ def test_examples_spec_grades_only_the_examples(tiny_exercise: TinyExercise) -> 
     assert (rebuilt.title, rebuilt.queue, rebuilt.topic) == (spec.title, spec.queue, spec.topic)
 
 
-@pytest.mark.slow
 def test_run_reports_example_feedback_and_stores_nothing(
-    learner_client: TestClient, graded_example: Exercise, db_session: Session
+    learner_client: TestClient, graded_example: Exercise, db_session: Session, fake_sandbox: FakeSandbox
 ) -> None:
+    fake_sandbox.handler = subtraction_fails_with_feedback
     before = db_session.scalar(select(func.count(Submission.id)))
     url = f"/api/exercises/{graded_example.slug}/runs"
     wrong = learner_client.post(url, json={"code": "def add(a, b):\n    return a - b\n"})
@@ -71,6 +84,7 @@ def test_run_reports_example_feedback_and_stores_nothing(
     right = learner_client.post(url, json={"code": "def add(a, b):\n    return a + b\n"}).json()
     assert right["verdict"] == "passed" and right["score"] == 1
     assert "HIDDEN-" not in wrong.text + str(right)  # hidden tests never run or show
+    assert [list(job.test_files) for job in fake_sandbox.runs] == [["test_example.py"]] * 2
     assert db_session.scalar(select(func.count(Submission.id))) == before
 
 
