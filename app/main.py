@@ -42,19 +42,8 @@ from app.domain.security import (
     SecurityHeadersMiddleware,
 )
 from app.web.errors import install_error_handlers
-from app.web.routes import (
-    api_admin,
-    api_auth,
-    api_exercises,
-    api_instructor,
-    api_quiz,
-    api_submissions,
-    health,
-    pages,
-    pages_admin,
-    pages_instructor,
-    staff,
-)
+from app.web.pages import error_page
+from app.web.routers import api_router, page_router
 from worker.core.config import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -151,14 +140,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.login_max_failures, settings.login_window_s, limiter=app.state.rate_limiter
     )
 
-    install_error_handlers(app)
-    pages.install_page_errors(app)  # HTML error pages and login redirects outside /api
-    staff.install(app)  # instructor/admin pages: login redirect and HTML 403/404
-    for router in (api_auth.router, api_exercises.router, api_quiz.router, api_submissions.router, pages.router):
-        app.include_router(router)
-    for router in (api_instructor.router, api_admin.router, pages_instructor.router, pages_admin.router):
-        app.include_router(router)
-    app.include_router(health.router)  # /healthz, /readyz, /metrics: no login, no session
+    install_error_handlers(app, page_error=error_page)  # JSON on API paths, HTML pages elsewhere
+    app.include_router(api_router)
+    app.include_router(page_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _install_docs(app)
 

@@ -6,9 +6,16 @@ Contract:
   ``function``), so a long streaming response does not hold a pooled connection. Routes commit.
 - ``SessionFactoryDep`` gives code that outlives the route (the SSE poller) a way to open short sessions.
 - ``CurrentUser`` is the logged-in active user or ``Unauthorized("log in first")``; ``require_role`` raises
-  ``Forbidden``. ``ExerciseDep`` and ``SubmissionDep`` authenticate first, then load or raise ``NotFound``
-  (a submission that is not the learner's own is "not found", never "forbidden").
+  ``Forbidden``. API routes and pages use the same ones: ``app.web.errors`` answers JSON or HTML by path (a
+  page's ``Unauthorized`` becomes the log-in redirect). ``request.state.user`` keeps a detached copy of the
+  user (``MeOut``) for an error page, which renders after the request's session is rolled back.
+- Load-or-404, defined once for the API and the pages: each authenticates (and authorises) first, then loads
+  or raises ``NotFound``. Learners: ``ExerciseDep`` (published), ``SubmissionDep`` (their own: another's is
+  "not found", never "forbidden"). Staff: ``StaffExerciseDep`` (any state), ``StaffVersionDep``,
+  ``StaffSubmissionDep``, ``CheckDep``, ``RegradeDep``. Admins: ``UserDep``. Integer ids are ``RowId``:
+  1..2**63-1, so an id no database column can hold is a 422, never a 500.
 - ``DispatcherDep`` is the process dispatcher from ``app.jobs.dispatch``; tests override ``get_dispatcher_dep``.
+  ``CheckStarterDep`` is the same dispatcher as what starts instructor checks.
 
 Cost: FastAPI runs every sync dependency in a threadpool thread (one hand-off each, and behind the GIL a busy
 process pays dearly for every hand-off). Dependencies that do no blocking I/O are therefore ``async def`` and
@@ -24,12 +31,16 @@ from types import TracebackType
 from typing import Annotated, Any, Protocol
 
 import anyio
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from app.domain.authoring import get_version
+from app.domain.checks import CheckStarter
 from app.domain.exercises import get_published
-from app.domain.models import Exercise, Role, Submission, User
+from app.domain.models import Exercise, ExerciseCheck, ExerciseVersion, Regrade, Role, Submission, User
+from app.domain.schemas import MeOut
 from app.domain.security import LoginLimiter, user_from_session
 from app.domain.submissions import get_for_user
 from worker.core.config import Settings
@@ -115,7 +126,9 @@ LoginLimiterDep = Annotated[LoginLimiter, Depends(get_login_limiter)]
 
 
 async def get_optional_user(request: Request, session: SessionDep) -> User | None:
-    return await run_in_threadpool(user_from_session, request, session=session)
+    user = await run_in_threadpool(user_from_session, request, session=session)
+    request.state.user = MeOut.of(user) if user else None  # a copy: the row cannot load once the session is gone
+    return user
 
 
 OptionalUser = Annotated[User | None, Depends(get_optional_user)]
@@ -162,6 +175,70 @@ def get_submission(submission_id: str, session: SessionDep, user: CurrentUser) -
 
 SubmissionDep = Annotated[Submission, Depends(get_submission)]
 
+MAX_ROW_ID = 2**63 - 1  # PostgreSQL's bigint; SQLite's integer
+RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a row id: 1 to 2**63-1")]
+
+
+def get_staff_exercise(slug: str, session: SessionDep, _staff: InstructorDep) -> Exercise:
+    exercise = session.scalar(select(Exercise).where(Exercise.slug == slug))
+    if exercise is None:
+        raise NotFound(f"no exercise called {slug!r}")
+    return exercise
+
+
+StaffExerciseDep = Annotated[Exercise, Depends(get_staff_exercise)]
+
+
+def get_staff_version(number: RowId, exercise: StaffExerciseDep, session: SessionDep) -> ExerciseVersion:
+    version = get_version(session=session, exercise=exercise, number=number)
+    if version is None:
+        raise NotFound(f"{exercise.slug} has no version {number}")
+    return version
+
+
+StaffVersionDep = Annotated[ExerciseVersion, Depends(get_staff_version)]
+
+
+def get_staff_submission(submission_id: str, session: SessionDep, _staff: InstructorDep) -> Submission:
+    submission = session.get(Submission, submission_id)
+    if submission is None:
+        raise NotFound(f"no submission {submission_id!r}")
+    return submission
+
+
+StaffSubmissionDep = Annotated[Submission, Depends(get_staff_submission)]
+
+
+def get_check(check_id: RowId, session: SessionDep, _staff: InstructorDep) -> ExerciseCheck:
+    session.expire_all()  # checks run in another thread or process: never answer from this session's cache
+    check = session.get(ExerciseCheck, check_id)
+    if check is None:
+        raise NotFound(f"no check {check_id}")
+    return check
+
+
+CheckDep = Annotated[ExerciseCheck, Depends(get_check)]
+
+
+def get_regrade(regrade_id: RowId, session: SessionDep, _staff: InstructorDep) -> Regrade:
+    job = session.get(Regrade, regrade_id)
+    if job is None:
+        raise NotFound(f"no regrade {regrade_id}")
+    return job
+
+
+RegradeDep = Annotated[Regrade, Depends(get_regrade)]
+
+
+def get_user(user_id: RowId, session: SessionDep, _admin: AdminDep) -> User:
+    user = session.get(User, user_id)
+    if user is None:
+        raise NotFound(f"no user {user_id}")
+    return user
+
+
+UserDep = Annotated[User, Depends(get_user)]
+
 
 class Dispatcher(Protocol):
     """What the API needs of ``app.jobs.dispatch.Dispatcher`` (kept here so importing the API loads no worker code)."""
@@ -188,3 +265,13 @@ async def get_dispatcher_dep(request: Request) -> Dispatcher:
 
 
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher_dep)]
+
+
+async def get_check_starter(dispatcher: DispatcherDep) -> CheckStarter:
+    """Return the process dispatcher as what starts checks (a worker in Celery mode, a thread here otherwise)."""
+    if not isinstance(dispatcher, CheckStarter):
+        raise TypeError(f"{type(dispatcher).__name__} cannot start checks")
+    return dispatcher
+
+
+CheckStarterDep = Annotated[CheckStarter, Depends(get_check_starter)]

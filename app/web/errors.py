@@ -1,12 +1,16 @@
 """The one place that maps gpulab's errors (``worker.core.errors``) to HTTP answers.
 
-Contract: routes and services raise the shared errors; ``install_error_handlers`` turns each into a JSON body
-``{"detail": message}`` with the status ``http_status`` gives its class (the nearest listed base class wins).
-Nothing else in the app builds error responses by hand; pages use ``http_status`` for their HTML errors.
+Contract: routes and services raise the shared errors; ``install_error_handlers(app, page_error=...)`` is the one
+error mechanism. It answers every ``GpulabError``, request-validation error and HTTP error (unknown path, wrong
+method) with the status ``http_status`` gives its class (the nearest listed base class wins), by path: under
+``JSON_PATHS`` (the API, its docs, probes, static files) as JSON ``{"detail": message}``, anywhere else through
+``page_error`` (``app.web.pages.error_page``: the HTML error page or the log-in redirect). Nothing else in the
+app builds error responses by hand.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from worker.core.errors import (
@@ -27,6 +31,12 @@ from worker.core.errors import (
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    PageError = Callable[[Request, int, str, Exception], Response]
+
+JSON_PATHS = ("/api/", "/static/", "/docs", "/redoc", "/openapi.json", "/healthz", "/readyz", "/metrics")
 
 HTTP_STATUS: dict[type[GpulabError], int] = {
     GpulabError: 400,
@@ -65,23 +75,42 @@ def _field_problem(error: dict[str, Any]) -> str:
     return f"{where}: {error.get('msg', 'invalid value')}"
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Answer every ``GpulabError`` and request-validation error with ``{"detail": message}``."""
+def wants_json(path: str) -> bool:
+    """Say whether errors on ``path`` are answered as JSON (else as an HTML page)."""
+    return path.startswith(JSON_PATHS)
+
+
+def install_error_handlers(app: FastAPI, *, page_error: PageError) -> None:
+    """Answer domain, validation and HTTP errors as JSON on API paths and through ``page_error`` elsewhere."""
     # Imported here so the worker and the sandbox can import this module without the web stack.
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
-    from starlette.requests import Request
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
-    async def gpulab_error(_request: Request, exc: Exception) -> JSONResponse:
+    def answer(request: Request, status: int, message: str, exc: Exception, headers: dict[str, str] | None) -> Any:
+        if not wants_json(request.url.path):
+            return page_error(request, status, message, exc)
+        return JSONResponse({"detail": message}, status_code=status, headers=headers)
+
+    async def gpulab_error(request: Request, exc: Exception) -> Any:
         assert isinstance(exc, GpulabError)
         retry_after_s = exc.retry_after_s if isinstance(exc, RateLimited | RunnerUnavailable) else None
         headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
-        return JSONResponse({"detail": exc.message}, status_code=http_status(exc), headers=headers)
+        return answer(request, http_status(exc), exc.message, exc, headers)
 
-    async def validation_error(_request: Request, exc: Exception) -> JSONResponse:
+    async def validation_error(request: Request, exc: Exception) -> Any:
         assert isinstance(exc, RequestValidationError)
         problems = list(dict.fromkeys(_field_problem(e) for e in exc.errors()))
-        return JSONResponse({"detail": "invalid request: " + "; ".join(problems)}, status_code=422)
+        return answer(request, 422, "invalid request: " + "; ".join(problems), exc, None)
+
+    async def http_error(request: Request, exc: Exception) -> Any:
+        assert isinstance(exc, StarletteHTTPException)
+        if exc.status_code == 404 and not wants_json(request.url.path):
+            message = "There is no page at this address."
+        else:
+            message = str(exc.detail)
+        return answer(request, exc.status_code, message, exc, dict(exc.headers) if exc.headers else None)
 
     app.add_exception_handler(GpulabError, gpulab_error)
     app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)

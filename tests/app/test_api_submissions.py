@@ -238,7 +238,7 @@ def test_exercise_submissions_are_for_staff_only(
 ) -> None:
     first = _submit_row(db_session, learner, tiny_exercise)
     second = _submit_row(db_session, other_learner, tiny_exercise)
-    url = f"/api/exercises/{tiny_exercise.slug}/submissions"
+    url = f"/api/instructor/exercises/{tiny_exercise.slug}/submissions"
 
     login(client, learner)
     refused = client.get(url)

@@ -7,9 +7,8 @@ the API's CSRF rule covers them; they follow ``app.domain.accounts`` (no changin
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
@@ -17,8 +16,7 @@ from app.domain import accounts, liveness
 from app.domain.models import Role, User
 from app.domain.stats import grade_matrix, histogram, timing
 from app.jobs.queue_state import queue_state
-from app.web.deps import AdminDep, SessionDep, SettingsDep
-from worker.core.errors import NotFound
+from app.web.deps import AdminDep, SessionDep, SettingsDep, UserDep
 
 router = APIRouter(prefix="/api/admin", tags=["admin"])
 
@@ -91,16 +89,6 @@ class UserChangeIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Role | None = None
     active: bool | None = None
-
-
-def admin_user(user_id: int, session: SessionDep, _admin: AdminDep) -> User:
-    user = session.get(User, user_id)
-    if user is None:
-        raise NotFound(f"no user {user_id}")
-    return user
-
-
-UserDep = Annotated[User, Depends(admin_user)]
 
 
 @router.get("/stats")

@@ -27,14 +27,13 @@ from app.domain.schemas import (
     ExerciseDetail,
     ExerciseSummary,
     ProgressOut,
-    StaffSubmissionOut,
     SubmissionCreated,
     SubmissionIn,
     SubmissionOut,
     example_run_out,
 )
-from app.domain.submissions import create_submission, list_for_exercise
-from app.web.deps import CurrentUser, Dispatcher, DispatcherDep, ExerciseDep, InstructorDep, SessionDep, SettingsDep
+from app.domain.submissions import create_submission
+from app.web.deps import CurrentUser, Dispatcher, DispatcherDep, ExerciseDep, SessionDep, SettingsDep
 from app.web.routes.preload import with_current_versions, with_submission_details
 
 log = logging.getLogger(__name__)
@@ -191,9 +190,3 @@ def my_attempts(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -
     attempts = attempts_for(session=session, user=user, exercise=exercise)
     return [SubmissionOut.of(s) for s in with_submission_details(session, attempts)]
 
-
-@router.get("/{slug}/submissions")
-def exercise_submissions(_staff: InstructorDep, exercise: ExerciseDep, session: SessionDep) -> list[StaffSubmissionOut]:
-    """List every learner's submissions to this exercise, newest first (instructors and admins)."""
-    submissions = list_for_exercise(session=session, exercise=exercise)
-    return [StaffSubmissionOut.of(s) for s in with_submission_details(session, submissions)]

@@ -7,20 +7,25 @@ calls are JSON and so covered by the API's CSRF rule. Unknown exercises, version
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from app.domain import authoring
 from app.domain.markdown import render_markdown
-from app.domain.models import Exercise, ExerciseCheck, ExerciseVersion, Regrade, Submission
+from app.domain.models import Exercise
 from app.domain.regrade import history, progress
 from app.domain.review import SubmissionFilter, filter_submissions
 from app.domain.schemas import StaffSubmissionOut, UtcDatetime
-from app.web.deps import InstructorDep, SessionDep
-from worker.core.errors import NotFound
+from app.web.deps import (
+    CheckDep,
+    InstructorDep,
+    RegradeDep,
+    SessionDep,
+    StaffExerciseDep,
+    StaffSubmissionDep,
+    StaffVersionDep,
+)
 
 router = APIRouter(prefix="/api/instructor", tags=["instructor"])
 MAX_PREVIEW_CHARS = 256 * 1024
@@ -93,26 +98,6 @@ class HistoryOut(BaseModel):
     archived_at: UtcDatetime
 
 
-def staff_exercise(slug: str, session: SessionDep, _staff: InstructorDep) -> Exercise:
-    exercise = session.scalar(select(Exercise).where(Exercise.slug == slug))
-    if exercise is None:
-        raise NotFound(f"no exercise called {slug!r}")
-    return exercise
-
-
-StaffExerciseDep = Annotated[Exercise, Depends(staff_exercise)]
-
-
-def staff_version(number: int, exercise: StaffExerciseDep, session: SessionDep) -> ExerciseVersion:
-    version = authoring.get_version(session=session, exercise=exercise, number=number)
-    if version is None:
-        raise NotFound(f"{exercise.slug} has no version {number}")
-    return version
-
-
-StaffVersionDep = Annotated[ExerciseVersion, Depends(staff_version)]
-
-
 @router.post("/preview")
 def preview(body: PreviewIn, _staff: InstructorDep) -> PreviewOut:
     """Render prompt Markdown exactly as learners will see it (sanitised)."""
@@ -156,11 +141,8 @@ def submissions(
 
 
 @router.get("/submissions/{submission_id}/history")
-def submission_history(submission_id: str, session: SessionDep, _staff: InstructorDep) -> list[HistoryOut]:
+def submission_history(submission: StaffSubmissionDep, session: SessionDep) -> list[HistoryOut]:
     """Return a submission's earlier results, oldest first."""
-    submission = session.get(Submission, submission_id)
-    if submission is None:
-        raise NotFound(f"no submission {submission_id!r}")
     return [
         HistoryOut(
             exercise_version=r.exercise_version.number, status=r.status, verdict=r.verdict, score=r.score,
@@ -171,12 +153,8 @@ def submission_history(submission_id: str, session: SessionDep, _staff: Instruct
 
 
 @router.get("/checks/{check_id}")
-def check_status(check_id: int, session: SessionDep, _staff: InstructorDep) -> CheckOut:
+def check_status(check: CheckDep) -> CheckOut:
     """Return a check's progress: the lines graded so far and, once settled, its problems."""
-    session.expire_all()  # the check runs in another thread: never answer from this session's cache
-    check = session.get(ExerciseCheck, check_id)
-    if check is None:
-        raise NotFound(f"no check {check_id}")
     return CheckOut(
         id=check.id, status=check.status, total=check.total, done=len(check.lines), lines=list(check.lines),
         problems=list(check.problems), finished_at=check.finished_at,
@@ -184,10 +162,7 @@ def check_status(check_id: int, session: SessionDep, _staff: InstructorDep) -> C
 
 
 @router.get("/regrades/{regrade_id}")
-def regrade_status(regrade_id: int, session: SessionDep, _staff: InstructorDep) -> RegradeOut:
+def regrade_status(job: RegradeDep, session: SessionDep) -> RegradeOut:
     """Return how many of a regrade's submissions are graded again."""
-    job = session.get(Regrade, regrade_id)
-    if job is None:
-        raise NotFound(f"no regrade {regrade_id}")
     p = progress(session=session, regrade=job)
     return RegradeOut(id=job.id, total=p.total, done=p.done, passed=p.passed, finished=p.finished)

@@ -1,7 +1,7 @@
 """Admin pages under ``/admin``: the dashboard (grades, queues, worker liveness, stranded work), the grades CSV,
 and user management.
 
-Contract: admins only (``AdminPage``); every POST is an HTML form carrying the session's CSRF token. Pages
+Contract: admins only (``AdminDep``); every POST is an HTML form carrying the session's CSRF token. Pages
 that reveal a new password render it once in the response (never in a cookie, never in a redirect URL).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, File, Form, Request, UploadFile
 from fastapi.responses import Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -20,25 +20,15 @@ from app.domain import accounts, liveness
 from app.domain.models import Role, User
 from app.domain.stats import grade_matrix, grades_csv, score_chart_svg, timing
 from app.jobs.queue_state import queue_state
-from app.web.deps import SessionDep, SettingsDep
-from app.web.routes.staff import AdminPage, CsrfForm, PageError, flash, redirect, render
+from app.web.deps import AdminDep, SessionDep, SettingsDep, UserDep
+from app.web.pages import FORM_CSRF, flash, redirect, render
 from worker.core.errors import GpulabError, InvalidInput
 
-router = APIRouter(prefix="/admin", include_in_schema=False)
-
-
-def page_user(user_id: int, session: SessionDep, _admin: AdminPage) -> User:
-    user = session.get(User, user_id)
-    if user is None:
-        raise PageError(404, f"No user {user_id}.")
-    return user
-
-
-PageUser = Annotated[User, Depends(page_user)]
+router = APIRouter(prefix="/admin", include_in_schema=False, dependencies=[FORM_CSRF])
 
 
 @router.get("")
-def dashboard(request: Request, user: AdminPage, session: SessionDep, settings: SettingsDep) -> Response:
+def dashboard(request: Request, user: AdminDep, session: SessionDep, settings: SettingsDep) -> Response:
     matrix = grade_matrix(session=session)
     charts = {row.slug: score_chart_svg(row.fractions) for row in matrix.exercises}
     return render(
@@ -49,7 +39,7 @@ def dashboard(request: Request, user: AdminPage, session: SessionDep, settings: 
 
 
 @router.get("/grades.csv")
-def grades(_user: AdminPage, session: SessionDep) -> Response:
+def grades(_user: AdminDep, session: SessionDep) -> Response:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M")
     return Response(
         grades_csv(grade_matrix(session=session)),
@@ -66,14 +56,14 @@ def _users_page(request: Request, user: User, session: SessionDep, status_code: 
 
 
 @router.get("/users")
-def users_page(request: Request, user: AdminPage, session: SessionDep) -> Response:
+def users_page(request: Request, user: AdminDep, session: SessionDep) -> Response:
     return _users_page(request, user, session)
 
 
-@router.post("/users", dependencies=[CsrfForm])
+@router.post("/users")
 def create_user(
     request: Request,
-    user: AdminPage,
+    user: AdminDep,
     session: SessionDep,
     email: Annotated[str, Form()],
     role: Annotated[str, Form()] = "learner",
@@ -93,9 +83,9 @@ def create_user(
     return _users_page(request, user, session, created=[account])
 
 
-@router.post("/users/{user_id}/role", dependencies=[CsrfForm])
+@router.post("/users/{user_id}/role")
 def change_role(
-    request: Request, user: AdminPage, target: PageUser, session: SessionDep, role: Annotated[str, Form()]
+    request: Request, user: AdminDep, target: UserDep, session: SessionDep, role: Annotated[str, Form()]
 ) -> Response:
     try:
         if role not in Role.__members__:
@@ -109,9 +99,9 @@ def change_role(
     return redirect("/admin/users")
 
 
-@router.post("/users/{user_id}/active", dependencies=[CsrfForm])
+@router.post("/users/{user_id}/active")
 def change_active(
-    request: Request, user: AdminPage, target: PageUser, session: SessionDep, active: Annotated[str, Form()]
+    request: Request, user: AdminDep, target: UserDep, session: SessionDep, active: Annotated[str, Form()]
 ) -> Response:
     try:
         accounts.set_active(session=session, actor=user, user=target, active=active == "1")
@@ -123,17 +113,17 @@ def change_active(
     return redirect("/admin/users")
 
 
-@router.post("/users/{user_id}/password", dependencies=[CsrfForm])
-def new_password(request: Request, user: AdminPage, target: PageUser, session: SessionDep) -> Response:
+@router.post("/users/{user_id}/password")
+def new_password(request: Request, user: AdminDep, target: UserDep, session: SessionDep) -> Response:
     password = accounts.reset_password(session=session, user=target)
     session.commit()
     account = accounts.NewAccount(email=target.email, name=target.name, role=target.role.value, password=password)
     return _users_page(request, user, session, created=[account])
 
 
-@router.post("/users/import", dependencies=[CsrfForm])
+@router.post("/users/import")
 async def import_users(
-    request: Request, user: AdminPage, session: SessionDep, file: Annotated[UploadFile, File()]
+    request: Request, user: AdminDep, session: SessionDep, file: Annotated[UploadFile, File()]
 ) -> Response:
     data = await file.read(accounts.MAX_IMPORT_BYTES + 1)
     # Hashing a password per row and the database work block: off the event loop.

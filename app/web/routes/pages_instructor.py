@@ -1,7 +1,7 @@
 """Instructor pages under ``/instructor``: author or upload exercises, check and publish versions, preview them as
 a learner, review submissions and regrade them.
 
-Contract: instructors and admins only (``InstructorPage``); every POST is an HTML form with the session's CSRF
+Contract: instructors and admins only (``InstructorDep``); every POST is an HTML form with the session's CSRF
 token, answers with a redirect (POST-redirect-GET) or, when the input is refused, the same form again with the
 error and the input kept. A refused upload or draft writes nothing. Checks and regrades run in the background;
 their pages poll ``/api/instructor/...`` for progress.
@@ -23,26 +23,25 @@ from starlette.datastructures import FormData
 from app.domain import authoring
 from app.domain.authoring import AuthoringForm, WrongForm
 from app.domain.checks import create_check
-from app.domain.models import Exercise, GradingRecord, Regrade, Submission, User
+from app.domain.models import Exercise, GradingRecord, Submission, User
 from app.domain.regrade import history, settled_submissions, start_regrade
 from app.domain.review import VERDICT_CHOICES, SubmissionFilter, filter_submissions
-from app.web.deps import DispatcherDep, SessionDep
-from app.web.routes.staff import (
+from app.web.deps import (
     CheckStarterDep,
-    CsrfForm,
-    InstructorPage,
-    PageError,
-    PageExercise,
-    PageVersion,
-    flash,
-    redirect,
-    render,
+    DispatcherDep,
+    InstructorDep,
+    RegradeDep,
+    SessionDep,
+    StaffExerciseDep,
+    StaffSubmissionDep,
+    StaffVersionDep,
 )
+from app.web.pages import FORM_CSRF, flash, redirect, render
 from worker.bank.spec import DIFFICULTIES, FRAMEWORKS, QUEUES
-from worker.core.errors import GpulabError, InvalidInput
+from worker.core.errors import GpulabError, InvalidInput, NotFound
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/instructor", include_in_schema=False)
+router = APIRouter(prefix="/instructor", include_in_schema=False, dependencies=[FORM_CSRF])
 CHOICES = {"difficulties": DIFFICULTIES, "frameworks": FRAMEWORKS, "queues": QUEUES}
 
 
@@ -51,15 +50,15 @@ def _exercise_url(slug: str) -> str:
 
 
 @router.get("")
-def index(request: Request, user: InstructorPage, session: SessionDep) -> Response:
+def index(request: Request, user: InstructorDep, session: SessionDep) -> Response:
     exercises = list(session.scalars(select(Exercise).order_by(Exercise.slug)))
     return render(request, "instructor/index.html", user=user, exercises=exercises, upload_error="")
 
 
-@router.post("/upload", dependencies=[CsrfForm])
+@router.post("/upload")
 async def upload(
     request: Request,
-    user: InstructorPage,
+    user: InstructorDep,
     session: SessionDep,
     archive: Annotated[UploadFile, File()],
     slug: Annotated[str, Form()] = "",
@@ -90,7 +89,7 @@ def _store_upload(request: Request, user: User, session: Session, data: bytes, f
 @router.get("/new")
 def new_form(
     request: Request,
-    user: InstructorPage,
+    user: InstructorDep,
     session: SessionDep,
     from_slug: Annotated[str, Query(alias="from")] = "",
     number: Annotated[int, Query(alias="version")] = 0,
@@ -101,7 +100,7 @@ def new_form(
         exercise = session.scalar(select(Exercise).where(Exercise.slug == from_slug))
         version = authoring.get_version(session=session, exercise=exercise, number=number) if exercise else None
         if version is None:
-            raise PageError(404, f"No version {number} of {from_slug!r}.")
+            raise NotFound(f"no version {number} of {from_slug!r}")
         form, carried = authoring.form_from_version(version), authoring.carried_over(dict(version.files))
     return _author_page(request, user, form, carried, from_slug, number)
 
@@ -141,8 +140,8 @@ def _form_from(data: FormData) -> AuthoringForm:
     )  # fmt: skip
 
 
-@router.post("/new", dependencies=[CsrfForm])
-async def save_draft(request: Request, user: InstructorPage, session: SessionDep) -> Response:
+@router.post("/new")
+async def save_draft(request: Request, user: InstructorDep, session: SessionDep) -> Response:
     data = await request.form()
     return await run_in_threadpool(_store_draft, request, user, session, data)  # database work: off the loop
 
@@ -173,7 +172,7 @@ def _store_draft(request: Request, user: User, session: Session, data: FormData)
 
 
 @router.get("/exercises/{slug}")
-def exercise_page(request: Request, user: InstructorPage, exercise: PageExercise, session: SessionDep) -> Response:
+def exercise_page(request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> Response:
     versions = list(reversed(exercise.versions))
     checks = {v.id: authoring.latest_check(session=session, version=v) for v in versions}
     states = {v.id: authoring.version_state(exercise, v) for v in versions}
@@ -185,7 +184,7 @@ def exercise_page(request: Request, user: InstructorPage, exercise: PageExercise
 
 @router.get("/exercises/{slug}/versions/{number}")
 def version_page(
-    request: Request, user: InstructorPage, exercise: PageExercise, version: PageVersion, session: SessionDep
+    request: Request, user: InstructorDep, exercise: StaffExerciseDep, version: StaffVersionDep, session: SessionDep
 ) -> Response:
     check = authoring.latest_check(session=session, version=version)
     return render(
@@ -194,9 +193,9 @@ def version_page(
     )  # fmt: skip
 
 
-@router.post("/exercises/{slug}/versions/{number}/check", dependencies=[CsrfForm])
+@router.post("/exercises/{slug}/versions/{number}/check")
 def start_check(
-    request: Request, user: InstructorPage, version: PageVersion, session: SessionDep, starter: CheckStarterDep
+    request: Request, user: InstructorDep, version: StaffVersionDep, session: SessionDep, starter: CheckStarterDep
 ) -> Response:
     check = create_check(session=session, version=version, user=user)
     session.commit()
@@ -208,9 +207,9 @@ def start_check(
     return redirect(f"{_exercise_url(version.exercise.slug)}/versions/{version.number}")
 
 
-@router.post("/exercises/{slug}/versions/{number}/publish", dependencies=[CsrfForm])
+@router.post("/exercises/{slug}/versions/{number}/publish")
 def publish(
-    request: Request, _user: InstructorPage, exercise: PageExercise, version: PageVersion, session: SessionDep
+    request: Request, _user: InstructorDep, exercise: StaffExerciseDep, version: StaffVersionDep, session: SessionDep
 ) -> Response:
     try:
         authoring.publish(session=session, exercise=exercise, version=version)
@@ -222,8 +221,8 @@ def publish(
     return redirect(f"{_exercise_url(exercise.slug)}/versions/{version.number}")
 
 
-@router.post("/exercises/{slug}/unpublish", dependencies=[CsrfForm])
-def unpublish(request: Request, _user: InstructorPage, exercise: PageExercise, session: SessionDep) -> Response:
+@router.post("/exercises/{slug}/unpublish")
+def unpublish(request: Request, _user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> Response:
     authoring.unpublish(exercise=exercise)
     session.commit()
     flash(request, "Unpublished: learners no longer see this exercise.")
@@ -231,7 +230,7 @@ def unpublish(request: Request, _user: InstructorPage, exercise: PageExercise, s
 
 
 @router.get("/exercises/{slug}/versions/{number}/preview")
-def preview(request: Request, user: InstructorPage, exercise: PageExercise, version: PageVersion) -> Response:
+def preview(request: Request, user: InstructorDep, exercise: StaffExerciseDep, version: StaffVersionDep) -> Response:
     detail = authoring.learner_view(exercise, version)
     return render(request, "instructor/preview.html", user=user, ex=detail, exercise=exercise, version=version)
 
@@ -239,8 +238,8 @@ def preview(request: Request, user: InstructorPage, exercise: PageExercise, vers
 @router.get("/exercises/{slug}/submissions")
 def submissions_page(
     request: Request,
-    user: InstructorPage,
-    exercise: PageExercise,
+    user: InstructorDep,
+    exercise: StaffExerciseDep,
     session: SessionDep,
     learner: str = "",
     verdict: str = "",
@@ -260,10 +259,9 @@ def submissions_page(
 
 
 @router.get("/submissions/{submission_id}")
-def submission_page(request: Request, user: InstructorPage, submission_id: str, session: SessionDep) -> Response:
-    submission = session.get(Submission, submission_id)
-    if submission is None:
-        raise PageError(404, f"No submission {submission_id!r}.")
+def submission_page(
+    request: Request, user: InstructorDep, submission: StaffSubmissionDep, session: SessionDep
+) -> Response:
     exercise = submission.exercise_version.exercise
     return render(
         request, "instructor/submission.html", user=user, s=submission, exercise=exercise,
@@ -271,11 +269,11 @@ def submission_page(request: Request, user: InstructorPage, submission_id: str, 
     )  # fmt: skip
 
 
-@router.post("/exercises/{slug}/regrade", dependencies=[CsrfForm])
+@router.post("/exercises/{slug}/regrade")
 def regrade(
     request: Request,
-    user: InstructorPage,
-    exercise: PageExercise,
+    user: InstructorDep,
+    exercise: StaffExerciseDep,
     session: SessionDep,
     dispatcher: DispatcherDep,
     version: Annotated[int, Form()] = 0,
@@ -308,10 +306,7 @@ def regrade(
 
 
 @router.get("/regrades/{regrade_id}")
-def regrade_page(request: Request, user: InstructorPage, regrade_id: int, session: SessionDep) -> Response:
-    job = session.get(Regrade, regrade_id)
-    if job is None:
-        raise PageError(404, f"No regrade {regrade_id}.")
+def regrade_page(request: Request, user: InstructorDep, job: RegradeDep, session: SessionDep) -> Response:
     exercise = session.get(Exercise, job.exercise_id)
     ids = list(session.scalars(select(GradingRecord.submission_id).where(GradingRecord.regrade_id == job.id)))
     return render(request, "instructor/regrade.html", user=user, job=job, exercise=exercise, ids=ids)
