@@ -1,4 +1,4 @@
-"""A burst of submissions on the embedded default (SQLite, in-process dispatcher, real local sandbox).
+"""A burst of submissions on the embedded default (SQLite, in-process dispatcher), graded by the fake sandbox.
 
 The ordering property, precisely: the in-process dispatcher takes submissions of one queue off a FIFO queue
 with W worker threads, and a worker stamps ``started_at`` when it claims the row, a moment after taking it.
@@ -6,7 +6,8 @@ So two submissions taken at (nearly) the same time by two workers may stamp in e
 submission can only overtake an earlier one that is taken and not yet claimed, i.e. one of the at most W - 1
 others in flight. Checked: for submissions i < j in ``created_at`` order (same queue), if j started before
 i then j - i < W ("max start displacement" < W); with W = 1 the start order is exactly the submission order.
-None is lost: every accepted submission ends ``graded`` with one attempt.
+None is lost: every accepted submission ends ``graded`` with one attempt. Each fake grading takes
+``GRADING_S``, so submissions queue up behind the workers as they do behind a real sandbox.
 
 The HTTP test also covers the API timeout under load: before ``app.domain.db`` let the SQLite pool grow, requests
 holding one of the 15 pooled connections waited for a threadpool thread that requests waiting for a
@@ -34,15 +35,24 @@ from app.main import create_app
 from tests.support import BANK, bank_file, configure
 from worker.bank.spec import load_exercise
 from worker.core.outcome import Verdict
+from worker.grading.sandbox.fake import FakeJob, FakeSandbox, Reply
 
 SLUG = "python-split-batch"
 EMAIL, PASSWORD = "burst@example.com", "correct horse battery staple"
+GRADING_S = 0.1
 pytestmark = pytest.mark.slow
 
 
+def slow_pass(job: FakeJob) -> Reply:
+    """Pass every test, after a while: long enough for a backlog to build, so the FIFO order matters."""
+    time.sleep(GRADING_S)
+    return job.reply()
+
+
 @pytest.fixture
-def embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+def embedded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_sandbox: FakeSandbox) -> int:
     """Migrate a fresh SQLite database, sync the exercise under test, and return a learner's id."""
+    fake_sandbox.handler = slow_pass
     configure(monkeypatch, mode="dev", data_dir=str(tmp_path), grading_workers="2")
     upgrade()
     with session_scope() as session:
