@@ -25,7 +25,8 @@ Steps, in this order (each acts on the calling process only):
    seccomp filter; the parent-death signal; the environment is exactly ``spec["env"]``; every inherited fd
    but 0, 1, 2 is closed; a new session;
 5. fork the subject or judge (pid 2); pid 1 stays as a reaper and exits with its status.
-Before step 4 completes a failure is written to ``error_file`` (root-only) and the chain exits 125.
+Before step 4 completes a failure is written to ``error_file`` (root-only) and the chain exits
+``linux.EXIT_LAUNCH_FAILED`` (125); otherwise each process of the chain passes the status on (``linux.exit_code``).
 """
 
 from __future__ import annotations
@@ -39,22 +40,29 @@ import struct
 import sys
 from typing import Any
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
+from linux import (
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+    EXIT_LAUNCH_FAILED,
+    MS_BIND,
+    MS_PRIVATE,
+    MS_REC,
+    check,
+    die_with_parent,
+    exit_code,
+    libc,
+)
+
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
 MS_REMOUNT = 32
-MS_BIND = 0x1000
-MS_REC = 0x4000
-MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
@@ -68,30 +76,21 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
-EXIT_LAUNCH_FAILED = 125
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
     enc = lambda v: v.encode() if v is not None else None  # noqa: E731
-    _check(_libc.mount(enc(source), target.encode(), enc(fstype), flags, enc(data)), f"mount {target}")
+    check(libc.mount(enc(source), target.encode(), enc(fstype), flags, enc(data)), f"mount {target}")
 
 
 def _prctl(option: int, arg: int, what: str) -> None:
-    _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), what)
+    check(libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), what)
 
 
 def _syscall_no(table: dict[str, int]) -> int:
@@ -169,8 +168,8 @@ def _apply_plan(plan: list[list[str]], root: str, uid: int, gid: int) -> None:
 
 def _pivot(root: str) -> None:
     os.chdir(root)
-    _check(_libc.syscall(_syscall_no(SYS_PIVOT_ROOT), b".", b"."), "pivot_root")
-    _check(_libc.umount2(b".", MNT_DETACH), "detach the old root")
+    check(libc.syscall(_syscall_no(SYS_PIVOT_ROOT), b".", b"."), "pivot_root")
+    check(libc.umount2(b".", MNT_DETACH), "detach the old root")
     os.chdir("/")
 
 
@@ -195,11 +194,11 @@ def _drop_capabilities(last_cap: int) -> None:
     """Empty the bounding, ambient, effective, permitted and inheritable sets of this process."""
     for cap in range(last_cap + 1):
         _prctl(PR_CAPBSET_DROP, cap, f"drop capability {cap} from the bounding set")
-    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
     header = struct.pack("=Ii", LINUX_CAPABILITY_VERSION_3, 0)
     data = bytes(24)  # two zeroed __user_cap_data_struct
     hbuf, dbuf = ctypes.create_string_buffer(header), ctypes.create_string_buffer(data)
-    _check(_libc.syscall(_syscall_no(SYS_CAPSET), hbuf, dbuf), "capset")
+    check(libc.syscall(_syscall_no(SYS_CAPSET), hbuf, dbuf), "capset")
 
 
 def _write(path: str, text: str) -> None:
@@ -209,7 +208,7 @@ def _write(path: str, text: str) -> None:
 
 def _own_user_namespace(uid: int, gid: int, last_cap: int) -> None:
     """A user namespace mapping only the sandbox ids (like bwrap's), its capabilities dropped at once."""
-    _check(_libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    check(libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
     _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
@@ -220,7 +219,7 @@ def _load_seccomp(program: bytes) -> None:
     _prctl(PR_SET_NO_NEW_PRIVS, 1, "no_new_privs")
     buffer = ctypes.create_string_buffer(program, len(program))
     prog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "load the seccomp filter")
+    check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0), "load the seccomp filter")
 
 
 def _set_rlimits(limits: dict[str, Any]) -> None:
@@ -235,13 +234,13 @@ def _set_rlimits(limits: dict[str, Any]) -> None:
 
 def _die_with_parent() -> None:
     parent = os.getppid()
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "set parent-death signal")
-    if os.getppid() != parent:
+    die_with_parent()
+    if os.getppid() != parent:  # the parent ended before the signal was set: nobody would kill us
         os._exit(EXIT_LAUNCH_FAILED)
 
 
 def _wait_for(child: int) -> int:
-    """Reap everything until ``child`` ends; return the exit code to pass on (128+N for signal N)."""
+    """Reap everything until ``child`` ends; return the exit code to pass on (``linux.exit_code``)."""
     code = EXIT_LAUNCH_FAILED
     while True:
         try:
@@ -251,8 +250,7 @@ def _wait_for(child: int) -> int:
         except InterruptedError:
             continue
         if pid == child:
-            exit_code = os.waitstatus_to_exitcode(status)
-            return exit_code if exit_code >= 0 else 128 - exit_code
+            return exit_code(status)
 
 
 def _fail(stage_fd: int | None, name: str, exc: BaseException) -> None:
@@ -287,8 +285,8 @@ def enter(spec: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
         with open(spec["seccomp"], "rb") as handle:
             program = handle.read()
         last_cap = _last_cap()
-        _check(
-            _libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+        check(
+            libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
             "unshare namespaces",
         )
     except BaseException as exc:
@@ -308,7 +306,7 @@ def enter(spec: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
             _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
         _loopback_up()
         hostname = spec.get("hostname", "gpulab").encode()
-        _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
+        check(libc.sethostname(hostname, len(hostname)), "sethostname")
         os.chdir(spec["chdir"])
         _set_rlimits(spec["rlimits"])
         for cap in range(last_cap + 1):

@@ -14,15 +14,14 @@ host folder holding runner/, "runner_root": "/opt/gpulab", "role": "subject"|"ju
   with two fds (the job's stdout and stderr pipes) forks a child that calls ``entry.enter(spec, ...)`` and
   then runs ``runner.subject.main`` (``runner.judge.main`` for the judge) in the sandbox; the template
   answers ``{"event": "started", "id", "pid"}`` and, when that child ends, ``{"event": "exited", "id",
-  "code"}`` (the subject's or judge's status, 128+N for signal N; ``entry.EXIT_LAUNCH_FAILED`` when the
-  sandbox could not be entered);
+  "code"}`` (the subject's or judge's status, 128+N for signal N: ``linux.exit_code``;
+  ``linux.EXIT_LAUNCH_FAILED`` when the sandbox could not be entered);
 - exits when the control socket closes, and dies with the worker (parent-death signal).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import json
 import os
@@ -32,7 +31,12 @@ import socket
 import sys
 from typing import Any
 
-PR_SET_PDEATHSIG = 1
+# The sandbox environment's PYTHONSAFEPATH keeps this script's folder off sys.path; its siblings (``entry``,
+# ``linux``) are imported from there by their top-level names, ahead of anything installed.
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from linux import die_with_parent, exit_code  # noqa: E402 - found through the path above
+
 MAX_MESSAGE = 1 << 20
 
 
@@ -51,7 +55,7 @@ def _child(config: dict[str, Any], spec: dict[str, Any], fds: list[int]) -> None
         import runner
 
         root = config["runner_root"]
-        sys.path[:] = [p for p in sys.path if p not in (config["runner_parent"], os.path.dirname(__file__))]
+        sys.path[:] = [p for p in sys.path if p not in (config["runner_parent"], HERE)]
         if root not in sys.path:
             sys.path.insert(0, root)
         runner.__path__ = [f"{root}/runner"]
@@ -106,10 +110,8 @@ def _warm_judge(preload: list[str]) -> None:
 
 def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    die_with_parent()
     ctrl = socket.socket(fileno=int(config["fd"]))
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     sys.path.insert(0, config["runner_parent"])
     import entry  # noqa: F401 - imported before any fork
 
@@ -150,8 +152,7 @@ def main(argv: list[str]) -> int:
                 break
             job = jobs.pop(pid, None)
             if job is not None:
-                code = os.waitstatus_to_exitcode(status)
-                _send(ctrl, {"event": "exited", "id": job, "code": code if code >= 0 else 128 - code})
+                _send(ctrl, {"event": "exited", "id": job, "code": exit_code(status)})
         if ctrl.fileno() in ready:
             message, fds, _flags, _addr = socket.recv_fds(ctrl, MAX_MESSAGE, 2)
             if not message:

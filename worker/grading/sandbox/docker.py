@@ -52,6 +52,7 @@ from docker.types import DeviceRequest, LogConfig, Ulimit
 
 from worker.bank.spec import Limits
 from worker.core.errors import PlatformError, SandboxUnavailable
+from worker.grading.boot.linux import returncode
 from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.grading.sandbox.gpus import GpuLease, GpuSlots
 from worker.grading.sandbox.local import JUDGE_EXTRA_MB, JUDGE_PIDS, hard_output_cap, sandbox_env
@@ -266,11 +267,6 @@ def _engine(what: str, call: Callable[[], T]) -> T:
         raise PlatformError(f"docker engine failed to {what}: {type(exc).__name__}: {exc}") from exc
 
 
-def _signal_code(code: int | None) -> int | None:
-    """Report 128+N (the init's way of saying signal N) as ``-N``, like the other backends."""
-    return 128 - code if code is not None and 128 < code <= 128 + 64 else code
-
-
 @dataclass
 class _Started:
     """A created container, its attach stream and the thread reading it."""
@@ -360,7 +356,8 @@ def run_job(
         raise PlatformError("the judge ran out of memory (JUDGE_EXTRA_MB too small for this exercise?)")
     out = subject_run.pump.streams
     return SandboxRun(
-        exit_code=_signal_code(exit_code if exit_code is not None else states["judge"].get("ExitCode")),
+        # The init reports signal N as 128+N; the other backends report -N.
+        exit_code=returncode(exit_code if exit_code is not None else states["judge"].get("ExitCode")),
         timed_out=timed_out,
         memory_exceeded=memory_exceeded,
         output_exceeded=subject_run.pump.exceeded,

@@ -14,7 +14,7 @@ Contract (on top of ``worker/grading/sandbox/base.py``, which defines the two ro
 - The subject's cgroup has the exercise's limits; the judge's has the same CPU share, ``memory_mb +
   JUDGE_EXTRA_MB`` and its own pids budget. Both are killed and removed when the judge ends or the wall
   clock (``timeout_s`` + margin) runs out.
-- ``exit_code`` is the judge's, negative when it was killed by a signal (bwrap reports 128+N).
+- ``exit_code`` is the judge's, negative when it was killed by a signal (bwrap reports 128+N: ``linux.returncode``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 
 from worker.bank.spec import Limits
 from worker.core.errors import PlatformError, SandboxUnavailable
+from worker.grading.boot.linux import EXIT_LAUNCH_FAILED, returncode
 from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.grading.sandbox.cgroups import JobCgroups, detect_layout
 from worker.grading.sandbox.process import ProcessResult, run_process
@@ -46,7 +47,6 @@ JOB_MOUNT = "/job"
 SANDBOX_TMP = "/tmp"  # noqa: S108 - the sandbox's own private tmpfs, not the host's /tmp
 SANDBOX_SHM = "/dev/shm"  # noqa: S108 - likewise private to the sandbox
 HARD_OUTPUT_CAP = 8 * 1024 * 1024
-EXIT_LAUNCH_FAILED = 125
 OPEN_FILES = 1024
 ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
@@ -336,11 +336,8 @@ class LocalSandbox:
         judge, subject = results["judge"], results["subject"]
         if judge_oom and not memory_exceeded:
             raise PlatformError("the judge ran out of memory (JUDGE_EXTRA_MB too small for this exercise?)")
-        exit_code = judge.exit_code
-        if exit_code is not None and 128 < exit_code <= 128 + 64:
-            exit_code = 128 - exit_code
         return SandboxRun(
-            exit_code=exit_code,
+            exit_code=returncode(judge.exit_code),
             timed_out=judge.timed_out,
             memory_exceeded=memory_exceeded,
             output_exceeded=subject.output_exceeded,

@@ -22,6 +22,8 @@ import os
 import struct
 from pathlib import Path
 
+from worker.grading.boot.linux import CLONE_NEW_FLAGS
+
 # struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6]
 OFFSET_NR = 0
 OFFSET_ARCH = 4
@@ -41,16 +43,6 @@ RET_ALLOW = 0x7FFF0000
 RET_KILL_PROCESS = 0x80000000
 RET_ERRNO = 0x00050000
 
-CLONE_NEW_FLAGS = (
-    0x00000080  # CLONE_NEWTIME
-    | 0x00020000  # CLONE_NEWNS
-    | 0x02000000  # CLONE_NEWCGROUP
-    | 0x04000000  # CLONE_NEWUTS
-    | 0x08000000  # CLONE_NEWIPC
-    | 0x10000000  # CLONE_NEWUSER
-    | 0x20000000  # CLONE_NEWPID
-    | 0x40000000  # CLONE_NEWNET
-)
 PERSONALITY_QUERY = 0xFFFFFFFF
 
 # name: (x86_64 number, aarch64 number or None where the call does not exist there)

@@ -48,8 +48,8 @@ from typing import IO, Any
 
 from worker.bank.spec import ExerciseSpec, Limits
 from worker.core.errors import PlatformError
+from worker.grading.boot.linux import EXIT_LAUNCH_FAILED
 from worker.grading.sandbox.local import (
-    EXIT_LAUNCH_FAILED,
     JOB_MOUNT,
     RUNNER_DIR,
     SANDBOX_RUNNER_ROOT,
