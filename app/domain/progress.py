@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, User
+from app.domain.submissions import of_exercise
 from worker.core.outcome import Verdict
 
 SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)
@@ -115,9 +116,8 @@ def attempts_for(
 ) -> list[Submission]:
     """Return ``user``'s submissions to any version of ``exercise``, newest first."""
     stmt = (
-        select(Submission)
-        .join(ExerciseVersion, Submission.exercise_version_id == ExerciseVersion.id)
-        .where(Submission.user_id == user.id, ExerciseVersion.exercise_id == exercise.id)
+        of_exercise(exercise)
+        .where(Submission.user_id == user.id)
         .order_by(Submission.created_at.desc(), Submission.id.desc())
         .limit(limit)
     )

@@ -27,6 +27,7 @@ from app.domain.models import (
     SubmissionStatus,
     User,
 )
+from app.domain.submissions import of_exercise
 from worker.core.errors import InvalidInput
 
 SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)
@@ -111,12 +112,7 @@ def start_regrade(
 
 def settled_submissions(*, session: Session, exercise: Exercise) -> list[Submission]:
     """Return every settled submission to any version of ``exercise``."""
-    stmt = (
-        select(Submission)
-        .join(ExerciseVersion, Submission.exercise_version_id == ExerciseVersion.id)
-        .where(ExerciseVersion.exercise_id == exercise.id, Submission.status.in_(SETTLED))
-        .order_by(Submission.created_at)
-    )
+    stmt = of_exercise(exercise).where(Submission.status.in_(SETTLED)).order_by(Submission.created_at)
     return list(session.scalars(stmt))
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func
 from sqlalchemy.orm import Session
 
-from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, User
+from app.domain.models import Exercise, Submission, SubmissionStatus, User
+from app.domain.submissions import of_exercise
 from worker.core.errors import InvalidInput
 from worker.core.outcome import Verdict
 
@@ -42,11 +43,7 @@ def filter_submissions(
     """Return the exercise's submissions matching ``filters``, newest first."""
     if filters.verdict not in VERDICT_CHOICES:
         raise InvalidInput(f"unknown verdict {filters.verdict!r}")
-    stmt = (
-        select(Submission)
-        .join(ExerciseVersion, Submission.exercise_version_id == ExerciseVersion.id)
-        .where(ExerciseVersion.exercise_id == exercise.id)
-    )
+    stmt = of_exercise(exercise)
     if filters.learner.strip():
         needle = filters.learner.strip().lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         stmt = stmt.join(User, Submission.user_id == User.id).where(

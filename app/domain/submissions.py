@@ -11,6 +11,7 @@ Contract:
   exactly one grading is ever recorded.
 - ``record_outcome`` writes the verdict and per-test rows; ``record_platform_failure`` counts a failed
   attempt and either requeues (attempts left) or settles the submission as ``error``/``internal_error``.
+- ``of_exercise`` is the one query for "submissions of an exercise"; listings add their own filters and order.
 - ``unfinished`` (start-up recovery) and ``app.jobs.sweeper`` decide what to send again.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import Select, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.domain import leases
@@ -168,16 +169,13 @@ def list_for_user(*, session: Session, user: User, limit: int = 100) -> list[Sub
     return list(session.scalars(stmt))
 
 
-def list_for_exercise(*, session: Session, exercise: Exercise, limit: int = 500) -> list[Submission]:
-    """Return every user's submissions to any version of ``exercise``, newest first (for staff)."""
-    stmt = (
+def of_exercise(exercise: Exercise) -> Select[Submission]:
+    """Select the submissions to any version of ``exercise``: the one query every listing narrows."""
+    return (
         select(Submission)
         .join(ExerciseVersion, Submission.exercise_version_id == ExerciseVersion.id)
         .where(ExerciseVersion.exercise_id == exercise.id)
-        .order_by(Submission.created_at.desc())
-        .limit(limit)
     )
-    return list(session.scalars(stmt))
 
 
 def latest_for_user(*, session: Session, user: User, exercise: Exercise) -> Submission | None:
