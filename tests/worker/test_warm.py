@@ -22,7 +22,8 @@ from worker.bank.spec import ExerciseSpec, Limits, load_exercise
 from worker.core.config import Settings
 from worker.grading.pipeline import grade
 from worker.grading.sandbox import get_sandbox
-from worker.grading.sandbox.local import LocalSandbox, sandbox_env
+from worker.grading.sandbox.local import LocalSandbox
+from worker.grading.sandbox.policy import sandbox_env
 from worker.grading.sandbox.warm import JUDGE_KEY, RuntimeKey, WarmLocalSandbox, WarmPool, parse_runtimes
 
 REPO = Path(__file__).resolve().parents[2]

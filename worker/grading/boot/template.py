@@ -1,7 +1,7 @@
 """A warm template: one root process per runtime (or the judge's) that has imported what it needs, forking per job.
 
 Contract: started by ``warm.Template`` as ``python template.py CONFIG_JSON`` with exactly the sandbox's
-environment (``local.sandbox_env``: no host variable, so nothing secret sits in memory the children share)
+environment (``policy.sandbox_env``: no host variable, so nothing secret sits in memory the children share)
 and a ``SOCK_SEQPACKET`` control socket at fd ``CONFIG["fd"]``. ``CONFIG`` is ``{"fd": int, "runner_parent":
 host folder holding runner/, "runner_root": "/opt/gpulab", "role": "subject"|"judge", "preload": [...],
 "devices": {"framework", "replicas"}}``. It:

@@ -18,7 +18,7 @@ Backend contract (``local`` implements it with bubblewrap; ``docker`` must imple
    cwd           ``/job``                                    ``/job``
    mounts        ``ROLE_MOUNTS["judge"]`` at ``/job/<name>``  ``ROLE_MOUNTS["subject"]`` at ``/job/<name>``
    runner        ``worker/runner`` read-only at ``/opt/gpulab/runner`` in both
-   env           exactly ``worker.grading.sandbox.local.sandbox_env(limits, "/opt/gpulab")`` (no host variables)
+   env           exactly ``worker.grading.sandbox.policy.sandbox_env(limits, "/opt/gpulab")`` (no host variables)
    uid           ``gpulab-judge`` (owns ``out/`` and ``ipc/``)  ``gpulab-sandbox``; never root, no caps
    limits        memory ``memory_mb + 512``, pids 64, CPU      memory ``memory_mb``, ``pids``, ``cpus``,
                  ``cpus``                                    ``tmpfs_mb`` for /tmp and /dev/shm,

@@ -55,22 +55,27 @@ from worker.core.errors import PlatformError, SandboxUnavailable
 from worker.grading.boot.linux import returncode
 from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.grading.sandbox.gpus import GpuLease, GpuSlots
-from worker.grading.sandbox.local import JUDGE_EXTRA_MB, JUDGE_PIDS, hard_output_cap, sandbox_env
+from worker.grading.sandbox.policy import (
+    JOB_MOUNT,
+    OPEN_FILES,
+    RUNNER_DIR,
+    SANDBOX_RUNNER_ROOT,
+    cpu_rlimit_s,
+    hard_output_cap,
+    role_limits,
+    sandbox_env,
+)
 from worker.grading.sandbox.process import Capped
 from worker.grading.sandbox.seccomp import CLONE_NEW_FLAGS, DENIED
 
 log = logging.getLogger(__name__)
 
-RUNNER_DIR = Path(__file__).resolve().parents[2] / "runner"
 # 1.41 is Docker 20.10 (Debian 12's docker.io); newer engines still serve it, and a fixed version means no
 # version probe when the client is made.
 API_VERSION = "1.41"
 DEFAULT_URL = "unix:///var/run/docker.sock"
 SUBJECT_UID = 10001  # the image's ``sandbox`` user (Dockerfile.gpu)
 JUDGE_UID = 10002  # the image's ``judge`` user
-JOB_MOUNT = "/job"
-IMAGE_RUNNER_ROOT = "/opt/gpulab"
-OPEN_FILES = 1024
 GPU_SHM_MB = 2048
 GPU_WAIT_S = 300.0
 LINGER_S = 1.0
@@ -124,7 +129,7 @@ def host_config_args(spec: ContainerSpec) -> dict[str, Any]:
     """Return the ``create_host_config`` arguments that lock the container down and size it."""
     limits = spec.limits
     memory = limits.memory_mb * 1024 * 1024
-    cpu_s = int(limits.timeout_s) + 2
+    cpu_soft_s, cpu_hard_s = cpu_rlimit_s(limits)
     fsize = limits.file_size_mb * 1024 * 1024
     shm_mb = max(limits.tmpfs_mb, GPU_SHM_MB) if spec.gpu_ids else limits.tmpfs_mb
     args: dict[str, Any] = {
@@ -141,7 +146,7 @@ def host_config_args(spec: ContainerSpec) -> dict[str, Any]:
         "pids_limit": limits.pids,
         "nano_cpus": int(limits.cpus * 1e9),
         "ulimits": [
-            Ulimit(name="cpu", soft=cpu_s, hard=cpu_s + 1),
+            Ulimit(name="cpu", soft=cpu_soft_s, hard=cpu_hard_s),
             Ulimit(name="fsize", soft=fsize, hard=fsize),
             Ulimit(name="nofile", soft=OPEN_FILES, hard=OPEN_FILES),
             Ulimit(name="core", soft=0, hard=0),
@@ -497,9 +502,9 @@ class DockerSandbox:
         """Return the judge's and the subject's containers for ``job_dir``; only the subject gets GPUs."""
         job = uuid.uuid4().hex
         deadline = time.time() + limits.timeout_s + self.timeout_margin_s + 6 * self.api_timeout_s
-        judge_limits = dataclasses.replace(limits, memory_mb=limits.memory_mb + JUDGE_EXTRA_MB, pids=JUDGE_PIDS)
 
-        def spec(role: str, role_limits: Limits, uid: int, gpus: tuple[str, ...]) -> ContainerSpec:
+        def spec(role: str, uid: int, gpus: tuple[str, ...]) -> ContainerSpec:
+            limits_of_role = role_limits(role, limits)
             return ContainerSpec(
                 image=self.image,
                 argv=("python3", "-m", f"runner.{role}", JOB_MOUNT),
@@ -508,12 +513,12 @@ class DockerSandbox:
                     for name, access in ROLE_MOUNTS[role]
                     if (job_dir / name).exists()
                 ),
-                env=sandbox_env(role_limits, IMAGE_RUNNER_ROOT),
-                limits=role_limits,
+                env=sandbox_env(limits_of_role, SANDBOX_RUNNER_ROOT),
+                limits=limits_of_role,
                 labels={LABEL_JOB: job, LABEL_ROLE: role, LABEL_DEADLINE: str(int(deadline))},
                 gpu_ids=gpus,
                 user=f"{uid}:{uid}",
                 name=f"gpulab-{job}-{role}",
             )
 
-        return spec("judge", judge_limits, JUDGE_UID, ()), spec("subject", limits, SUBJECT_UID, gpu_ids)
+        return spec("judge", JUDGE_UID, ()), spec("subject", SUBJECT_UID, gpu_ids)

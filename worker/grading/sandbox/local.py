@@ -7,13 +7,12 @@ Contract (on top of ``worker/grading/sandbox/base.py``, which defines the two ro
   binds, opens the seccomp program as an inherited fd) -> ``setpriv`` (the role's uid/gid, no groups, no
   capabilities, no_new_privs) -> ``prlimit`` (CPU, file size, open files, no core) -> ``bwrap`` (new
   user/pid/net/ipc/uts/mount namespaces, no nested user namespaces, ``--seccomp``) -> ``python -m
-  runner.judge /job`` or ``python -m runner.subject /job``. The environment is exactly ``sandbox_env()``.
+  runner.judge /job`` or ``python -m runner.subject /job``. The environment is exactly ``policy.sandbox_env()``.
 - Inside: read-only ``/usr`` and library folders, the host Python at its own paths, the runner at
   ``/opt/gpulab/runner``, ``/job`` as ``base.py`` says for the role, private size-capped ``/tmp`` and
   ``/dev/shm``, only loopback (each role its own network namespace; the Unix socket is a file).
-- The subject's cgroup has the exercise's limits; the judge's has the same CPU share, ``memory_mb +
-  JUDGE_EXTRA_MB`` and its own pids budget. Both are killed and removed when the judge ends or the wall
-  clock (``timeout_s`` + margin) runs out.
+- Each role's cgroup has that role's limits (``policy.role_limits``). Both are killed and removed when the
+  judge ends or the wall clock (``timeout_s`` + margin) runs out.
 - ``exit_code`` is the judge's, negative when it was killed by a signal (bwrap reports 128+N: ``linux.returncode``).
 """
 
@@ -37,49 +36,25 @@ from worker.core.errors import PlatformError, SandboxUnavailable
 from worker.grading.boot.linux import EXIT_LAUNCH_FAILED, returncode
 from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.grading.sandbox.cgroups import JobCgroups, detect_layout
+from worker.grading.sandbox.policy import (
+    JOB_MOUNT,
+    OPEN_FILES,
+    RUNNER_DIR,
+    SANDBOX_RUNNER_ROOT,
+    SANDBOX_TMP,
+    cpu_rlimit_s,
+    hard_output_cap,
+    role_limits,
+    sandbox_env,
+)
 from worker.grading.sandbox.process import ProcessResult, run_process
 from worker.grading.sandbox.seccomp import write_filter
 
-RUNNER_DIR = Path(__file__).resolve().parents[2] / "runner"
 LAUNCHER = Path(__file__).resolve().parents[1] / "boot" / "launch.py"
-SANDBOX_RUNNER_ROOT = "/opt/gpulab"
-JOB_MOUNT = "/job"
-SANDBOX_TMP = "/tmp"  # noqa: S108 - the sandbox's own private tmpfs, not the host's /tmp
-SANDBOX_SHM = "/dev/shm"  # noqa: S108 - likewise private to the sandbox
-HARD_OUTPUT_CAP = 8 * 1024 * 1024
-OPEN_FILES = 1024
+SANDBOX_SHM = "/dev/shm"  # noqa: S108 - private to the sandbox, like policy.SANDBOX_TMP
 ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
-JUDGE_EXTRA_MB = 512
-JUDGE_PIDS = 64
 SECCOMP_FD = 10
-THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS")
-
-
-def sandbox_env(limits: Limits, pythonpath: str) -> dict[str, str]:
-    """Return the whole environment the sandboxed program sees."""
-    threads = str(max(1, int(limits.cpus)))
-    env = {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
-        "HOME": SANDBOX_TMP,
-        "TMPDIR": SANDBOX_TMP,
-        "LANG": "C.UTF-8",
-        "LC_ALL": "C.UTF-8",
-        "USER": "sandbox",
-        "LOGNAME": "sandbox",
-        "PYTHONPATH": pythonpath,
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONSAFEPATH": "1",
-    }
-    env.update(dict.fromkeys(THREAD_VARS, threads))
-    return env
-
-
-def hard_output_cap(limits: Limits) -> int:
-    """Return the total output past which a run is stopped rather than just truncated."""
-    return max(HARD_OUTPUT_CAP, 64 * limits.output_bytes)
 
 
 def _within(path: str, roots: list[str]) -> bool:
@@ -215,8 +190,8 @@ class RolePlan:
 
     def rlimits(self) -> dict[str, Any]:
         """Return the process limits both start paths set: CPU seconds (soft, hard), file size, open files."""
-        cpu_s = int(self.limits.timeout_s) + 2
-        return {"cpu": [cpu_s, cpu_s + 1], "fsize": self.limits.file_size_mb * 1024 * 1024, "nofile": OPEN_FILES}
+        cpu_s = list(cpu_rlimit_s(self.limits))
+        return {"cpu": cpu_s, "fsize": self.limits.file_size_mb * 1024 * 1024, "nofile": OPEN_FILES}
 
 
 class LocalSandbox:
@@ -292,7 +267,7 @@ class LocalSandbox:
         for name in ("out", "ipc"):
             os.chown(job_dir / name, *judge_ids)
         job_id = uuid.uuid4().hex
-        judge_limits = dataclasses.replace(limits, memory_mb=limits.memory_mb + JUDGE_EXTRA_MB, pids=JUDGE_PIDS)
+        judge_limits = role_limits("judge", limits)
         groups = {"judge": JobCgroups(self.cgroup_root, self.cgroup_name, f"{job_id}-judge"),
                   "subject": JobCgroups(self.cgroup_root, self.cgroup_name, f"{job_id}-subject")}  # fmt: skip
         stage = Path(tempfile.mkdtemp(prefix="gpulab-stage-", dir=self.stage_root))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from worker.bank.spec import Limits
 from worker.grading.sandbox.base import SandboxRun
-from worker.grading.sandbox.local import RUNNER_DIR, hard_output_cap, sandbox_env
+from worker.grading.sandbox.policy import RUNNER_DIR, cpu_rlimit_s, hard_output_cap, sandbox_env
 from worker.grading.sandbox.process import run_process
 
 
@@ -48,9 +48,9 @@ class UnsafeSandbox:
         argv = [sys.executable, "-m", "runner", str(job_dir)]
         prlimit = shutil.which("prlimit")
         if prlimit:
-            cpu_s = int(limits.timeout_s) + 2
+            cpu_soft_s, cpu_hard_s = cpu_rlimit_s(limits)
             fsize = limits.file_size_mb * 1024 * 1024
-            argv = [prlimit, f"--cpu={cpu_s}:{cpu_s + 1}", f"--fsize={fsize}", "--core=0", "--", *argv]
+            argv = [prlimit, f"--cpu={cpu_soft_s}:{cpu_hard_s}", f"--fsize={fsize}", "--core=0", "--", *argv]
         env = sandbox_env(limits, str(RUNNER_DIR.parent))
         env["PATH"] = os.environ.get("PATH", env["PATH"])
         result = run_process(

@@ -6,7 +6,7 @@ Contract:
   ``subject.json``) is in the pool's runtimes, a template that already imported the framework forks a child
   that enters the **same** sandbox (``entry.py``: the job's cgroups, new user/mount/pid/net/ipc/uts
   namespaces, the tree of ``local.mount_plan``, the sandbox uid with no groups and no capabilities,
-  rlimits, ``no_new_privs``, the seccomp filter of ``seccomp.py``, exactly ``sandbox_env()``, no inherited
+  rlimits, ``no_new_privs``, the seccomp filter of ``seccomp.py``, exactly ``policy.sandbox_env()``, no inherited
   fd but stdio) before any job or learner code is read. Other runtimes start cold.
 - Whenever the pool serves any runtime, the **judge** is warm too: a judge template has imported pytest and
   the runner's judge modules and, when the pool serves the job's framework, that framework (``RuntimeKey.judge``;
@@ -49,15 +49,8 @@ from typing import IO, Any
 from worker.bank.spec import ExerciseSpec, Limits
 from worker.core.errors import PlatformError
 from worker.grading.boot.linux import EXIT_LAUNCH_FAILED
-from worker.grading.sandbox.local import (
-    JOB_MOUNT,
-    RUNNER_DIR,
-    SANDBOX_RUNNER_ROOT,
-    LocalSandbox,
-    RolePlan,
-    hard_output_cap,
-    sandbox_env,
-)
+from worker.grading.sandbox.local import LocalSandbox, RolePlan
+from worker.grading.sandbox.policy import JOB_MOUNT, RUNNER_DIR, SANDBOX_RUNNER_ROOT, hard_output_cap, sandbox_env
 from worker.grading.sandbox.process import ProcessResult, supervise
 
 log = logging.getLogger(__name__)
