@@ -85,30 +85,44 @@ def _broken(old: str, new: str) -> str:
     [
         (_broken('id = "many"', 'id = "one"'), "used twice"),
         (_broken('answer = ["b"]', 'answer = ["z"]'), "must name distinct options"),
-        (_broken('answer = ["b"]', 'answer = ["a", "b"]'), "exactly one answer"),
-        (_broken('answer = ["a", "b"]', "answer = []"), "non-empty list"),
-        (_broken('explanation = "EXPLAIN-ONE"', ""), "explanation must be a non-empty string"),
+        (_broken('answer = ["b"]', 'answer = ["a", "b"]'), "('one').answer takes at most 1 entry (got 2)"),
+        (_broken('answer = ["a", "b"]', "answer = []"), "('many').answer needs at least 1 entry (got 0)"),
+        (_broken('explanation = "EXPLAIN-ONE"', ""), "('one').explanation is required"),
         (
             _broken('{ id = "c", text = "C" }]\nanswer = ["b"]', '{ id = "b", text = "C" }]\nanswer = ["b"]'),
-            "used twice",
+            "options use the option id 'b' twice",
         ),
-        (_broken('{ id = "a", text = "A" }, { id = "b"', '{ id = "A!", text = "A" }, { id = "b"'), "option id"),
-        (_broken('type = "single"', 'type = "essay"'), "type must be one of"),
-        (_broken('id = "one"', 'id = "Bad Id"'), "id 'Bad Id'"),
+        (
+            _broken('{ id = "a", text = "A" }, { id = "b"', '{ id = "A!", text = "A" }, { id = "b"'),
+            "options[0].id must be 1-8 of a-z, 0-9 (got 'A!')",
+        ),
+        (
+            _broken('type = "single"', 'type = "essay"'),
+            "type must be one of 'single', 'multiple', 'text' (got 'essay')",
+        ),
+        (_broken('id = "one"', 'id = "Bad Id"'), "question[0].id must be 1-32 of a-z"),
         (_broken('a = "FEEDBACK-A"', 'x = "FEEDBACK-X"'), "feedback names unknown options"),
-        (_broken('rubric = ["RUBRIC-1"]', ""), "needs a rubric"),
-        (_broken('model_answer = "MODEL-ANSWER"', ""), "model_answer must be"),
+        (_broken('rubric = ["RUBRIC-1"]', ""), "('words').rubric is required"),
+        (_broken('rubric = ["RUBRIC-1"]', "rubric = []"), "('words').rubric needs at least 1 entry"),
+        (_broken('model_answer = "MODEL-ANSWER"', 'model_answer = "  "'), "('words').model_answer must not be empty"),
         (
             _broken('expected_output = "[4, 4, 2]"', 'expected_output = "[4, 3, 3]"'),
             "must equal program.expected_output",
         ),
         (_broken('framework = "python"', 'framework = "jax"'), "program.framework"),
         (_broken("pass_percent = 75", "pass_percent = 0"), "pass_percent"),
-        (_broken("pass_percent = 75", "passmark = 75"), "unknown key"),
-        (_broken('hint = "HINT-ONE"', 'hnt = "HINT-ONE"'), "unknown key(s) hnt"),
-        (_broken("points = 2", "points = -1"), "points must be"),
-        (_broken("min_words = 6", 'min_words = "six"'), "min_words"),
-        ("pass_percent = 50\n", "at least one [[question]]"),
+        (_broken("pass_percent = 75", "passmark = 75"), "quiz.toml: passmark is not a known key"),
+        (_broken('hint = "HINT-ONE"', 'hnt = "HINT-ONE"'), "question[0] ('one').hnt is not a known key"),
+        (_broken("points = 2", "points = -1"), "('many').points must be above 0 (got -1)"),
+        (_broken("min_words = 6", 'min_words = "six"'), "('words').min_words must be a whole number (got 'six')"),
+        (
+            _broken('prompt = "Pick b."', 'prompt = "Pick b."\nmin_words = 3'),
+            "single question, so it takes no min_words",
+        ),
+        (_broken('prompt = "Pick a and b."', 'prompt = "Pick a and b."\nprogram = {}'), "takes no program"),
+        (_broken('prompt = "What is printed?"', 'prompt = "What is printed?"\ncode = "x = 1"'), "leave out code"),
+        ("pass_percent = 50\n", "quiz.toml: question is required"),
+        ("question = 'one'\n", "quiz.toml: question must be a list"),
         ("[[question]\n", "not valid TOML"),
     ],
 )
@@ -120,8 +134,64 @@ def test_rejects_malformed_quizzes_with_a_message(text: str, problem: str) -> No
 
 def test_text_questions_refuse_choice_keys() -> None:
     text = _broken("min_words = 6", 'min_words = 6\nanswer = ["a"]')
-    with pytest.raises(ExerciseFormatError, match="a text question has no answer"):
+    with pytest.raises(ExerciseFormatError) as caught:
         parse_quiz("bad-quiz", text)
+    assert caught.value.message == (
+        "exercise 'bad-quiz': quiz.toml: question[2] ('words') is a text question, so it takes no answer "
+        "(a key of single and multiple questions)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "problem"),
+    [
+        ("points = 2", 'points = "2"', "('many').points must be a number (got '2')"),
+        ("points = 2", "points = true", "('many').points must be a number (got true)"),
+        ("min_words = 6", "min_words = 6.0", "('words').min_words must be a whole number (got 6.0)"),
+        (
+            '{ id = "c", text = "C" }]\nanswer = ["b"]',
+            '{ id = "c", text = "C", code = 1 }]\nanswer = ["b"]',
+            "options[2].code must be true or false (got 1)",
+        ),
+        ('[question.feedback]\na = "FEEDBACK-A"', "feedback = 3", "('one').feedback must be a table (got 3)"),
+    ],
+)
+def test_values_keep_their_toml_types(old: str, new: str, problem: str) -> None:
+    with pytest.raises(ExerciseFormatError) as caught:
+        parse_quiz("bad-quiz", _broken(old, new))
+    assert problem in caught.value.message
+
+
+def test_every_problem_is_named_in_one_message() -> None:
+    text = _broken('prompt = "Pick b."', 'prompt = " "').replace("points = 2", "points = 0")
+    with pytest.raises(ExerciseFormatError) as caught:
+        parse_quiz("bad-quiz", text)
+    assert caught.value.message == (
+        "exercise 'bad-quiz': quiz.toml: question[0] ('one').prompt must not be empty (got ' '); "
+        "question[1] ('many').points must be above 0 (got 0)"
+    )
+    many = "\n".join(f'[[question]]\nid = "q{i}"\ntype = "text"\nprompt = "P"\nrubric = ["R"]' for i in range(7))
+    with pytest.raises(ExerciseFormatError) as caught:
+        parse_quiz("bad-quiz", many)
+    assert caught.value.message.count("model_answer is required") == 5 and caught.value.message.endswith("and 2 more")
+
+
+def test_a_bad_option_is_not_also_reported_as_too_few_options() -> None:
+    text = _broken(
+        'options = [{ id = "a", text = "A" }, { id = "b", text = "B" }, { id = "c", text = "C" }]', "options = [1, 2]"
+    )
+    with pytest.raises(ExerciseFormatError) as caught:
+        parse_quiz("bad-quiz", text)
+    assert "needs at least" not in caught.value.message
+    assert "options[0] must be a table (got 1); question[0] ('one').options[1] must be a table" in caught.value.message
+
+
+def test_text_is_stripped_and_a_program_source_ends_a_line() -> None:
+    quiz = parse_quiz("q", _broken('prompt = "Pick b."', 'prompt = "  Pick b.  "'))
+    assert quiz.questions[0].prompt == "Pick b."
+    program = quiz.questions[3].program
+    assert program is not None and program.source == "print([4, 4, 2])\n" and program.setup == ""
+    assert quiz.questions[1].program is None and quiz.questions[2].program is None
 
 
 def test_spec_loads_a_quiz_folder_and_counts_its_points() -> None:

@@ -1,8 +1,16 @@
-"""Quiz exercises: read and check ``quiz.toml``, show its questions without keys, check and grade answers.
+"""Quiz exercises: the ``quiz.toml`` format as pydantic models, its public view, checking and grading answers.
 
 Contract (authors' guide: "Quiz format" in ``exercises/README.md``):
-- ``parse_quiz(slug, text)`` returns a ``Quiz`` or raises ``ExerciseFormatError`` naming the question and the
-  problem. It is pure: standard library only, nothing is run (programs are run by the test suite, never here).
+- The format is the models below, and nothing else checks it: ``Quiz`` holds ``pass_percent`` and the
+  ``[[question]]`` tables; ``type`` picks the question's model (``SingleQuestion``, ``MultipleQuestion``,
+  ``TextQuestion``: a discriminated union, ``Question``), with ``Option`` and ``Program`` inside. Every key, type,
+  range and cross-field rule is declared on them; an unknown key is refused, a key of another kind of question
+  is refused as such. Values keep their TOML types: no string is read as a number, no number as a flag.
+- ``parse_quiz(slug, text)`` returns a ``Quiz`` or raises ``ExerciseFormatError`` whose message names the file
+  and every field at fault (``quiz.toml: question[2] ('scope').options needs at least 2 entries (got 1)``).
+  It is pure: nothing is run (programs are run by the test suite, never here).
+- ``FormatModel`` (the models' base: frozen, unknown keys refused) and ``readable_problem`` (a
+  ``ValidationError`` as that one message) serve ``exercise.toml`` too: ``worker.bank.spec`` sits on this module.
 - ``Quiz.public()`` is the only view of a quiz that may reach a learner before answering: ids, types, prompts,
   code, options and limits. Keys, explanations, hints, mistakes, model answers and rubrics stay out of it.
 - ``check_answers`` turns a request's ``{question id: [option ids] | text}`` into a canonical mapping or raises
@@ -23,13 +31,29 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic_core.core_schema import ErrorType
 
 from worker.core.errors import ExerciseFormatError, InvalidInput
 
-QUESTION_TYPES = ("single", "multiple", "text")
-PROGRAM_FRAMEWORKS = ("python", "torch", "tensorflow")
+QuestionType = Literal["single", "multiple", "text"]
+ProgramFramework = Literal["python", "torch", "tensorflow"]
+QUESTION_TYPES: tuple[str, ...] = get_args(QuestionType)
+PROGRAM_FRAMEWORKS: tuple[str, ...] = get_args(ProgramFramework)
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 OPTION_ID_RE = re.compile(r"^[a-z0-9]{1,8}$")
 WORD_RE = re.compile(r"[^\W\d_][\w'\u2019-]*")
@@ -37,71 +61,339 @@ DEFAULT_PASS_PERCENT = 80.0
 DEFAULT_MIN_WORDS = 25
 DEFAULT_MAX_CHARS = 4000
 MAX_CHARS_LIMIT = 20000
+MAX_PROBLEMS = 5  # more than this in one message is noise: fix these, the next load names the rest
 
-_TOP_KEYS = {"pass_percent", "question"}
-_QUESTION_KEYS = {
-    "id", "type", "prompt", "code", "points", "options", "answer", "explanation", "hint", "common_mistakes",
-    "feedback", "min_words", "max_chars", "model_answer", "rubric", "program",
-}  # fmt: skip
-_PROGRAM_KEYS = {"framework", "source", "expected_output", "setup", "check"}
+# ---- the format's building blocks ----------------------------------------------------------------------------
+
+# Strings are stripped; numbers and flags are strict, so `points = "2"` or `code = 1` is refused, not read.
+Text = Annotated[str, StringConstraints(strip_whitespace=True)]
+Required = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+Flag = Annotated[bool, Field(strict=True)]
+Points = Annotated[float, Field(strict=True, gt=0, le=100)]
+QuestionId = Annotated[str, Field(pattern=ID_RE.pattern)]
+OptionId = Annotated[str, Field(pattern=OPTION_ID_RE.pattern)]
+
+# What each pattern means, for the messages: authors should not have to read a regular expression.
+PATTERN_WORDS = {
+    ID_RE.pattern: "1-32 of a-z, 0-9, '-', '_', starting with a letter or digit",
+    OPTION_ID_RE.pattern: "1-8 of a-z, 0-9",
+}
 
 
-@dataclass(frozen=True)
-class Option:
-    id: str
-    text: str
-    code: bool = False
+class FormatModel(BaseModel):
+    """Base of every table of the bank's format: immutable, and an unknown key is an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-@dataclass(frozen=True)
-class Program:
+def readable_problem(
+    file: str, error: ValidationError, where: Callable[[tuple[int | str, ...]], str] | None = None
+) -> str:
+    """Return ``error`` as one message naming ``file`` and each field at fault; ``where`` renders a location."""
+    render = where or dotted
+    errors = error.errors()
+    problems: list[str] = []
+    for detail in errors:
+        loc = tuple(detail["loc"])
+        # A list's length is counted after its entries validate: a short count caused by bad entries is noise.
+        if detail["type"] == "too_short" and any(
+            len(e["loc"]) > len(loc) and e["loc"][: len(loc)] == loc for e in errors
+        ):
+            continue
+        if detail["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc += (str(detail.get("ctx", {}).get("discriminator", "type")).strip("'"),)
+        place = render(loc)
+        problems.append(f"{place} {_phrase(detail)}" if place else _phrase(detail))
+    extra = len(problems) - MAX_PROBLEMS
+    shown = problems[:MAX_PROBLEMS] + ([f"and {extra} more"] if extra > 0 else [])
+    return f"{file}: " + "; ".join(shown)
+
+
+def dotted(loc: Iterable[int | str]) -> str:
+    """Return a location as authors write it: ``question[2].options``."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def _phrase(detail: ErrorDetails) -> str:
+    kind, ctx, value = detail["type"], detail.get("ctx", {}), detail["input"]
+    if kind not in _PYDANTIC_ERRORS:
+        return detail["msg"]  # our own rules' sentences (``_problem``) read as they are
+    if kind in ("missing", "union_tag_not_found"):
+        return "is required"
+    if kind in ("extra_forbidden", "unexpected_keyword_argument"):
+        return "is not a known key"
+    if kind in ("too_short", "too_long"):
+        bound, count = (
+            ("needs at least", ctx.get("min_length"))
+            if kind == "too_short"
+            else ("takes at most", ctx.get("max_length"))
+        )
+        return f"{bound} {count} {'entry' if count == 1 else 'entries'} (got {ctx.get('actual_length')})"
+    if kind == "string_pattern_mismatch":
+        pattern = str(ctx.get("pattern"))
+        words = f"must be {PATTERN_WORDS.get(pattern, 'like ' + pattern)}"
+    elif kind in _WORDS:
+        words = _WORDS[kind].format(**{k: f"{v:g}" if isinstance(v, float) else v for k, v in ctx.items()})
+    else:
+        words = detail["msg"][:1].lower() + detail["msg"][1:]  # a rare type reads as pydantic says it
+    if kind == "union_tag_invalid":
+        value = ctx.get("tag")
+    return words + (f" (got {_shown(value)})" if isinstance(value, str | int | float) else "")
+
+
+# How pydantic's error types read after a field's name; ``{gt}`` and the like come from the error's context.
+_WORDS = {
+    "greater_than": "must be above {gt}",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than": "must be below {lt}",
+    "less_than_equal": "must be at most {le}",
+    "literal_error": "must be {expected}",
+    "union_tag_invalid": "must be one of {expected_tags}",
+    "string_too_short": "must not be empty",
+    "int_type": "must be a whole number",
+    "float_type": "must be a number",
+    "string_type": "must be a string",
+    "bool_type": "must be true or false",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "dict_type": "must be a table",
+    "model_type": "must be a table",
+    "model_attributes_type": "must be a table",
+    "dataclass_type": "must be a table",
+}
+_PYDANTIC_ERRORS = frozenset(get_args(ErrorType))
+
+
+def _shown(value: object) -> str:
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)  # as TOML writes it
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _problem(code: str, sentence: str, **ctx: object) -> PydanticCustomError:
+    """Return a rule's error; ``sentence`` follows the field's name in the message, ``{name}`` from ``ctx``."""
+    return PydanticCustomError(code, sentence, ctx)
+
+
+def _twice(ids: Iterable[str]) -> str | None:
+    seen: set[str] = set()
+    for one in ids:
+        if one in seen:
+            return one
+        seen.add(one)
+    return None
+
+
+# ---- quiz.toml ------------------------------------------------------------------------------------------------
+
+
+class Option(FormatModel):
+    id: OptionId
+    text: Required
+    code: Flag = False  # shown in monospace, line breaks kept
+
+
+class Program(FormatModel):
     """A program whose printed output is the key; CI runs ``setup + source + check`` and compares stdout."""
 
-    framework: str
-    source: str
-    expected_output: str
-    setup: str = ""
-    check: str = ""
+    framework: ProgramFramework
+    source: Required
+    expected_output: Required
+    setup: Text = ""
+    check: Text = ""
+
+    @field_validator("source")
+    @classmethod
+    def _ends_a_line(cls, source: str) -> str:
+        """End the source with a newline, as learners see it."""
+        return source + "\n"
 
 
-@dataclass(frozen=True)
-class Question:
-    id: str
-    type: str
-    prompt: str
-    points: float
-    explanation: str
-    code: str = ""
-    options: tuple[Option, ...] = ()
-    answer: tuple[str, ...] = ()
-    hint: str = ""
-    common_mistakes: tuple[str, ...] = ()
-    feedback: dict[str, str] = field(default_factory=dict)
-    min_words: int = DEFAULT_MIN_WORDS
-    max_chars: int = DEFAULT_MAX_CHARS
-    model_answer: str = ""
-    rubric: tuple[str, ...] = ()
+class _Question(FormatModel):
+    """What every kind of question has; the kinds add their own keys and rules."""
+
+    id: QuestionId
+    type: QuestionType
+    prompt: Required
+    points: Points = 1.0
+    code: Text = ""
+    hint: Text = ""
+    common_mistakes: tuple[Required, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_keys_of_other_kinds(cls, data: Any) -> Any:
+        """Refuse a key of another kind of question by saying whose it is."""
+        if isinstance(data, dict):
+            kind = next(name for name, model in KINDS.items() if model is cls)
+            for key in sorted(set(data) - set(cls.model_fields)):
+                owners = [name for name, model in KINDS.items() if key in model.model_fields]
+                if owners:
+                    raise _problem(
+                        "other_kind_key",
+                        "is a {kind} question, so it takes no {key} (a key of {owners} questions)",
+                        kind=kind,
+                        key=key,
+                        owners=" and ".join(owners),
+                    )
+        return data
+
+    @property
+    def shown_code(self) -> str:
+        """Return the code learners see under the prompt."""
+        return self.code
+
+    def public(self) -> dict[str, Any]:
+        """Return what a learner may see before answering."""
+        return {
+            "id": self.id,
+            "type": self.type,
+            "prompt": self.prompt,
+            "code": self.shown_code,
+            "points": self.points,
+            "options": [],
+            "min_words": None,
+            "max_chars": None,
+        }
+
+
+class _ChoiceQuestion(_Question):
+    options: tuple[Option, ...] = Field(min_length=2)
+    answer: tuple[str, ...] = Field(min_length=1)
+    explanation: Required  # why the key is right and the others wrong
+    feedback: dict[str, Text] = {}  # shown when the option of that id was picked
+
+    @field_validator("options")
+    @classmethod
+    def _distinct_option_ids(cls, options: tuple[Option, ...]) -> tuple[Option, ...]:
+        """Refuse two options with one id."""
+        twice = _twice(o.id for o in options)
+        if twice is not None:
+            raise _problem("option_twice", "use the option id {id} twice; option ids are unique", id=repr(twice))
+        return options
+
+    @field_validator("answer")
+    @classmethod
+    def _names_options(cls, answer: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        """Refuse a key that repeats itself or names no option."""
+        ids = [o.id for o in info.data.get("options", ())]
+        if ids and (len(set(answer)) != len(answer) or set(answer) - set(ids)):
+            raise _problem(
+                "answer_options",
+                "must name distinct options of {ids} (got {answer})",
+                ids=", ".join(ids),
+                answer=list(answer),
+            )
+        return answer
+
+    @field_validator("feedback")
+    @classmethod
+    def _feedback_names_options(cls, feedback: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        """Refuse feedback for an option that does not exist."""
+        ids = [o.id for o in info.data.get("options", ())]
+        unknown = sorted(set(feedback) - set(ids))
+        if ids and unknown:
+            raise _problem(
+                "feedback_options",
+                "names unknown options {unknown}; the options are {ids}",
+                unknown=", ".join(unknown),
+                ids=", ".join(ids),
+            )
+        return feedback
+
+    def public(self) -> dict[str, Any]:
+        """Return what a learner may see before answering."""
+        view = super().public()
+        view["options"] = [{"id": o.id, "text": o.text, "code": o.code} for o in self.options]
+        return view
+
+
+class SingleQuestion(_ChoiceQuestion):
+    """One option is the key; a program question's key is what its program prints."""
+
+    type: Literal["single"]
+    answer: tuple[str, ...] = Field(min_length=1, max_length=1)
     program: Program | None = None
+
+    @model_validator(mode="after")
+    def _program_prints_the_key(self) -> SingleQuestion:
+        """Check a program question: no separate code, and the keyed option repeats the expected output."""
+        if self.program is None:
+            return self
+        if self.code:
+            raise _problem("program_code", "has a program, which is the code learners see: leave out code")
+        keyed = next(o for o in self.options if o.id == self.answer[0])
+        if keyed.text != self.program.expected_output:
+            raise _problem(
+                "program_key",
+                "has keyed option {key} saying {text}; it must equal program.expected_output ({output})",
+                key=repr(keyed.id),
+                text=repr(keyed.text),
+                output=repr(self.program.expected_output),
+            )
+        return self
 
     @property
     def shown_code(self) -> str:
         """Return the code learners see: the program itself for a program question."""
         return self.program.source if self.program else self.code
 
+
+class MultipleQuestion(_ChoiceQuestion):
+    """One or more options are the key; partial picks earn partial points."""
+
+    type: Literal["multiple"]
+
+    @property
+    def program(self) -> None:
+        """Say there is no program: only a single-choice question has one."""
+        return None
+
+
+class TextQuestion(_Question):
+    """Explain in your own words: self-assessed against a model answer and a rubric."""
+
+    type: Literal["text"]
+    explanation: Text = ""
+    min_words: Annotated[int, Field(strict=True, ge=1, le=500)] = DEFAULT_MIN_WORDS
+    max_chars: Annotated[int, Field(strict=True, ge=100, le=MAX_CHARS_LIMIT)] = DEFAULT_MAX_CHARS
+    model_answer: Required
+    rubric: tuple[Required, ...] = Field(min_length=1)  # the points a learner ticks off
+
+    @property
+    def program(self) -> None:
+        """Say there is no program: only a single-choice question has one."""
+        return None
+
     def public(self) -> dict[str, Any]:
         """Return what a learner may see before answering."""
-        view: dict[str, Any] = {"id": self.id, "type": self.type, "prompt": self.prompt, "code": self.shown_code}
-        view["points"] = self.points
-        view["options"] = [{"id": o.id, "text": o.text, "code": o.code} for o in self.options]
-        view["min_words"] = self.min_words if self.type == "text" else None
-        view["max_chars"] = self.max_chars if self.type == "text" else None
-        return view
+        return {**super().public(), "min_words": self.min_words, "max_chars": self.max_chars}
 
 
-@dataclass(frozen=True)
-class Quiz:
-    questions: tuple[Question, ...]
-    pass_percent: float = DEFAULT_PASS_PERCENT
+Question = Annotated[SingleQuestion | MultipleQuestion | TextQuestion, Field(discriminator="type")]
+ChoiceQuestion = SingleQuestion | MultipleQuestion
+KINDS: dict[str, type[_Question]] = {"single": SingleQuestion, "multiple": MultipleQuestion, "text": TextQuestion}
+
+
+class Quiz(FormatModel):
+    """``quiz.toml``: the pass mark and the ``[[question]]`` tables, in order."""
+
+    pass_percent: Points = DEFAULT_PASS_PERCENT
+    questions: tuple[Question, ...] = Field(validation_alias="question", min_length=1)
+
+    @field_validator("questions")
+    @classmethod
+    def _distinct_ids(cls, questions: tuple[Question, ...]) -> tuple[Question, ...]:
+        """Refuse two questions with one id."""
+        twice = _twice(q.id for q in questions)
+        if twice is not None:
+            raise _problem("question_twice", "id {id} is used twice; question ids are unique", id=repr(twice))
+        return questions
 
     @property
     def max_score(self) -> float:
@@ -112,6 +404,38 @@ class Quiz:
 
     def public(self) -> list[dict[str, Any]]:
         return [q.public() for q in self.questions]
+
+
+def _question_where(raw: Mapping[str, Any]) -> Callable[[tuple[int | str, ...]], str]:
+    """Return a location renderer that drops the union's kind from the path and names the question's id."""
+    entries = raw.get("question")
+
+    def where(loc: tuple[int | str, ...]) -> str:
+        index = loc[1] if len(loc) > 1 and loc[0] == "question" else None
+        if not isinstance(index, int):
+            return dotted(loc)
+        rest = loc[3:] if len(loc) > 2 and loc[2] in KINDS else loc[2:]
+        entry = entries[index] if isinstance(entries, list) and index < len(entries) else None
+        qid = entry.get("id") if isinstance(entry, dict) else None
+        label = f"question[{index}] ({qid!r})" if isinstance(qid, str) and ID_RE.match(qid) else f"question[{index}]"
+        return label + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
+
+    return where
+
+
+def parse_quiz(slug: str, text: str) -> Quiz:
+    """Read a ``quiz.toml`` text; raise ``ExerciseFormatError`` on any problem."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ExerciseFormatError(slug, f"quiz.toml is not valid TOML: {exc}") from exc
+    try:
+        return Quiz.model_validate(raw)
+    except ValidationError as exc:
+        raise ExerciseFormatError(slug, readable_problem("quiz.toml", exc, _question_where(raw))) from exc
+
+
+# ---- results -------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -137,164 +461,6 @@ class QuizResult:
     questions: list[QuestionResult]
 
 
-# ---- reading quiz.toml -------------------------------------------------------------------------------------
-
-
-def _text(slug: str, where: str, raw: dict[str, Any], key: str, *, required: bool) -> str:
-    value = raw.get(key, "")
-    if not isinstance(value, str) or (required and not value.strip()):
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: {key} must be a non-empty string")
-    return value.strip()
-
-
-def _texts(slug: str, where: str, raw: dict[str, Any], key: str) -> tuple[str, ...]:
-    value = raw.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: {key} must be a list of non-empty strings")
-    return tuple(v.strip() for v in value)
-
-
-def _int(slug: str, where: str, raw: dict[str, Any], key: str, default: int, low: int, high: int) -> int:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: {key} must be a whole number from {low} to {high}")
-    return value
-
-
-def _options(slug: str, where: str, raw: dict[str, Any]) -> tuple[Option, ...]:
-    entries = raw.get("options")
-    if not isinstance(entries, list) or len(entries) < 2:
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: a choice question needs at least 2 options")
-    options: list[Option] = []
-    for entry in entries:
-        if not isinstance(entry, dict) or set(entry) - {"id", "text", "code"}:
-            raise ExerciseFormatError(slug, f"quiz.toml {where}: each option is a table of id, text and code")
-        option_id = entry.get("id")
-        if not isinstance(option_id, str) or not OPTION_ID_RE.match(option_id):
-            raise ExerciseFormatError(slug, f"quiz.toml {where}: option id {option_id!r} must be 1-8 of a-z, 0-9")
-        if option_id in {o.id for o in options}:
-            raise ExerciseFormatError(slug, f"quiz.toml {where}: option id {option_id!r} is used twice")
-        text = _text(slug, f"{where} option {option_id}", entry, "text", required=True)
-        options.append(Option(id=option_id, text=text, code=bool(entry.get("code", False))))
-    return tuple(options)
-
-
-def _program(slug: str, where: str, raw: Any) -> Program:
-    if not isinstance(raw, dict) or set(raw) - _PROGRAM_KEYS:
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: program takes only {', '.join(sorted(_PROGRAM_KEYS))}")
-    framework = raw.get("framework")
-    if framework not in PROGRAM_FRAMEWORKS:
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: program.framework must be one of {PROGRAM_FRAMEWORKS}")
-    return Program(
-        framework=framework,
-        source=_text(slug, where, raw, "source", required=True) + "\n",
-        expected_output=_text(slug, where, raw, "expected_output", required=True),
-        setup=_text(slug, where, raw, "setup", required=False),
-        check=_text(slug, where, raw, "check", required=False),
-    )
-
-
-def _question(slug: str, index: int, raw: Any, seen: set[str]) -> Question:
-    where = f"question {index + 1}"
-    if not isinstance(raw, dict):
-        raise ExerciseFormatError(slug, f"quiz.toml {where} must be a table")
-    unknown = set(raw) - _QUESTION_KEYS
-    if unknown:
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: unknown key(s) {', '.join(sorted(unknown))}")
-    qid = raw.get("id")
-    if not isinstance(qid, str) or not ID_RE.match(qid):
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: id {qid!r} must be 1-32 of a-z, 0-9, '-', '_'")
-    if qid in seen:
-        raise ExerciseFormatError(slug, f"quiz.toml: question id {qid!r} is used twice")
-    seen.add(qid)
-    where = f"question {qid!r}"
-    qtype = raw.get("type")
-    if qtype not in QUESTION_TYPES:
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: type must be one of {', '.join(QUESTION_TYPES)}")
-    points = raw.get("points", 1)
-    if isinstance(points, bool) or not isinstance(points, int | float) or not 0 < points <= 100:
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: points must be a number above 0 and at most 100")
-    common = {
-        "id": qid,
-        "type": qtype,
-        "prompt": _text(slug, where, raw, "prompt", required=True),
-        "points": float(points),
-        "code": _text(slug, where, raw, "code", required=False),
-        "hint": _text(slug, where, raw, "hint", required=False),
-        "common_mistakes": _texts(slug, where, raw, "common_mistakes"),
-    }
-    if qtype == "text":
-        for key in ("options", "answer", "feedback", "program"):
-            if key in raw:
-                raise ExerciseFormatError(slug, f"quiz.toml {where}: a text question has no {key}")
-        rubric = _texts(slug, where, raw, "rubric")
-        if not rubric:
-            raise ExerciseFormatError(slug, f"quiz.toml {where}: a text question needs a rubric (self-check list)")
-        return Question(
-            **common,
-            explanation=_text(slug, where, raw, "explanation", required=False),
-            min_words=_int(slug, where, raw, "min_words", DEFAULT_MIN_WORDS, 1, 500),
-            max_chars=_int(slug, where, raw, "max_chars", DEFAULT_MAX_CHARS, 100, MAX_CHARS_LIMIT),
-            model_answer=_text(slug, where, raw, "model_answer", required=True),
-            rubric=rubric,
-        )
-    for key in ("min_words", "max_chars", "model_answer", "rubric"):
-        if key in raw:
-            raise ExerciseFormatError(slug, f"quiz.toml {where}: {key} belongs to text questions only")
-    options = _options(slug, where, raw)
-    ids = [o.id for o in options]
-    answer = raw.get("answer")
-    if not isinstance(answer, list) or not answer or not all(isinstance(a, str) for a in answer):
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: answer must be a non-empty list of option ids")
-    if len(set(answer)) != len(answer) or set(answer) - set(ids):
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: answer {answer} must name distinct options of {ids}")
-    if qtype == "single" and len(answer) != 1:
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: a single-choice question has exactly one answer")
-    feedback = raw.get("feedback", {})
-    if not isinstance(feedback, dict) or not all(isinstance(v, str) for v in feedback.values()):
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: feedback maps option ids to strings")
-    if set(feedback) - set(ids):
-        unknown_ids = sorted(set(feedback) - set(ids))
-        raise ExerciseFormatError(slug, f"quiz.toml {where}: feedback names unknown options {unknown_ids}")
-    program = _program(slug, where, raw["program"]) if "program" in raw else None
-    if program is not None:
-        if qtype != "single" or common["code"]:
-            raise ExerciseFormatError(slug, f"quiz.toml {where}: a program question is single-choice without code")
-        keyed = next(o for o in options if o.id == answer[0])
-        if keyed.text != program.expected_output:
-            raise ExerciseFormatError(
-                slug, f"quiz.toml {where}: the keyed option's text must equal program.expected_output"
-            )
-    return Question(
-        **common,
-        explanation=_text(slug, where, raw, "explanation", required=True),
-        options=options,
-        answer=tuple(answer),
-        feedback={k: v.strip() for k, v in feedback.items()},
-        program=program,
-    )
-
-
-def parse_quiz(slug: str, text: str) -> Quiz:
-    """Read a ``quiz.toml`` text; raise ``ExerciseFormatError`` on any problem."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ExerciseFormatError(slug, f"quiz.toml is not valid TOML: {exc}") from exc
-    unknown = set(raw) - _TOP_KEYS
-    if unknown:
-        raise ExerciseFormatError(slug, f"quiz.toml: unknown key(s) {', '.join(sorted(unknown))}")
-    pass_percent = raw.get("pass_percent", DEFAULT_PASS_PERCENT)
-    if isinstance(pass_percent, bool) or not isinstance(pass_percent, int | float) or not 0 < pass_percent <= 100:
-        raise ExerciseFormatError(slug, "quiz.toml: pass_percent must be a number above 0 and at most 100")
-    entries = raw.get("question")
-    if not isinstance(entries, list) or not entries:
-        raise ExerciseFormatError(slug, "quiz.toml needs at least one [[question]]")
-    seen: set[str] = set()
-    questions = tuple(_question(slug, i, entry, seen) for i, entry in enumerate(entries))
-    return Quiz(questions=questions, pass_percent=float(pass_percent))
-
-
 # ---- answers -----------------------------------------------------------------------------------------------
 
 
@@ -307,7 +473,7 @@ def check_answers(quiz: Quiz, answers: dict[str, Any]) -> dict[str, list[str] | 
     canonical: dict[str, list[str] | str] = {}
     for qid, value in answers.items():
         question = questions[qid]
-        if question.type == "text":
+        if isinstance(question, TextQuestion):
             if not isinstance(value, str):
                 raise InvalidInput(f"question {qid} takes a text answer (a string)")
             if len(value) > question.max_chars:
@@ -323,7 +489,7 @@ def check_answers(quiz: Quiz, answers: dict[str, Any]) -> dict[str, list[str] | 
         bad = [v for v in picked if v not in valid]
         if bad:
             raise InvalidInput(f"question {qid} has no option {bad[0]!r}; its options are {', '.join(valid)}")
-        if question.type == "single" and len(picked) > 1:
+        if isinstance(question, SingleQuestion) and len(picked) > 1:
             raise InvalidInput(f"question {qid} takes exactly one option, not {len(picked)}")
         canonical[qid] = picked
     if not any(v.strip() if isinstance(v, str) else v for v in canonical.values()):
@@ -342,16 +508,16 @@ def count_words(text: str) -> tuple[int, int]:
     return len(words), len(set(words))
 
 
-def _choice_score(question: Question, picked: list[str]) -> float:
+def _choice_score(question: ChoiceQuestion, picked: list[str]) -> float:
     key = set(question.answer)
-    if question.type == "single":
+    if isinstance(question, SingleQuestion):
         return question.points if set(picked) == key else 0.0
     hits = len(key & set(picked))
     misses = len(set(picked) - key)
     return question.points * max(0, hits - misses) / len(key)
 
 
-def _grade_choice(question: Question, picked: list[str]) -> QuestionResult:
+def _grade_choice(question: ChoiceQuestion, picked: list[str]) -> QuestionResult:
     score = _choice_score(question, picked)
     correct = set(picked) == set(question.answer)
     if correct:
@@ -374,7 +540,7 @@ def _grade_choice(question: Question, picked: list[str]) -> QuestionResult:
     )
 
 
-def _grade_text(question: Question, text: str) -> QuestionResult:
+def _grade_text(question: TextQuestion, text: str) -> QuestionResult:
     words, distinct = count_words(text)
     complete = words >= question.min_words and distinct * 2 >= question.min_words
     if complete:
@@ -420,9 +586,9 @@ def grade(quiz: Quiz, answers: dict[str, list[str] | str]) -> QuizResult:
     results: list[QuestionResult] = []
     for question in quiz.questions:
         value = answers.get(question.id)
-        if isinstance(value, str) and value.strip():
+        if isinstance(question, TextQuestion) and isinstance(value, str) and value.strip():
             results.append(_grade_text(question, value))
-        elif isinstance(value, list) and value:
+        elif not isinstance(question, TextQuestion) and isinstance(value, list) and value:
             results.append(_grade_choice(question, value))
         else:
             results.append(_unanswered(question))
