@@ -5,8 +5,9 @@ Contract:
 - An admin cannot change their own role or disable themselves (no locking the last door from inside).
 - A disabled user cannot log in and every session they hold stops working at its next request
   (``app.domain.security.user_from_session`` checks ``is_active``); a password reset ends their sessions too.
-- ``import_csv`` is all or nothing: every row is checked first (e-mail, role, duplicates in the file or the
-  database) and if any row is wrong nothing is added and every problem is reported with its line number.
+- ``import_csv`` is all or nothing: every row is checked first (e-mail by ``security.check_email``, role,
+  duplicates in the file or the database) and if any row is wrong nothing is added and every problem is
+  reported with its line number.
   Columns: ``email`` and optionally ``name`` and ``role`` (default learner), with or without a header row.
   New accounts get a random password, returned once so the admin can hand it over.
 """
@@ -22,10 +23,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.domain.models import Role, User
-from app.domain.security import EMAIL_RE, create_user, hash_password, normalise_email
+from app.domain.security import check_email, create_user, hash_password, normalise_email
 from worker.core.errors import InvalidInput
 
-MAX_IMPORT_ROWS = 500  # each new password costs one scrypt hash
+MAX_IMPORT_ROWS = 500  # each new password costs one argon2 hash
 MAX_IMPORT_BYTES = 256 * 1024
 MAX_NAME_CHARS = 200
 
@@ -119,10 +120,13 @@ def import_csv(*, session: Session, data: bytes) -> ImportReport:
         email = normalise_email(values.get("email", ""))
         name = values.get("name", "")
         role_name = (values.get("role") or "learner").lower()
-        if not EMAIL_RE.match(email) or len(email) > 320:
-            report.errors.append(f"line {line}: {email!r} is not a valid e-mail address")
-        elif email in seen:
-            report.errors.append(f"line {line}: {email} is already on line {seen[email]}")
+        try:
+            check_email(email)
+        except InvalidInput as exc:
+            report.errors.append(f"line {line}: {exc.message}")
+        else:
+            if email in seen:
+                report.errors.append(f"line {line}: {email} is already on line {seen[email]}")
         if role_name not in Role.__members__:
             report.errors.append(f"line {line}: unknown role {role_name!r} (learner, instructor or admin)")
         if len(name) > MAX_NAME_CHARS:

@@ -5,6 +5,9 @@ Contract:
   ``starter.py``, ``examples/*``): hidden tests, solutions and wrong/right variants are never read here, so they
   cannot leak through a new field. A quiz's questions come only from ``worker.bank.quiz.Quiz.public()``, which
   leaves out keys, explanations, hints and model answers.
+- E-mail fields say ``format: email``. ``Email`` (a new account's address) is checked and normalised by
+  ``app.domain.security.check_email`` (422 saying why); ``LoginIn.email`` is not checked, so an account made
+  under older e-mail rules can still log in (a wrong address is the usual 401).
 - ``SubmissionOut`` has exactly the documented keys; datetimes are ISO-8601 in UTC (naive values from SQLite
   are taken as UTC); ``verdict`` and ``score`` stay null until the submission is graded or errored.
 """
@@ -19,7 +22,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from app.domain.markdown import render_markdown
 from app.domain.models import Exercise, ExerciseVersion, Role, Submission, SubmissionStatus, User
 from app.domain.progress import DiffLine, Progress
+from app.domain.security import MAX_EMAIL_CHARS, check_email
 from worker.bank.quiz import QuizResult, parse_quiz
+from worker.core.errors import InvalidInput
 from worker.core.outcome import GradeOutcome
 
 SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)
@@ -33,13 +38,24 @@ def as_utc(value: datetime) -> datetime:
 UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
+def _checked_email(value: str) -> str:
+    try:
+        return check_email(value)
+    except InvalidInput as exc:
+        raise ValueError(exc.message) from exc  # pydantic reports a ValueError as a 422 with this message
+
+
+LoginEmail = Annotated[str, Field(max_length=MAX_EMAIL_CHARS, json_schema_extra={"format": "email"})]
+Email = Annotated[LoginEmail, AfterValidator(_checked_email)]
+
+
 class _In(BaseModel):
     # Unknown fields are refused, so a typo ("cod") is a clear 422, not a silently empty submission.
     model_config = ConfigDict(extra="forbid")
 
 
 class LoginIn(_In):
-    email: str = Field(max_length=320)
+    email: LoginEmail
     password: str = Field(max_length=1024)
 
 

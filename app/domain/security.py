@@ -1,9 +1,16 @@
 """Passwords, users, login rate limiting, cookie sessions and the CSRF rule of the JSON API.
 
 Contract:
-- Passwords are hashed with stdlib scrypt and stored as ``scrypt$n$r$p$salt$hash`` (salt and hash in
-  URL-safe base64); ``verify_password`` compares in constant time and refuses absurd cost parameters.
-- ``create_user``/``authenticate`` take the session keyword-only and never commit.
+- Passwords are hashed with argon2id (pwdlib, argon2-cffi's RFC 9106 low-memory profile). Hashes of the older
+  ``scrypt$n$r$p$salt$hash`` format still verify (``LegacyScryptHasher``, which refuses absurd cost parameters);
+  ``authenticate`` replaces such a hash, or an argon2 one with other cost parameters, by a current one on a
+  successful login (the new hash changes the session fingerprint, so that user's other sessions end once).
+  Malformed or unknown hashes never match.
+- E-mail addresses are stored and looked up as ``normalise_email`` spells them (stripped, lower-cased); a new
+  one must also pass ``check_email`` (email-validator's syntax rules, no DNS: special-use domains such as
+  ``.local``, ``.test`` or ``localhost`` are refused), which raises ``InvalidInput`` saying why.
+- ``create_user``/``authenticate`` take the session keyword-only and never commit: the caller commits, also
+  the upgraded hash a login leaves on the user.
 - ``LoginLimiter`` counts failed logins per e-mail and per client IP in an ``app.domain.ratelimit.Limiter`` (on
   Redis, shared by every API process, when a broker is set): after ``login_max_failures`` failures inside
   ``login_window_s`` either key is refused with ``RateLimited``; a success forgives the e-mail only.
@@ -24,12 +31,16 @@ import base64
 import hashlib
 import hmac
 import json
-import re
 import secrets
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from email_validator import EmailNotValidError, validate_email
+from pwdlib import PasswordHash
+from pwdlib.exceptions import UnknownHashError
+from pwdlib.hashers import HasherProtocol
+from pwdlib.hashers.argon2 import Argon2Hasher
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -43,9 +54,8 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SESSION_COOKIE = "gpulab_session"
-SCRYPT_N, SCRYPT_R, SCRYPT_P, SCRYPT_DKLEN = 2**14, 8, 1, 32
 MAX_SCRYPT_N = 2**20  # refuse stored hashes that would make verification a denial of service
-EMAIL_RE = re.compile(r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$")
+MAX_EMAIL_CHARS = 320
 MIN_PASSWORD_CHARS = 8
 MAX_PASSWORD_CHARS = 1024
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -55,47 +65,70 @@ LOGIN_PATH = "/api/auth/login"
 # --- passwords -----------------------------------------------------------------------------------------------
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
-
-
 def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def _scrypt(password: str, salt: bytes, n: int, r: int, p: int, dklen: int) -> bytes:
-    # maxmem must cover 128*n*r bytes plus slack, or OpenSSL refuses larger cost parameters.
-    return hashlib.scrypt(
-        password.encode("utf-8", errors="surrogatepass"),
-        salt=salt,
-        n=n,
-        r=r,
-        p=p,
-        dklen=dklen,
-        maxmem=256 * n * r + 1024 * 1024,
-    )
+def _as_bytes(value: str | bytes) -> bytes:
+    # surrogatepass: a lone surrogate (valid JSON) hashes as it always did instead of failing to encode.
+    return value.encode("utf-8", errors="surrogatepass") if isinstance(value, str) else value
+
+
+class LegacyScryptHasher(HasherProtocol):
+    """Verify the ``scrypt$n$r$p$salt$hash`` hashes gpulab stored before argon2; never make new ones.
+
+    Kept by hand (pwdlib has no scrypt hasher) only to let existing hashes verify until their owners log in
+    and ``authenticate`` replaces them; it can go once no stored hash starts with ``scrypt$``.
+    """
+
+    # The argument names (``hash`` too) are pwdlib's protocol's.
+    @classmethod
+    def identify(cls, hash: str | bytes) -> bool:
+        return _as_bytes(hash).startswith(b"scrypt$")
+
+    def hash(self, password: str | bytes, *, salt: bytes | None = None) -> str:
+        raise NotImplementedError("scrypt hashes are only verified; new hashes are argon2")
+
+    def verify(self, password: str | bytes, hash: str | bytes) -> bool:
+        try:
+            scheme, n_s, r_s, p_s, salt_s, hash_s = _as_bytes(hash).decode("ascii").split("$")
+            n, r, p = int(n_s), int(r_s), int(p_s)
+            salt, expected = _unb64(salt_s), _unb64(hash_s)
+        except ValueError:  # UnicodeDecodeError and binascii.Error are ValueErrors too
+            return False
+        sane = 2 <= n <= MAX_SCRYPT_N and 1 <= r <= 32 and 1 <= p <= 4 and 16 <= len(expected) <= 64
+        if scheme != "scrypt" or not sane:
+            return False
+        # maxmem must cover 128*n*r bytes plus slack, or OpenSSL refuses larger cost parameters.
+        actual = hashlib.scrypt(
+            _as_bytes(password), salt=salt, n=n, r=r, p=p, dklen=len(expected), maxmem=256 * n * r + 1024 * 1024
+        )
+        return hmac.compare_digest(actual, expected)
+
+    def check_needs_rehash(self, hash: str | bytes) -> bool:
+        return True
+
+
+# The first hasher makes every new hash; the others only verify (and so always ask for a rehash).
+PASSWORDS = PasswordHash((Argon2Hasher(), LegacyScryptHasher()))
 
 
 def hash_password(password: str) -> str:
     """Hash ``password`` with a fresh random salt."""
-    salt = secrets.token_bytes(16)
-    digest = _scrypt(password, salt, SCRYPT_N, SCRYPT_R, SCRYPT_P, SCRYPT_DKLEN)
-    return f"scrypt${SCRYPT_N}${SCRYPT_R}${SCRYPT_P}${_b64(salt)}${_b64(digest)}"
+    return PASSWORDS.hash(_as_bytes(password))
+
+
+def check_password(password: str, encoded: str) -> tuple[bool, str | None]:
+    """Say whether ``password`` matches ``encoded``, and return the hash to store instead when it should change."""
+    try:
+        return PASSWORDS.verify_and_update(_as_bytes(password), encoded)
+    except UnknownHashError:
+        return False, None
 
 
 def verify_password(password: str, encoded: str) -> bool:
     """Say whether ``password`` matches ``encoded``; malformed hashes never match."""
-    try:
-        scheme, n_s, r_s, p_s, salt_s, hash_s = encoded.split("$")
-        n, r, p = int(n_s), int(r_s), int(p_s)
-        salt, expected = _unb64(salt_s), _unb64(hash_s)
-    except ValueError:
-        return False
-    sane = 2 <= n <= MAX_SCRYPT_N and 1 <= r <= 32 and 1 <= p <= 4 and 16 <= len(expected) <= 64
-    if scheme != "scrypt" or not sane:
-        return False
-    actual = _scrypt(password, salt, n, r, p, len(expected))
-    return hmac.compare_digest(actual, expected)
+    return check_password(password, encoded)[0]
 
 
 # Verified against when the e-mail is unknown, so both failures cost the same time.
@@ -106,14 +139,26 @@ _DUMMY_HASH = hash_password(secrets.token_urlsafe(16))
 
 
 def normalise_email(email: str) -> str:
+    """Return ``email`` as it is stored and looked up (the spelling accounts have always had)."""
     return email.strip().lower()
+
+
+def check_email(email: str) -> str:
+    """Return ``email`` normalised, or raise ``InvalidInput`` if it is not an address a new account may have."""
+    email = normalise_email(email)
+    if len(email) > MAX_EMAIL_CHARS:
+        raise InvalidInput(f"the e-mail address is longer than {MAX_EMAIL_CHARS} characters")
+    try:
+        # No deliverability check: it would query DNS, and an address on an intranet domain is still fine.
+        validate_email(email, check_deliverability=False, strict=True)
+    except EmailNotValidError as exc:
+        raise InvalidInput(f"{email!r} is not a valid e-mail address: {exc}") from exc
+    return email
 
 
 def create_user(*, session: Session, email: str, password: str, role: Role = Role.learner) -> User:
     """Add a user with a hashed password; raise ``InvalidInput`` or ``Conflict`` (duplicate e-mail)."""
-    email = normalise_email(email)
-    if len(email) > 320 or not EMAIL_RE.match(email):
-        raise InvalidInput(f"{email!r} is not a valid e-mail address")
+    email = check_email(email)
     if not MIN_PASSWORD_CHARS <= len(password) <= MAX_PASSWORD_CHARS:
         raise InvalidInput(f"the password must be {MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters long")
     if session.scalar(select(User.id).where(User.email == email)) is not None:
@@ -129,13 +174,16 @@ def create_user(*, session: Session, email: str, password: str, role: Role = Rol
 
 
 def authenticate(*, session: Session, email: str, password: str) -> User | None:
-    """Return the active user with these credentials, or None (unknown e-mail, wrong password, inactive)."""
+    """Return the active user with these credentials, or None; upgrade an outdated hash (the caller commits)."""
     user = session.scalar(select(User).where(User.email == normalise_email(email)))
     if user is None:
         verify_password(password, _DUMMY_HASH)
         return None
-    if not verify_password(password, user.password_hash) or not user.is_active:
+    matches, new_hash = check_password(password, user.password_hash)
+    if not matches or not user.is_active:
         return None
+    if new_hash is not None:
+        user.password_hash = new_hash
     return user
 
 

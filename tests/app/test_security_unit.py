@@ -1,23 +1,75 @@
-"""Password hashing, the login limiter, the CSRF rule and prompt sanitising, without a database."""
+"""Password hashing, e-mail checking, the login limiter, the CSRF rule and prompt sanitising, without a database."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import secrets
 import threading
 import time
 
 import pytest
+from pwdlib import PasswordHash
 
 from app.domain.markdown import render_markdown
-from app.domain.security import LoginLimiter, csrf_problem, hash_password, verify_password
-from worker.core.errors import RateLimited
+from app.domain.security import (
+    LegacyScryptHasher,
+    LoginLimiter,
+    check_email,
+    check_password,
+    csrf_problem,
+    hash_password,
+    normalise_email,
+    verify_password,
+)
+from worker.core.errors import InvalidInput, RateLimited
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def old_scrypt_hash(password: str, n: int = 2**14) -> str:
+    """Hash ``password`` in the format gpulab stored before argon2 (``scrypt$n$r$p$salt$hash``)."""
+    salt = secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=n, r=8, p=1, dklen=32, maxmem=256 * n * 8 + 2**20)
+    return f"scrypt${n}$8$1${_b64(salt)}${_b64(digest)}"
 
 
 def test_password_hash_round_trip_and_salting() -> None:
     first, second = hash_password("correct horse"), hash_password("correct horse")
-    assert first.startswith("scrypt$16384$8$1$") and len(first.split("$")) == 6
+    assert first.startswith("$argon2id$")
     assert first != second  # a fresh salt each time
     assert verify_password("correct horse", first) and verify_password("correct horse", second)
     assert not verify_password("correct horsE", first)
+    assert check_password("correct horse", first) == (True, None)  # current parameters: nothing to upgrade
+
+
+def test_production_hashes_are_argon2id_at_the_library_defaults(production_passwords: PasswordHash) -> None:
+    encoded = production_passwords.hash("correct horse")
+    assert encoded.startswith("$argon2id$v=19$m=65536,t=3,p=4$")  # RFC 9106's low-memory profile
+    assert production_passwords.verify("correct horse", encoded)
+
+
+def test_old_scrypt_hashes_verify_and_ask_for_an_argon2_hash() -> None:
+    old = old_scrypt_hash("correct horse")
+    assert verify_password("correct horse", old)
+    matches, new = check_password("correct horse", old)
+    assert matches and new is not None and new.startswith("$argon2id$")
+    assert verify_password("correct horse", new)
+    assert check_password("correct horsE", old) == (False, None)  # no upgrade without the password
+
+
+def test_argon2_hashes_of_other_cost_parameters_are_upgraded(production_passwords: PasswordHash) -> None:
+    stronger = production_passwords.hash("correct horse")
+    matches, new = check_password("correct horse", stronger)
+    assert matches and new is not None and new != stronger and verify_password("correct horse", new)
+
+
+def test_lone_surrogates_hash_instead_of_failing() -> None:
+    password = "pass\ud800word"  # valid JSON, not encodable as plain UTF-8
+    encoded = hash_password(password)
+    assert verify_password(password, encoded) and not verify_password("pass\ud801word", encoded)
 
 
 @pytest.mark.parametrize(
@@ -27,11 +79,68 @@ def test_password_hash_round_trip_and_salting() -> None:
         "plain",
         "bcrypt$1$2$3$aaaa$bbbb",
         "scrypt$x$8$1$aaaa$bbbb",
+        "scrypt$16384$8$1$not base64!$bbbb",
         "scrypt$1073741824$8$1$AAAAAAAAAAAAAAAAAAAAAA$" + "A" * 43,
+        "$argon2id$v=19$m=1024,t=1,p=1$garbage",
+        "$2b$12$" + "a" * 53,  # bcrypt: pwdlib knows it, gpulab does not accept it
     ],
 )
-def test_malformed_or_absurd_hashes_never_match(encoded: str) -> None:
+def test_malformed_absurd_or_unknown_hashes_never_match(encoded: str) -> None:
     assert not verify_password("anything", encoded)
+    assert check_password("anything", encoded) == (False, None)
+
+
+def test_legacy_hasher_never_makes_new_hashes() -> None:
+    with pytest.raises(NotImplementedError):
+        LegacyScryptHasher().hash("correct horse")
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("learner@example.com", "learner@example.com"),
+        ("  New@Example.COM ", "new@example.com"),
+        ("a.b+tag@x.org", "a.b+tag@x.org"),
+        ("a@b.c", "a@b.c"),
+        ("ünï@bücher.de", "ünï@bücher.de"),
+    ],
+)
+def test_check_email_accepts_and_normalises_like_before(given: str, stored: str) -> None:
+    assert check_email(given) == stored == normalise_email(given)
+
+
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("", "An email address must have an @-sign"),
+        ("@x.org", "There must be something before the @-sign"),
+        ("plain", "An email address must have an @-sign"),
+        ("a@b", "It should have a period"),
+        ("a b@x.org", "The email address contains invalid characters before the @-sign"),
+        ("a@@x.org", "The part after the @-sign contains invalid characters"),
+        ("u@host.local", "special-use or reserved name"),
+        ("u@school.test", "special-use or reserved name"),
+        ("u@localhost", "It should have a period"),
+        ("x" * 65 + "@x.org", "too long before the @-sign"),
+        ("a@" + "x" * 330 + ".org", "longer than 320 characters"),
+    ],
+)
+def test_check_email_refuses_with_a_reason(given: str, why: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        check_email(given)
+    assert why in caught.value.message
+    if len(given) <= 320:
+        assert caught.value.message.startswith(f"{given.strip().lower()!r} is not a valid e-mail address: ")
+
+
+def test_check_email_asks_no_dns(monkeypatch: pytest.MonkeyPatch) -> None:
+    import email_validator.deliverability
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("DNS was queried")
+
+    monkeypatch.setattr(email_validator.deliverability, "validate_email_deliverability", refuse)
+    assert check_email("someone@gmail.com") == "someone@gmail.com"
 
 
 def test_limiter_refuses_after_max_failures_until_the_window_passes() -> None:
