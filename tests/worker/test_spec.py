@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.support import BANK
-from worker.bank.spec import ExerciseSpec, discover_test_ids, load_bank, load_exercise
+from worker.bank.spec import ExerciseMeta, ExerciseSpec, Limits, discover_test_ids, load_bank, load_exercise
 from worker.core.errors import ExerciseFormatError
 from worker.grading.jobdir import write_job_dir
 
@@ -63,10 +65,14 @@ def test_stored_form_round_trips() -> None:
     [
         ("Bad Slug", tiny(), "slug must be"),
         ("tiny-one", tiny(**{"exercise.toml": "title = "}), "not valid TOML"),
-        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\nkind = "essay"'}), "kind must be one of"),
+        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\nkind = "essay"'}), "kind must be 'code' or 'quiz'"),
         ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\n[points]\n"test_a.py::nope" = 1'}), "unknown tests"),
-        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\n[limits]\nbogus = 1'}), "unknown key"),
-        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\n[limits]\ntimeout_s = 100000'}), "out of range"),
+        ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\n[limits]\nbogus = 1'}), "limits.bogus is not a known key"),
+        (
+            "tiny-one",
+            tiny(**{"exercise.toml": 'title = "x"\n[limits]\ntimeout_s = 100000'}),
+            "exercise.toml: limits.timeout_s must be at most 600 (got 100000)",
+        ),
         ("tiny-one", tiny(**{"tests/test_a.py": "def helper():\n    pass\n"}), "no test functions"),
         ("tiny-one", tiny(**{"exercise.toml": 'title = "x"\nlearner_process = "never"'}), "learner_process must be"),
         ("tiny-one", tiny(**{"tests/test_a.py": "def test_(:\n"}), "syntax error"),
@@ -123,3 +129,84 @@ def test_probes_and_preloads_follow_the_framework() -> None:
     toml = 'framework = "torch"\n' + files["exercise.toml"]
     torch_spec = ExerciseSpec.from_files("tiny-one", {**files, "exercise.toml": toml})
     assert torch_spec.preload == ("torch",)
+
+
+def _meta_problem(toml: str, **files: str) -> str:
+    with pytest.raises(ExerciseFormatError) as caught:
+        ExerciseSpec.from_files("tiny-one", tiny(**{"exercise.toml": toml, **files}))
+    return caught.value.message.removeprefix("exercise 'tiny-one': ")
+
+
+@pytest.mark.parametrize(
+    ("toml", "problem"),
+    [
+        ('titel = "x"\n', "exercise.toml: title is required; titel is not a known key"),
+        ('title = "  "\n', "exercise.toml: title must not be empty (got '  ')"),
+        ('title = "x"\ntopic = 3\n', "exercise.toml: topic must be a string (got 3)"),
+        (
+            'title = "x"\n[limits]\nmemory_mb = "256"\n',
+            "exercise.toml: limits.memory_mb must be a whole number (got '256')",
+        ),
+        (
+            'title = "x"\n[limits]\nmemory_mb = 256.0\n',
+            "exercise.toml: limits.memory_mb must be a whole number (got 256.0)",
+        ),
+        ('title = "x"\n[limits]\ncpus = 0\n', "exercise.toml: limits.cpus must be above 0 (got 0)"),
+        ('title = "x"\nlimits = 3\n', "exercise.toml: limits must be a table (got 3)"),
+        (
+            'title = "x"\n[points]\n"test_a.py::test_one" = "3"\n',
+            "exercise.toml: points.\"test_a.py::test_one\" must be a number (got '3')",
+        ),
+        (
+            'title = "x"\n[points]\n"test_a.py::test_one" = 0\n',
+            'exercise.toml: points."test_a.py::test_one" must be above 0 (got 0)',
+        ),
+        ('title = "x"\n[[wrong]]\nfile = "wrong/w.py"\n', "exercise.toml: wrong[0].must_fail is required"),
+        (
+            'title = "x"\n[[wrong]]\nfile = "wrong/w.py"\nmust_fail = []\n',
+            "exercise.toml: wrong[0].must_fail needs at least 1 entry (got 0)",
+        ),
+        (
+            'title = "x"\n[[wrong]]\npath = "wrong/w.py"\nmust_fail = ["t"]\n',
+            "exercise.toml: wrong[0].file is required; wrong[0].path is not a known key",
+        ),
+        (
+            'title = "x"\n' + '[[wrong]]\nfile = "wrong/w.py"\nmust_fail = ["test_a.py::test_one"]\n' * 2,
+            "exercise.toml: wrong declares 'wrong/w.py' more than once; one [[wrong]] table per file",
+        ),
+        (
+            'title = "x"\n[[wrong]]\nfile = "wrong/w.py"\nmust_fail = ["test_a.py::nope"]\n',
+            "exercise.toml: wrong[0].must_fail names unknown tests: test_a.py::nope",
+        ),
+    ],
+)
+def test_metadata_problems_name_the_file_and_the_field(toml: str, problem: str) -> None:
+    assert _meta_problem(toml, **{"wrong/w.py": "x = 1\n"}) == problem
+
+
+def test_a_quiz_takes_no_points_or_wrong_variants() -> None:
+    files = {"exercise.toml": 'title = "Q"\nkind = "quiz"\n[points]\none = 2\n', "prompt.md": "Hi", "quiz.toml": ""}
+    with pytest.raises(ExerciseFormatError, match=r"a quiz takes no points: its questions in quiz\.toml carry"):
+        ExerciseSpec.from_files("my-quiz", files)
+
+
+def test_limits_default_and_stay_a_dataclass_the_sandboxes_can_derive_from() -> None:
+    spec = ExerciseSpec.from_files("tiny-one", tiny())
+    assert spec.limits == Limits()
+    assert isinstance(spec.limits.timeout_s, float)
+    # The judge gets more than an author may ask for: deriving its limits must not re-validate them.
+    judge = dataclasses.replace(spec.limits, memory_mb=65536 + 512)
+    assert judge.memory_mb == 65536 + 512
+    toml = 'title = "x"\n[limits]\ntimeout_s = 20\npids = 128\n'
+    limits = ExerciseSpec.from_files("tiny-one", tiny(**{"exercise.toml": toml})).limits
+    assert (limits.timeout_s, limits.pids, limits.memory_mb) == (20.0, 128, 1024)
+
+
+def test_readme_documents_exactly_the_models_keys() -> None:
+    readme = (BANK / "README.md").read_text()
+    toml_table = readme.split("## `exercise.toml`", 1)[1].split("### `[limits]`", 1)[0]
+    documented = set(re.findall(r"^\| `\[*(\w+)\]*` \|", toml_table, re.MULTILINE))
+    assert documented == set(ExerciseMeta.model_fields)
+    limits_table = readme.split("### `[limits]`", 1)[1].split("###", 1)[0]
+    documented_limits = set(re.findall(r"^\| `(\w+)` \|", limits_table, re.MULTILINE))
+    assert documented_limits == {f.name for f in dataclasses.fields(Limits)}

@@ -45,8 +45,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails, PydanticCustomError
-from pydantic_core.core_schema import ErrorType
+from pydantic_core import ErrorDetails
 
 from worker.core.errors import ExerciseFormatError, InvalidInput
 
@@ -61,6 +60,7 @@ DEFAULT_PASS_PERCENT = 80.0
 DEFAULT_MIN_WORDS = 25
 DEFAULT_MAX_CHARS = 4000
 MAX_CHARS_LIMIT = 20000
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 MAX_PROBLEMS = 5  # more than this in one message is noise: fix these, the next load names the rest
 
 # ---- the format's building blocks ----------------------------------------------------------------------------
@@ -116,14 +116,15 @@ def dotted(loc: Iterable[int | str]) -> str:
         if isinstance(part, int):
             text += f"[{part}]"
         else:
-            text += f".{part}" if text else part
+            key = part if _BARE_KEY.match(part) else json.dumps(part)  # a test id is a quoted key, as in TOML
+            text += f".{key}" if text else key
     return text
 
 
 def _phrase(detail: ErrorDetails) -> str:
     kind, ctx, value = detail["type"], detail.get("ctx", {}), detail["input"]
-    if kind not in _PYDANTIC_ERRORS:
-        return detail["msg"]  # our own rules' sentences (``_problem``) read as they are
+    if kind == "value_error":
+        return str(ctx.get("error"))  # our validators' sentences read as they are
     if kind in ("missing", "union_tag_not_found"):
         return "is required"
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
@@ -167,17 +168,11 @@ _WORDS = {
     "model_attributes_type": "must be a table",
     "dataclass_type": "must be a table",
 }
-_PYDANTIC_ERRORS = frozenset(get_args(ErrorType))
 
 
 def _shown(value: object) -> str:
     text = ("true" if value else "false") if isinstance(value, bool) else repr(value)  # as TOML writes it
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _problem(code: str, sentence: str, **ctx: object) -> PydanticCustomError:
-    """Return a rule's error; ``sentence`` follows the field's name in the message, ``{name}`` from ``ctx``."""
-    return PydanticCustomError(code, sentence, ctx)
 
 
 def _twice(ids: Iterable[str]) -> str | None:
@@ -234,12 +229,8 @@ class _Question(FormatModel):
             for key in sorted(set(data) - set(cls.model_fields)):
                 owners = [name for name, model in KINDS.items() if key in model.model_fields]
                 if owners:
-                    raise _problem(
-                        "other_kind_key",
-                        "is a {kind} question, so it takes no {key} (a key of {owners} questions)",
-                        kind=kind,
-                        key=key,
-                        owners=" and ".join(owners),
+                    raise ValueError(
+                        f"is a {kind} question, so it takes no {key} (a key of {' and '.join(owners)} questions)"
                     )
         return data
 
@@ -274,7 +265,7 @@ class _ChoiceQuestion(_Question):
         """Refuse two options with one id."""
         twice = _twice(o.id for o in options)
         if twice is not None:
-            raise _problem("option_twice", "use the option id {id} twice; option ids are unique", id=repr(twice))
+            raise ValueError(f"use the option id {twice!r} twice; option ids are unique")
         return options
 
     @field_validator("answer")
@@ -283,12 +274,7 @@ class _ChoiceQuestion(_Question):
         """Refuse a key that repeats itself or names no option."""
         ids = [o.id for o in info.data.get("options", ())]
         if ids and (len(set(answer)) != len(answer) or set(answer) - set(ids)):
-            raise _problem(
-                "answer_options",
-                "must name distinct options of {ids} (got {answer})",
-                ids=", ".join(ids),
-                answer=list(answer),
-            )
+            raise ValueError(f"must name distinct options of {', '.join(ids)} (got {list(answer)})")
         return answer
 
     @field_validator("feedback")
@@ -298,12 +284,7 @@ class _ChoiceQuestion(_Question):
         ids = [o.id for o in info.data.get("options", ())]
         unknown = sorted(set(feedback) - set(ids))
         if ids and unknown:
-            raise _problem(
-                "feedback_options",
-                "names unknown options {unknown}; the options are {ids}",
-                unknown=", ".join(unknown),
-                ids=", ".join(ids),
-            )
+            raise ValueError(f"names unknown options {', '.join(unknown)}; the options are {', '.join(ids)}")
         return feedback
 
     def public(self) -> dict[str, Any]:
@@ -326,15 +307,12 @@ class SingleQuestion(_ChoiceQuestion):
         if self.program is None:
             return self
         if self.code:
-            raise _problem("program_code", "has a program, which is the code learners see: leave out code")
+            raise ValueError("has a program, which is the code learners see: leave out code")
         keyed = next(o for o in self.options if o.id == self.answer[0])
         if keyed.text != self.program.expected_output:
-            raise _problem(
-                "program_key",
-                "has keyed option {key} saying {text}; it must equal program.expected_output ({output})",
-                key=repr(keyed.id),
-                text=repr(keyed.text),
-                output=repr(self.program.expected_output),
+            raise ValueError(
+                f"has keyed option {keyed.id!r} saying {keyed.text!r}; "
+                f"it must equal program.expected_output ({self.program.expected_output!r})"
             )
         return self
 
@@ -392,7 +370,7 @@ class Quiz(FormatModel):
         """Refuse two questions with one id."""
         twice = _twice(q.id for q in questions)
         if twice is not None:
-            raise _problem("question_twice", "id {id} is used twice; question ids are unique", id=repr(twice))
+            raise ValueError(f"id {twice!r} is used twice; question ids are unique")
         return questions
 
     @property

@@ -4,6 +4,12 @@ Contract (the format is documented for authors in ``exercises/README.md``):
 - A folder holds ``exercise.toml``, ``prompt.md``, ``starter.py``, ``solution.py``, ``tests/`` (hidden),
   and optionally ``examples/`` (visible tests), ``wrong/`` (known-wrong variants) and ``right/``
   (alternative correct solutions). Quiz exercises hold ``quiz.toml`` instead of code files.
+- ``exercise.toml`` is the pydantic model ``ExerciseMeta`` (with ``Limits`` for ``[limits]`` and ``WrongVariant``
+  for each ``[[wrong]]``): keys, types, choices, ranges and defaults are declared there, an unknown key is
+  refused, and values keep their TOML types. What needs the folder's other files (tests that ``[points]`` and
+  ``must_fail`` name, files that ``[[wrong]]`` declares) is checked against them once the metadata is valid.
+- Every problem raises ``ExerciseFormatError`` naming the file and the field
+  (``exercise.toml: limits.timeout_s must be at most 600 (got 1000)``).
 - ``ExerciseSpec.files`` keeps every text file of the folder by relative POSIX path, so a version stored in
   the database can be graded exactly as it was synced, long after the folder changed.
 - Expected test ids (``tests/test_x.py::test_name`` minus the ``tests/`` prefix) are found by reading the
@@ -19,44 +25,62 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
 
-from worker.bank.quiz import parse_quiz
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from worker.bank.quiz import FormatModel, Required, parse_quiz, readable_problem
 from worker.core.errors import ExerciseFormatError
 
-SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")
-KINDS = ("code", "quiz")
-QUEUES = ("cpu", "gpu")
-FRAMEWORKS = ("python", "torch", "tensorflow")
-DIFFICULTIES = ("beginner", "intermediate", "advanced")
-MAX_FILE_BYTES = 256 * 1024
-MAX_FILES = 200
+Kind = Literal["code", "quiz"]
+Queue = Literal["cpu", "gpu"]
+Framework = Literal["python", "torch", "tensorflow"]
+Difficulty = Literal["beginner", "intermediate", "advanced"]
 # "auto": the framework's virtual devices on CPU workers (virtual CUDA for torch, logical CPUs for TensorFlow);
 # "processes": one real process per replica (DistributedDataParallel over gloo), no virtual CUDA.
-DEVICE_MODES = ("auto", "processes")
+DeviceMode = Literal["auto", "processes"]
 # "per-test": each test gets a fresh learner process (nothing leaks between tests); "per-file": the tests of one
 # file share it (the learner's module is imported once per file), for exercises whose set-up dominates.
-LEARNER_PROCESS_MODES = ("per-test", "per-file")
+LearnerProcess = Literal["per-test", "per-file"]
+
+SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")
+KINDS: tuple[str, ...] = get_args(Kind)
+QUEUES: tuple[str, ...] = get_args(Queue)
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)
+DIFFICULTIES: tuple[str, ...] = get_args(Difficulty)
+DEVICE_MODES: tuple[str, ...] = get_args(DeviceMode)
+LEARNER_PROCESS_MODES: tuple[str, ...] = get_args(LearnerProcess)
+MAX_FILE_BYTES = 256 * 1024
+MAX_FILES = 200
 PRELOADS: dict[str, tuple[str, ...]] = {"python": (), "torch": ("torch",), "tensorflow": ("tensorflow",)}
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".json", ".csv", ".cfg"}
 
 
 @dataclass(frozen=True)
 class Limits:
-    timeout_s: float = 30.0
-    memory_mb: int = 1024
-    pids: int = 64
-    cpus: float = 1.0
-    output_bytes: int = 64 * 1024
-    tmpfs_mb: int = 64
-    file_size_mb: int = 16
+    """Sandbox limits of one grading run: ``[limits]``, read by pydantic with the ranges below.
+
+    A plain dataclass, not a model: the sandboxes derive the judge's limits from it (``dataclasses.replace``),
+    and those may go past what an author may ask for.
+    """
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    timeout_s: Annotated[float, Field(strict=True, ge=1, le=600)] = 30.0
+    memory_mb: Annotated[int, Field(strict=True, ge=64, le=65536)] = 1024
+    pids: Annotated[int, Field(strict=True, ge=1)] = 64
+    cpus: Annotated[float, Field(strict=True, gt=0)] = 1.0
+    output_bytes: Annotated[int, Field(strict=True, ge=1)] = 64 * 1024
+    tmpfs_mb: Annotated[int, Field(strict=True, ge=1)] = 64
+    file_size_mb: Annotated[int, Field(strict=True, ge=1)] = 16
 
 
-@dataclass(frozen=True)
-class WrongVariant:
-    path: str
-    must_fail: tuple[str, ...]
-    why: str
+class WrongVariant(FormatModel):
+    """A ``[[wrong]]`` table: a known-wrong file and the hidden tests it must fail."""
+
+    path: str = Field(validation_alias="file", min_length=1)  # inside the exercise folder
+    must_fail: tuple[str, ...] = Field(min_length=1)
+    why: str = ""  # the mistake it stands for, in one sentence
 
 
 @dataclass(frozen=True)
@@ -65,22 +89,57 @@ class ExpectedTest:
     points: float
 
 
+class ExerciseMeta(FormatModel):
+    """``exercise.toml``: what the exercise is, where and how it is graded, and what its tests are worth."""
+
+    title: Required
+    kind: Kind = "code"
+    topic: Required = "General"
+    difficulty: Difficulty = "beginner"
+    framework: Framework = "python"
+    queue: Queue = "cpu"
+    replicas: Annotated[int, Field(strict=True, ge=1, le=8)] = 1
+    devices: DeviceMode = "auto"
+    learner_process: LearnerProcess = "per-test"
+    limits: Limits = Limits()
+    points: dict[str, Annotated[float, Field(strict=True, gt=0, le=100)]] = {}  # test id -> weight; default 1
+    wrong: tuple[WrongVariant, ...] = ()
+
+    @field_validator("wrong")
+    @classmethod
+    def _one_entry_per_file(cls, wrong: tuple[WrongVariant, ...]) -> tuple[WrongVariant, ...]:
+        """Refuse two ``[[wrong]]`` tables for one file."""
+        paths = [v.path for v in wrong]
+        twice = sorted({p for p in paths if paths.count(p) > 1})
+        if twice:
+            raise ValueError(f"declares {', '.join(map(repr, twice))} more than once; one [[wrong]] table per file")
+        return wrong
+
+    @model_validator(mode="after")
+    def _tests_only_for_code(self) -> ExerciseMeta:
+        """Refuse ``[points]`` and ``[[wrong]]`` on a quiz: its questions carry their own points."""
+        misplaced = sorted({"points", "wrong"} & self.model_fields_set)
+        if self.kind == "quiz" and misplaced:
+            raise ValueError(f"a quiz takes no {' or '.join(misplaced)}: its questions in quiz.toml carry the points")
+        return self
+
+
 @dataclass
 class ExerciseSpec:
     slug: str
     title: str
-    kind: str
+    kind: Kind
     topic: str
-    difficulty: str
-    framework: str
-    queue: str
+    difficulty: Difficulty
+    framework: Framework
+    queue: Queue
     limits: Limits
     files: dict[str, str] = field(default_factory=dict)
     tests: list[ExpectedTest] = field(default_factory=list)
     wrong: list[WrongVariant] = field(default_factory=list)
     replicas: int = 1
-    devices: str = "auto"
-    learner_process: str = "per-test"
+    devices: DeviceMode = "auto"
+    learner_process: LearnerProcess = "per-test"
 
     @property
     def prompt_md(self) -> str:
@@ -155,70 +214,44 @@ class ExerciseSpec:
         if "exercise.toml" not in files:
             raise ExerciseFormatError(slug, "exercise.toml is missing")
         try:
-            meta = tomllib.loads(files["exercise.toml"])
+            raw = tomllib.loads(files["exercise.toml"])
         except tomllib.TOMLDecodeError as exc:
             raise ExerciseFormatError(slug, f"exercise.toml is not valid TOML: {exc}") from exc
+        try:
+            meta = ExerciseMeta.model_validate(raw)
+        except ValidationError as exc:
+            raise ExerciseFormatError(slug, readable_problem("exercise.toml", exc)) from exc
         return _build(slug, meta, files)
 
 
-def _choice(slug: str, meta: dict[str, Any], key: str, allowed: tuple[str, ...], default: str) -> str:
-    value = meta.get(key, default)
-    if value not in allowed:
-        raise ExerciseFormatError(slug, f"{key} must be one of {', '.join(allowed)} (got {value!r})")
-    return str(value)
-
-
-def _replicas(slug: str, meta: dict[str, Any]) -> int:
-    value = meta.get("replicas", 1)
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 8:
-        raise ExerciseFormatError(slug, f"replicas must be a whole number from 1 to 8 (got {value!r})")
-    return value
-
-
-def _build(slug: str, meta: dict[str, Any], files: dict[str, str]) -> ExerciseSpec:
-    title = meta.get("title")
-    if not isinstance(title, str) or not title.strip():
-        raise ExerciseFormatError(slug, "exercise.toml needs a non-empty title")
-    kind = _choice(slug, meta, "kind", KINDS, "code")
-    limits_raw = meta.get("limits", {})
-    try:
-        limits = Limits(**limits_raw)
-    except TypeError as exc:
-        raise ExerciseFormatError(slug, f"[limits] has an unknown key: {exc}") from exc
-    if not 1 <= limits.timeout_s <= 600 or not 64 <= limits.memory_mb <= 65536:
-        raise ExerciseFormatError(slug, "limits out of range (timeout_s 1..600, memory_mb 64..65536)")
-    spec = ExerciseSpec(
-        slug=slug,
-        title=title.strip(),
-        kind=kind,
-        topic=str(meta.get("topic", "General")),
-        difficulty=_choice(slug, meta, "difficulty", DIFFICULTIES, "beginner"),
-        framework=_choice(slug, meta, "framework", FRAMEWORKS, "python"),
-        queue=_choice(slug, meta, "queue", QUEUES, "cpu"),
-        limits=limits,
-        files=dict(files),
-        replicas=_replicas(slug, meta),
-        devices=_choice(slug, meta, "devices", DEVICE_MODES, "auto"),
-        learner_process=_choice(slug, meta, "learner_process", LEARNER_PROCESS_MODES, "per-test"),
-    )
+def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec:
     if "prompt.md" not in files:
         raise ExerciseFormatError(slug, "prompt.md is missing")
-    if kind == "code":
+    spec = ExerciseSpec(
+        slug=slug,
+        title=meta.title,
+        kind=meta.kind,
+        topic=meta.topic,
+        difficulty=meta.difficulty,
+        framework=meta.framework,
+        queue=meta.queue,
+        limits=meta.limits,
+        files=dict(files),
+        replicas=meta.replicas,
+        devices=meta.devices,
+        learner_process=meta.learner_process,
+    )
+    if meta.kind == "code":
         for required in ("starter.py", "solution.py"):
             if required not in files:
                 raise ExerciseFormatError(slug, f"{required} is missing")
-        points = meta.get("points", {})
-        if not isinstance(points, dict):
-            raise ExerciseFormatError(slug, "[points] must map test ids to numbers")
         ids = discover_test_ids(slug, spec.hidden_test_files)
         if not ids:
             raise ExerciseFormatError(slug, "tests/ holds no test functions")
-        unknown = set(points) - set(ids)
-        if unknown:
-            raise ExerciseFormatError(slug, f"[points] names unknown tests: {', '.join(sorted(unknown))}")
-        spec.tests = [ExpectedTest(id=i, points=float(points.get(i, 1))) for i in ids]
-        spec.wrong = _wrong_variants(slug, meta, files, set(ids))
-    elif kind == "quiz":
+        _check_references(slug, meta, files, set(ids))
+        spec.tests = [ExpectedTest(id=i, points=meta.points.get(i, 1.0)) for i in ids]
+        spec.wrong = list(meta.wrong)
+    else:
         # Quizzes are graded in the app, without a sandbox; each question counts as one "test" for the score.
         if "quiz.toml" not in files:
             raise ExerciseFormatError(slug, "quiz.toml is missing")
@@ -227,26 +260,22 @@ def _build(slug: str, meta: dict[str, Any], files: dict[str, str]) -> ExerciseSp
     return spec
 
 
-def _wrong_variants(slug: str, meta: dict[str, Any], files: dict[str, str], ids: set[str]) -> list[WrongVariant]:
-    variants = []
-    declared = meta.get("wrong", [])
-    if not isinstance(declared, list):
-        raise ExerciseFormatError(slug, "[[wrong]] must be an array of tables")
-    for entry in declared:
-        path = entry.get("file", "")
-        if path not in files:
-            raise ExerciseFormatError(slug, f"wrong variant {path!r} does not exist")
-        must_fail = tuple(entry.get("must_fail", []))
-        if not must_fail:
-            raise ExerciseFormatError(slug, f"wrong variant {path!r} must name the tests it fails (must_fail)")
-        bad = set(must_fail) - ids
+def _check_references(slug: str, meta: ExerciseMeta, files: dict[str, str], ids: set[str]) -> None:
+    """Check what ``exercise.toml`` names against the folder: tests that exist, ``wrong/`` files declared."""
+    unknown = sorted(set(meta.points) - ids)
+    if unknown:
+        raise ExerciseFormatError(slug, f"exercise.toml: points names unknown tests: {', '.join(unknown)}")
+    for index, variant in enumerate(meta.wrong):
+        if variant.path not in files:
+            raise ExerciseFormatError(slug, f"exercise.toml: wrong[{index}].file {variant.path!r} does not exist")
+        bad = sorted(set(variant.must_fail) - ids)
         if bad:
-            raise ExerciseFormatError(slug, f"wrong variant {path!r} names unknown tests: {', '.join(sorted(bad))}")
-        variants.append(WrongVariant(path=path, must_fail=must_fail, why=str(entry.get("why", ""))))
-    undeclared = {p for p in files if p.startswith("wrong/") and p.endswith(".py")} - {v.path for v in variants}
+            raise ExerciseFormatError(
+                slug, f"exercise.toml: wrong[{index}].must_fail names unknown tests: {', '.join(bad)}"
+            )
+    undeclared = {p for p in files if p.startswith("wrong/") and p.endswith(".py")} - {v.path for v in meta.wrong}
     if undeclared:
         raise ExerciseFormatError(slug, f"wrong/ files without a [[wrong]] entry: {', '.join(sorted(undeclared))}")
-    return variants
 
 
 def discover_test_ids(slug: str, test_files: dict[str, str]) -> list[str]:
