@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from worker.bank.quiz import FormatModel, Required, parse_quiz, readable_problem
+from worker.bank.quiz import FormatModel, Required, Text, parse_quiz, readable_problem
 from worker.core.errors import ExerciseFormatError
 
 Kind = Literal["code", "quiz"]
@@ -80,7 +80,7 @@ class WrongVariant(FormatModel):
 
     path: str = Field(validation_alias="file", min_length=1)  # inside the exercise folder
     must_fail: tuple[str, ...] = Field(min_length=1)
-    why: str = ""  # the mistake it stands for, in one sentence
+    why: Text = ""  # the mistake it stands for, in one sentence
 
 
 @dataclass(frozen=True)
