@@ -1,14 +1,11 @@
 """Turn an uploaded ``.zip`` or the browser editor's fields into exercise files, drafts, and published versions.
 
 Contract:
-- ``read_zip(data)`` reads an exercise folder from zip bytes in memory (nothing is ever written to disk from
-  the archive) and refuses, with one clear ``InvalidInput`` each: archives over ``MAX_ZIP_BYTES``, more than
-  ``MAX_MEMBERS`` entries, more than ``MAX_UNCOMPRESSED_BYTES`` in all, a member that inflates more than
-  ``MAX_RATIO`` times (zip bombs), absolute paths, ``..``, backslashes, symbolic links, device files, FIFOs,
-  encrypted members, non-UTF-8 or unsupported files (the rules of ``worker.bank.spec.read_exercise_files``).
-  One top-level folder around everything is unwrapped and gives the slug.
-- ``files_from_form(form, base)`` builds ``exercise.toml`` and the files from the editor's fields; files of
-  ``base`` (an earlier version) that the editor does not show are carried over unchanged.
+- Reading an uploaded zip is ``worker.bank.folders.read_zip`` (re-exported here with ``MAX_ZIP_BYTES``, which
+  the upload page reads from this module).
+- ``files_from_form(form, base)`` builds ``exercise.toml`` (``worker.bank.folders.dump_exercise_toml``) and the
+  files from the editor's fields; files of ``base`` (an earlier version) that the editor does not show are
+  carried over unchanged, and so are the keys of its ``exercise.toml`` the editor does not set.
 - ``add_draft`` validates with ``ExerciseSpec.from_files`` *before* writing anything, then stores a new
   version that learners do not get (``Exercise.current_version`` does not move). Identical content returns the
   existing version. ``publish`` moves ``current_version`` (a non-bank version needs a passed check first);
@@ -17,11 +14,7 @@ Contract:
 
 from __future__ import annotations
 
-import io
-import json
-import stat
 import tomllib
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -32,111 +25,13 @@ from sqlalchemy.orm import Session
 from app.domain.exercises import add_version
 from app.domain.models import Exercise, ExerciseCheck, ExerciseVersion, User
 from app.domain.schemas import ExerciseDetail
-from worker.bank.spec import MAX_FILE_BYTES, MAX_FILES, SLUG_RE, TEXT_SUFFIXES, ExerciseSpec, discover_test_ids
+from worker.bank.folders import MAX_ZIP_BYTES as MAX_ZIP_BYTES  # re-exported: the upload page reads it here
+from worker.bank.folders import dump_exercise_toml
+from worker.bank.folders import read_zip as read_zip  # re-exported, as above
+from worker.bank.spec import SLUG_RE, ExerciseSpec, discover_test_ids
 from worker.core.errors import Conflict, GpulabError, InvalidInput
 
-MAX_ZIP_BYTES = 2 * 1024 * 1024
-MAX_UNCOMPRESSED_BYTES = 8 * 1024 * 1024
-MAX_MEMBERS = MAX_FILES + 100  # folders and ignored files count too, but not without bound
-MAX_RATIO = 100  # text rarely compresses beyond 10:1; a bomb does far more
 SOURCES = ("bank", "upload", "editor")
-
-
-@dataclass
-class ZipFolder:
-    """An exercise folder read from a zip: its files and the slug its top-level folder suggests."""
-
-    files: dict[str, str]
-    slug_hint: str
-
-
-def _ignored(parts: tuple[str, ...]) -> bool:
-    return any(p.startswith(".") or p in ("__pycache__", "__MACOSX") for p in parts)
-
-
-def _check_name(name: str) -> tuple[str, ...]:
-    """Return the path parts of a member name, refusing anything that could leave the folder."""
-    if "\\" in name or "\x00" in name:
-        raise InvalidInput(f"{name!r}: backslashes and NUL are not allowed in paths")
-    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
-        raise InvalidInput(f"{name!r}: absolute paths are not allowed")
-    parts = tuple(p for p in PurePosixPath(name).parts if p not in ("", "."))
-    if ".." in parts:
-        raise InvalidInput(f"{name!r}: '..' is not allowed in paths")
-    return parts
-
-
-def _check_kind(info: zipfile.ZipInfo) -> None:
-    mode = info.external_attr >> 16
-    kind = stat.S_IFMT(mode)
-    if kind == stat.S_IFLNK:
-        raise InvalidInput(f"{info.filename!r} is a symbolic link; links are not allowed")
-    if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
-        raise InvalidInput(f"{info.filename!r} is a device, FIFO or socket; only plain files are allowed")
-    if info.flag_bits & 0x1:
-        raise InvalidInput(f"{info.filename!r} is encrypted; upload a plain zip")
-
-
-def read_zip(data: bytes) -> ZipFolder:
-    """Read an exercise folder from zip bytes, in memory, refusing anything unsafe."""
-    if len(data) > MAX_ZIP_BYTES:
-        raise InvalidInput(f"the zip is larger than {MAX_ZIP_BYTES // (1024 * 1024)} MB")
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, ValueError) as exc:
-        raise InvalidInput(f"not a valid zip archive ({exc})") from exc
-    with archive:
-        infos = archive.infolist()
-        if len(infos) > MAX_MEMBERS:
-            raise InvalidInput(f"the zip holds {len(infos)} entries; at most {MAX_MEMBERS} are allowed")
-        raw: dict[tuple[str, ...], bytes] = {}
-        total = 0
-        for info in infos:
-            parts = _check_name(info.filename)
-            _check_kind(info)
-            if info.is_dir() or not parts or _ignored(parts):
-                continue
-            if info.file_size > MAX_FILE_BYTES:
-                raise InvalidInput(f"{info.filename!r} is larger than {MAX_FILE_BYTES // 1024} KiB")
-            if info.file_size > 4096 and info.file_size > MAX_RATIO * max(info.compress_size, 1):
-                raise InvalidInput(f"{info.filename!r} inflates more than {MAX_RATIO} times; refused as a zip bomb")
-            # Never trust the declared size: read at most one byte past the limit and measure.
-            try:
-                with archive.open(info) as member:
-                    content = member.read(MAX_FILE_BYTES + 1)
-            except (zipfile.BadZipFile, RuntimeError, NotImplementedError, OSError) as exc:
-                raise InvalidInput(f"{info.filename!r} cannot be read ({exc})") from exc
-            if len(content) > MAX_FILE_BYTES:
-                raise InvalidInput(f"{info.filename!r} is larger than {MAX_FILE_BYTES // 1024} KiB")
-            total += len(content)
-            if total > MAX_UNCOMPRESSED_BYTES:
-                raise InvalidInput(f"the zip unpacks to more than {MAX_UNCOMPRESSED_BYTES // (1024 * 1024)} MB")
-            if parts in raw:
-                raise InvalidInput(f"{info.filename!r} appears twice in the zip")
-            raw[parts] = content
-    return _as_folder(raw)
-
-
-def _as_folder(raw: dict[tuple[str, ...], bytes]) -> ZipFolder:
-    if not raw:
-        raise InvalidInput("the zip holds no files")
-    tops = {parts[0] for parts in raw}
-    slug_hint = ""
-    if len(tops) == 1 and all(len(parts) > 1 for parts in raw):
-        slug_hint = next(iter(tops))
-        raw = {parts[1:]: content for parts, content in raw.items()}
-    if len(raw) > MAX_FILES:
-        raise InvalidInput(f"the exercise has more than {MAX_FILES} files")
-    files: dict[str, str] = {}
-    for parts, content in sorted(raw.items()):
-        path = "/".join(parts)
-        if PurePosixPath(path).suffix not in TEXT_SUFFIXES:
-            raise InvalidInput(f"{path}: unsupported file type (allowed: {' '.join(sorted(TEXT_SUFFIXES))})")
-        try:
-            files[path] = content.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidInput(f"{path} is not UTF-8 text") from exc
-    return ZipFolder(files=files, slug_hint=slug_hint)
 
 
 # --- the browser editor --------------------------------------------------------------------------------------
@@ -168,33 +63,6 @@ class AuthoringForm:
     test_file: str = "test_exercise.py"
     tests: str = ""
     wrong: list[WrongForm] = field(default_factory=list)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    # A JSON string is a TOML basic string once DEL (allowed raw in JSON, not in TOML) is escaped.
-    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007F")
-
-
-def dump_toml(meta: dict[str, Any]) -> str:
-    """Write the subset of TOML ``exercise.toml`` uses: scalars, tables of scalars, arrays of tables."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in meta.items() if not isinstance(v, dict | list) or _plain(v)]
-    for key, value in meta.items():
-        if isinstance(value, dict):
-            lines += ["", f"[{key}]"] + [f"{_toml_value(k)} = {_toml_value(v)}" for k, v in value.items()]
-        elif isinstance(value, list) and not _plain(value):
-            for entry in value:
-                lines += ["", f"[[{key}]]"] + [f"{k} = {_toml_value(v)}" for k, v in entry.items()]
-    return "\n".join(lines) + "\n"
-
-
-def _plain(value: Any) -> bool:
-    return isinstance(value, list) and not any(isinstance(v, dict) for v in value)
 
 
 def _safe_name(name: str, what: str) -> str:
@@ -252,7 +120,7 @@ def files_from_form(form: AuthoringForm, base: dict[str, str] | None = None) -> 
             meta["points"] = kept
     if wrong:
         meta["wrong"] = wrong
-    files["exercise.toml"] = dump_toml(meta)
+    files["exercise.toml"] = dump_exercise_toml(meta)
     return {p: c.replace("\r\n", "\n") for p, c in sorted(files.items())}
 
 

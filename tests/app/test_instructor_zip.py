@@ -8,8 +8,8 @@ import zipfile
 
 import pytest
 
-from app.domain.authoring import MAX_RATIO, MAX_ZIP_BYTES, read_zip
 from tests.conftest import tiny_files
+from worker.bank.folders import MAX_RATIO, MAX_ZIP_BYTES, read_zip
 from worker.core.errors import InvalidInput
 
 FILES = tiny_files(prompt_md="Add.\n", queue="cpu", tag="zip")

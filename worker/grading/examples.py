@@ -2,17 +2,17 @@
 
 Contract: ``run_examples(spec, code, sandbox=...)`` rebuilds the spec with ``ExerciseSpec.from_files`` from a
 copy of ``spec.files`` in which ``examples/*`` take the place of ``tests/*``; ``[points]`` and ``[[wrong]]``
-(which name hidden tests) are dropped from ``exercise.toml`` together with ``wrong/`` and ``right/``, so every
-example test is worth 1 point. It grades with ``worker.grading.pipeline.grade`` and returns the outcome; nothing is
+(which name hidden tests) are dropped from ``exercise.toml`` (written back by
+``worker.bank.folders.dump_exercise_toml``) together with ``wrong/`` and ``right/``, so every example test is
+worth 1 point. It grades with ``worker.grading.pipeline.grade`` and returns the outcome; nothing is
 stored. An exercise without example tests raises ``ExerciseFormatError``.
 """
 
 from __future__ import annotations
 
-import json
 import tomllib
-from typing import Any
 
+from worker.bank.folders import dump_exercise_toml
 from worker.bank.spec import ExerciseSpec
 from worker.core.errors import ExerciseFormatError
 from worker.core.outcome import GradeOutcome
@@ -23,27 +23,12 @@ HIDDEN_ONLY_KEYS = ("points", "wrong")
 HIDDEN_ONLY_DIRS = ("tests/", "wrong/", "right/")
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)  # Python writes inf, -inf and nan as TOML does
-    if isinstance(value, str):
-        # JSON string escapes are TOML basic-string escapes; DEL is the one control JSON leaves raw.
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {type(value).__name__} as TOML")
-
-
 def examples_files(spec: ExerciseSpec) -> dict[str, str]:
     """Return the exercise's files with the examples as its only tests."""
     meta = tomllib.loads(spec.files["exercise.toml"])
     kept = {k: v for k, v in meta.items() if k not in HIDDEN_ONLY_KEYS}
     files = {p: c for p, c in spec.files.items() if not p.startswith(HIDDEN_ONLY_DIRS)}
-    files["exercise.toml"] = "".join(f"{json.dumps(k)} = {_toml_value(v)}\n" for k, v in kept.items())
+    files["exercise.toml"] = dump_exercise_toml(kept)
     files.update({"tests/" + name: source for name, source in spec.example_test_files.items()})
     return files
 
