@@ -6,7 +6,7 @@ Contract (on top of ``worker/grading/sandbox/base.py``, whose table it follows r
 - A run (``run_job``) is two containers of that image, ``python3 -m runner.judge /job`` as uid 10002 and
   ``python3 -m runner.subject /job`` as uid 10001, each seeing only its ``ROLE_MOUNTS`` and sharing only
   the host folder ``ipc/``. Both: no network, read-only root, every capability dropped,
-  no-new-privileges, the seccomp rules of ``seccomp.py`` as a Docker profile (``seccomp_profile``), memory
+  no-new-privileges, the seccomp rules of ``seccomp.py`` as a Docker profile (``seccomp.docker_profile``), memory
   limit = memory+swap limit, pids limit, CPU quota, CPU/file-size/open-files/core rlimits, sized ``/tmp``
   and ``/dev/shm`` tmpfs, private IPC, a tiny init as pid 1, no logging driver (nothing lands on the
   engine's disk). The result is read back from the bind-mounted ``out/``.
@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import functools
 import hashlib
-import json
 import logging
 import os
 import socket
@@ -66,7 +64,7 @@ from worker.grading.sandbox.policy import (
     sandbox_env,
 )
 from worker.grading.sandbox.process import Capped
-from worker.grading.sandbox.seccomp import CLONE_NEW_FLAGS, DENIED
+from worker.grading.sandbox.seccomp import docker_profile
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +135,7 @@ def host_config_args(spec: ContainerSpec) -> dict[str, Any]:
         "network_mode": "none",
         "read_only": True,
         "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges", f"seccomp={seccomp_profile()}"],
+        "security_opt": ["no-new-privileges", f"seccomp={docker_profile()}"],
         "privileged": False,
         "init": True,
         "ipc_mode": "private",
@@ -164,34 +162,6 @@ def host_config_args(spec: ContainerSpec) -> dict[str, Any]:
 def device_request(gpu_ids: tuple[str, ...]) -> DeviceRequest:
     """Return the NVIDIA device request for exactly ``gpu_ids`` (never ``count=-1``: all GPUs)."""
     return DeviceRequest(driver="nvidia", device_ids=list(gpu_ids), capabilities=[["gpu"]])
-
-
-@lru_cache
-def seccomp_profile() -> str:
-    """Return ``seccomp.py``'s rules as a Docker seccomp profile (JSON), so both backends filter alike.
-
-    Docker's built-in profile allows ``ptrace`` between processes of one container on current kernels,
-    which would let learner code stop or steer the subject's relay; these rules deny it, as ``local`` does.
-    """
-    eperm = {"action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM}
-    flags = [1 << bit for bit in range(32) if CLONE_NEW_FLAGS & (1 << bit)]
-    rules: list[dict[str, Any]] = [
-        {"names": sorted(DENIED), **eperm},
-        {"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS},  # libc falls back to clone
-        # Rules are or-ed, the comparisons inside one rule and-ed: one rule per CLONE_NEW* flag.
-        *({"names": ["clone"], **eperm, "args": [{"index": 0, "value": f, "valueTwo": f, "op": "SCMP_CMP_MASKED_EQ"}]}
-          for f in flags),
-        # personality: PER_LINUX (0) only. Comparisons on one argument do not and together in Docker's
-        # profiles, so unlike seccomp.py the query (0xffffffff) is denied too; nothing we run uses it.
-        {"names": ["personality"], **eperm, "args": [{"index": 0, "value": 0, "op": "SCMP_CMP_GT"}]},
-    ]  # fmt: skip
-    profile = {
-        "defaultAction": "SCMP_ACT_ALLOW",
-        # Calls through another syscall table (i386, x32) match no listed architecture and are killed.
-        "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_AARCH64"],
-        "syscalls": rules,
-    }
-    return json.dumps(profile, separators=(",", ":"))
 
 
 def create_args(spec: ContainerSpec) -> dict[str, Any]:

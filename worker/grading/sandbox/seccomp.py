@@ -1,168 +1,158 @@
-"""The sandbox's seccomp filter: a classic BPF program written here, loaded by ``bwrap --seccomp FD``.
+"""The sandbox's seccomp rules, written once by syscall name, and the two forms the backends load them in.
 
 Contract:
-- ``build_filter()`` returns the program as bytes (``struct sock_filter`` array, native byte order);
-  ``write_filter(path)`` writes it root-only (0600) for the launcher to open as an inherited fd.
-- Architectures: x86_64 and aarch64 by their own syscall numbers; any other ``arch`` (i386 or x32 calls
-  from an x86_64 process, for instance) kills the process, so a second syscall table cannot bypass the
-  rules. On x86_64 an x32 number (bit 30 set) is denied too.
-- Denied with ``EPERM``: every name in ``DENIED`` (debugging other processes, mounts and namespaces,
-  kernel keyrings, BPF, perf, userfaultfd, kexec and modules, swap, reboot, accounting, clock changes,
-  io_uring, file handles, chroot and other admin calls); ``personality`` except the query
-  (``0xffffffff``) and ``PER_LINUX`` (0); ``clone`` whose flags ask for any new namespace.
-  ``clone3`` fails with ``ENOSYS`` (its flags sit in memory a filter cannot read) so that libc falls back
-  to ``clone``, whose flags it can check. Everything else is allowed: the namespaces, the unprivileged
-  uid, no capabilities and cgroups already bound it; this filter shrinks the kernel surface.
+- ``RULES`` is the whole rule set; each ``Rule`` names a syscall, the errno it fails with and, for some, a
+  condition on the first argument (``arg0 & mask == value``). Rules are or-ed; anything no rule matches is
+  allowed: the namespaces, the unprivileged uid, no capabilities and cgroups already bound the sandbox,
+  this filter shrinks the kernel surface. Refused:
+  - with ``EPERM``, every name in ``DENIED`` (debugging other processes, mounts and namespaces, kernel
+    keyrings, BPF, perf, userfaultfd, kexec and modules, swap, reboot, accounting, clock changes, io_uring,
+    file handles, chroot and other admin calls);
+  - with ``EPERM``, ``clone`` whose flags ask for any new namespace (``linux.CLONE_NEW_FLAGS``);
+  - with ``EPERM``, ``personality`` except the query (``0xffffffff``) and ``PER_LINUX`` (0);
+  - with ``ENOSYS``, ``clone3``: its flags sit in memory a filter cannot read, and ``ENOSYS`` makes libc fall
+    back to ``clone``, whose flags it can check.
+- Architectures: x86_64 and aarch64. libseccomp resolves each name to that architecture's own number (a
+  name one of them lacks, like ``iopl`` on aarch64, matches nothing there), so there is no syscall table
+  of ours. A call through any other table (i386 by ``int 0x80``, or x32: bit 30 of the number, from an
+  x86_64 process) matches no architecture of the filter and kills the process, so a second table cannot
+  bypass the rules.
+- ``write_filter(path)`` writes the rules as a classic BPF program (libseccomp's ``export_bpf``: a
+  ``struct sock_filter`` array, native byte order), readable by root only (0600), for ``bwrap --seccomp
+  FD`` (cold path) and ``entry.py`` (warm path, loads it with ``prctl``). ``docker_profile()`` returns the
+  same rules as a Docker seccomp profile (JSON) for the ``docker`` backend, whose engine hands them to
+  libseccomp too. Importing this module loads ``libseccomp.so.2`` (Debian's ``libseccomp2``, which apt
+  itself needs) through ``pyseccomp``.
 """
 
 from __future__ import annotations
 
 import errno
+import functools
+import json
 import os
-import struct
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pyseccomp as seccomp
 
 from worker.grading.boot.linux import CLONE_NEW_FLAGS
 
-# struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6]
-OFFSET_NR = 0
-OFFSET_ARCH = 4
-OFFSET_ARG0_LOW = 16 if struct.pack("=I", 1) == struct.pack("<I", 1) else 20
-
-AUDIT_ARCH_X86_64 = 0xC000003E
-AUDIT_ARCH_AARCH64 = 0xC00000B7
-X32_SYSCALL_BIT = 0x40000000
-
-BPF_LD_W_ABS = 0x20
-BPF_JEQ_K = 0x15
-BPF_JGE_K = 0x35
-BPF_JSET_K = 0x45
-BPF_RET_K = 0x06
-
-RET_ALLOW = 0x7FFF0000
-RET_KILL_PROCESS = 0x80000000
-RET_ERRNO = 0x00050000
-
-PERSONALITY_QUERY = 0xFFFFFFFF
-
-# name: (x86_64 number, aarch64 number or None where the call does not exist there)
-DENIED: dict[str, tuple[int, int | None]] = {
-    "ptrace": (101, 117),
-    "process_vm_readv": (310, 270),
-    "process_vm_writev": (311, 271),
-    "pidfd_getfd": (438, 438),
-    "mount": (165, 40),
-    "umount2": (166, 39),
-    "pivot_root": (155, 41),
-    "chroot": (161, 51),
-    "fsopen": (430, 430),
-    "fsconfig": (431, 431),
-    "fsmount": (432, 432),
-    "fspick": (433, 433),
-    "move_mount": (429, 429),
-    "open_tree": (428, 428),
-    "mount_setattr": (442, 442),
-    "unshare": (272, 97),
-    "setns": (308, 268),
-    "keyctl": (250, 219),
-    "add_key": (248, 217),
-    "request_key": (249, 218),
-    "bpf": (321, 280),
-    "perf_event_open": (298, 241),
-    "userfaultfd": (323, 282),
-    "kexec_load": (246, 104),
-    "kexec_file_load": (320, 294),
-    "init_module": (175, 105),
-    "finit_module": (313, 273),
-    "delete_module": (176, 106),
-    "swapon": (167, 224),
-    "swapoff": (168, 225),
-    "reboot": (169, 142),
-    "acct": (163, 89),
-    "settimeofday": (164, 170),
-    "clock_settime": (227, 112),
-    "clock_adjtime": (305, 266),
-    "adjtimex": (159, 171),
-    "io_uring_setup": (425, 425),
-    "io_uring_enter": (426, 426),
-    "io_uring_register": (427, 427),
-    "open_by_handle_at": (304, 265),
-    "name_to_handle_at": (303, 264),
-    "quotactl": (179, 60),
-    "syslog": (103, 116),
-    "vhangup": (153, 58),
-    "lookup_dcookie": (212, 18),
-    "iopl": (172, None),
-    "ioperm": (173, None),
-    "uselib": (134, None),
-}
-CHECKED: dict[str, tuple[int, int]] = {"clone": (56, 220), "clone3": (435, 435), "personality": (135, 92)}
+DENIED = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
+    "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount",
+    "open_tree", "mount_setattr", "unshare", "setns",
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    "swapon", "swapoff", "reboot", "acct",
+    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "open_by_handle_at", "name_to_handle_at",
+    "quotactl", "syslog", "vhangup", "lookup_dcookie", "iopl", "ioperm", "uselib",
+)  # fmt: skip
+PERSONA_BITS = 32  # the kernel reads the persona as a 32-bit value
+# libseccomp and Docker profiles name architectures differently; the values are libseccomp's tokens.
+ARCHITECTURES = {"SCMP_ARCH_X86_64": seccomp.Arch.X86_64, "SCMP_ARCH_AARCH64": seccomp.Arch.AARCH64}
 
 
-def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
-    return struct.pack("=HBBI", code, jt, jf, k)
+@dataclass(frozen=True)
+class Rule:
+    """Fail ``name`` with ``errno`` (when ``arg0_masked`` is set: only if ``arg0 & mask == value``)."""
+
+    name: str
+    errno: int
+    arg0_masked: tuple[int, int] | None = None  # (mask, value)
 
 
-def _ret(value: int) -> bytes:
-    return _insn(BPF_RET_K, value)
+def _clone_rules() -> list[Rule]:
+    """Return one rule per namespace flag: libseccomp or-s rules, and a mask tests them one at a time."""
+    flags = [1 << bit for bit in range(32) if CLONE_NEW_FLAGS & (1 << bit)]
+    return [Rule("clone", errno.EPERM, (flag, flag)) for flag in flags]
 
 
-def _load(offset: int) -> bytes:
-    return _insn(BPF_LD_W_ABS, offset)
+def _personality_rules() -> list[Rule]:
+    """Return rules that refuse every persona but all-zero (``PER_LINUX``) and all-one (the query) bits.
+
+    A rule may test an argument once, so "neither 0 nor 0xffffffff" is written as rules "bit i set and bit
+    i+1 clear", i around the 32 bits: a value with both set and clear bits has such a pair, 0 and 0xffffffff
+    have none.
+    """
+    rules = []
+    for bit in range(PERSONA_BITS):
+        low, high = 1 << bit, 1 << ((bit + 1) % PERSONA_BITS)
+        rules.append(Rule("personality", errno.EPERM, (low | high, low)))
+    return rules
 
 
-def _arch_section(arch_index: int, x32_guard: bool) -> list[bytes]:
-    """Return the rules for one architecture; the accumulator holds nothing yet."""
-    eperm = RET_ERRNO | errno.EPERM
-    out = [_load(OFFSET_NR)]
-    if x32_guard:
-        out += [_insn(BPF_JGE_K, X32_SYSCALL_BIT, jt=0, jf=1), _ret(eperm)]
-    for numbers in DENIED.values():
-        number = numbers[arch_index]
-        if number is not None:
-            out += [_insn(BPF_JEQ_K, number, jt=0, jf=1), _ret(eperm)]
-    out += [_insn(BPF_JEQ_K, CHECKED["clone3"][arch_index], jt=0, jf=1), _ret(RET_ERRNO | errno.ENOSYS)]
-    # clone: deny when any CLONE_NEW* flag is set in the low 32 bits of the first argument.
-    out += [
-        _insn(BPF_JEQ_K, CHECKED["clone"][arch_index], jt=0, jf=4),
-        _load(OFFSET_ARG0_LOW),
-        _insn(BPF_JSET_K, CLONE_NEW_FLAGS, jt=0, jf=1),
-        _ret(eperm),
-        _ret(RET_ALLOW),
-    ]
-    # personality: only the query and the default persona.
-    out += [
-        _insn(BPF_JEQ_K, CHECKED["personality"][arch_index], jt=0, jf=5),
-        _load(OFFSET_ARG0_LOW),
-        _insn(BPF_JEQ_K, PERSONALITY_QUERY, jt=2, jf=0),
-        _insn(BPF_JEQ_K, 0, jt=1, jf=0),
-        _ret(eperm),
-        _ret(RET_ALLOW),
-    ]
-    out.append(_ret(RET_ALLOW))
-    return out
+RULES: tuple[Rule, ...] = (
+    *(Rule(name, errno.EPERM) for name in DENIED),
+    *_clone_rules(),
+    *_personality_rules(),
+    Rule("clone3", errno.ENOSYS),
+)
 
 
-def build_filter() -> bytes:
-    """Return the whole BPF program (see the module contract)."""
-    x86 = _arch_section(0, x32_guard=True)
-    arm = _arch_section(1, x32_guard=False)
-    if len(x86) > 255:
-        raise ValueError("the x86_64 section is too long for an 8-bit jump")
-    program = [
-        _load(OFFSET_ARCH),
-        _insn(BPF_JEQ_K, AUDIT_ARCH_X86_64, jt=2, jf=0),
-        _insn(BPF_JEQ_K, AUDIT_ARCH_AARCH64, jt=len(x86) + 1, jf=0),
-        _ret(RET_KILL_PROCESS),
-        *x86,
-        *arm,
-    ]
-    return b"".join(program)
+def build_filter() -> seccomp.SyscallFilter:
+    """Return ``RULES`` as a libseccomp filter for the architectures of ``ARCHITECTURES``."""
+    syscall_filter = seccomp.SyscallFilter(seccomp.ALLOW)
+    syscall_filter.set_attr(seccomp.Attr.ACT_BADARCH, seccomp.KILL_PROCESS)
+    wanted = set(ARCHITECTURES.values())
+    for arch in wanted:
+        if not syscall_filter.exist_arch(arch):
+            syscall_filter.add_arch(arch)
+    native = seccomp.system_arch()
+    if native not in wanted:
+        syscall_filter.remove_arch(native)  # like any other foreign table: killed
+    for rule in RULES:
+        args = [] if rule.arg0_masked is None else [seccomp.Arg(0, seccomp.MASKED_EQ, *rule.arg0_masked)]
+        syscall_filter.add_rule(seccomp.ERRNO(rule.errno), rule.name, *args)
+    return syscall_filter
+
+
+@functools.cache
+def bpf_program() -> bytes:
+    """Return the BPF program of ``RULES`` (built once per process: the rules never change)."""
+    fd = os.memfd_create("gpulab-seccomp", os.MFD_CLOEXEC)
+    with os.fdopen(fd, "w+b") as handle:
+        build_filter().export_bpf(handle)
+        handle.seek(0)
+        return handle.read()
 
 
 def write_filter(path: Path) -> Path:
-    """Write the program to ``path``, readable by root only; return ``path``."""
+    """Write the BPF program to ``path``, readable by root only; return ``path``."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as handle:
-        handle.write(build_filter())
+        handle.write(bpf_program())
     return path
+
+
+@functools.cache
+def docker_profile() -> str:
+    """Return ``RULES`` as a Docker seccomp profile (JSON), so both backends filter alike.
+
+    Docker's built-in profile allows ``ptrace`` between processes of one container on current kernels,
+    which would let learner code stop or steer the subject's relay; these rules deny it, as ``local`` does.
+    """
+    by_errno: dict[int, list[str]] = {}
+    conditional: list[dict[str, Any]] = []
+    for rule in RULES:
+        if rule.arg0_masked is None:
+            by_errno.setdefault(rule.errno, []).append(rule.name)
+            continue
+        mask, value = rule.arg0_masked
+        # Docker's MASKED_EQ: ``value`` is the mask, ``valueTwo`` what the masked argument must equal.
+        condition = {"index": 0, "value": mask, "valueTwo": value, "op": "SCMP_CMP_MASKED_EQ"}
+        conditional.append({"names": [rule.name], **_errno_action(rule.errno), "args": [condition]})
+    unconditional = [{"names": sorted(names), **_errno_action(number)} for number, names in by_errno.items()]
+    profile = {
+        "defaultAction": "SCMP_ACT_ALLOW",
+        # Calls through another syscall table (i386, x32) match no listed architecture and are killed.
+        "architectures": list(ARCHITECTURES),
+        "syscalls": unconditional + conditional,
+    }
+    return json.dumps(profile, separators=(",", ":"))
+
+
+def _errno_action(number: int) -> dict[str, Any]:
+    return {"action": "SCMP_ACT_ERRNO", "errnoRet": number}
