@@ -1,8 +1,7 @@
 """Turn an uploaded ``.zip`` or the browser editor's fields into exercise files, drafts, and published versions.
 
 Contract:
-- Reading an uploaded zip is ``worker.bank.folders.read_zip`` (re-exported here with ``MAX_ZIP_BYTES``, which
-  the upload page reads from this module).
+- Reading an uploaded zip is ``worker.bank.folders.read_zip`` (the bank layer owns the folder format).
 - ``files_from_form(form, base)`` builds ``exercise.toml`` (``worker.bank.folders.dump_exercise_toml``) and the
   files from the editor's fields; files of ``base`` (an earlier version) that the editor does not show are
   carried over unchanged, and so are the keys of its ``exercise.toml`` the editor does not set.
@@ -25,9 +24,7 @@ from sqlalchemy.orm import Session
 from app.domain.exercises import add_version
 from app.domain.models import Exercise, ExerciseCheck, ExerciseVersion, User
 from app.domain.schemas import ExerciseDetail
-from worker.bank.folders import MAX_ZIP_BYTES as MAX_ZIP_BYTES  # re-exported: the upload page reads it here
 from worker.bank.folders import dump_exercise_toml
-from worker.bank.folders import read_zip as read_zip  # re-exported, as above
 from worker.bank.spec import SLUG_RE, ExerciseSpec, discover_test_ids
 from worker.core.errors import Conflict, GpulabError, InvalidInput
 

@@ -94,11 +94,6 @@ def test_old_scrypt_hash_logs_in_through_the_api(client: TestClient, db_session:
     assert client.get("/api/auth/me").status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the login routes (app/web/routes/api_auth.py, pages.py) do not commit yet, so the upgraded hash is lost "
-    "and the new session's fingerprint no longer matches: add session.commit() after a successful authenticate",
-)
 @pytest.mark.parametrize("form", [False, True], ids=["api", "page"])
 def test_login_route_keeps_the_upgraded_hash(
     client: TestClient, db_session: Session, learner: User, form: bool

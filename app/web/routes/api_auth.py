@@ -27,6 +27,7 @@ def login(body: LoginIn, request: Request, session: SessionDep, limiter: LoginLi
         limiter.record_failure(email=body.email, ip=ip)
         raise Unauthorized("wrong email or password")
     limiter.record_success(email=body.email)
+    session.commit()  # keeps a password hash that authenticate upgraded (the session cookie is bound to it)
     start_session(request, user)
     return MeOut.of(user)
 

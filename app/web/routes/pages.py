@@ -102,6 +102,7 @@ def login_form(
         response.headers.update(headers or {})
         return response
     limiter.record_success(email=email)
+    session.commit()  # keeps a password hash that authenticate upgraded (the session cookie is bound to it)
     start_session(request, user)
     return RedirectResponse(target, status_code=303)
 

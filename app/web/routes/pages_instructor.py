@@ -37,6 +37,7 @@ from app.web.deps import (
     StaffVersionDep,
 )
 from app.web.pages import FORM_CSRF, flash, redirect, render
+from worker.bank.folders import MAX_ZIP_BYTES, read_zip
 from worker.bank.spec import DIFFICULTIES, FRAMEWORKS, QUEUES
 from worker.core.errors import GpulabError, InvalidInput, NotFound
 
@@ -63,14 +64,14 @@ async def upload(
     archive: Annotated[UploadFile, File()],
     slug: Annotated[str, Form()] = "",
 ) -> Response:
-    data = await archive.read(authoring.MAX_ZIP_BYTES + 1)
+    data = await archive.read(MAX_ZIP_BYTES + 1)
     # Unzipping, checking and storing block: off the event loop, which serves every other request meanwhile.
     return await run_in_threadpool(_store_upload, request, user, session, data, archive.filename or "", slug)
 
 
 def _store_upload(request: Request, user: User, session: Session, data: bytes, filename: str, slug: str) -> Response:
     try:
-        folder = authoring.read_zip(data)
+        folder = read_zip(data)
         name = slug.strip() or folder.slug_hint or filename.removesuffix(".zip")
         spec = authoring.validate(name, folder.files)
         version, new = authoring.add_draft(session=session, spec=spec, source="upload", user=user)
