@@ -51,7 +51,10 @@ def _child(config: dict[str, Any], spec: dict[str, Any], fds: list[int]) -> None
     try:
         entry = sys.modules["entry"]
         entry.enter({**spec, "role": role}, fds[0], fds[1])
-        # Now sandboxed: forget the host folders the template imported from (all it needs is imported).
+        # Now sandboxed: forget the host folders the template imported from (all it needs is imported), and the
+        # boot modules, so a learner's own ``entry`` or ``linux`` imports as it would in a cold sandbox.
+        for name in ("entry", "linux"):
+            sys.modules.pop(name, None)
         import runner
 
         root = config["runner_root"]
