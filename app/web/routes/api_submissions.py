@@ -2,20 +2,24 @@
 
 Contract: learners see only their own submissions (others' are 404); staff see all. A submission's diff is
 against its author's previous attempt on the same exercise (``previous_id`` null and no lines for the first).
-The events stream is ``text/event-stream``: an ``event: status`` whose data is the ``SubmissionOut`` JSON,
-sent first and then at every change of status or verdict (at once on news, see ``app.domain.news``: from this process,
-and from every process when a broker is set; else within ``settings.events_poll_s``), a ``: keep-alive``
-comment every ``KEEPALIVE_S`` without change, and it ends after the first graded/error event, when the client
-goes away, after ``MAX_STREAM_S``, or (with a ``CLOSING_FRAME`` comment) when the server is stopping.
+The events stream is ``text/event-stream``, framed by FastAPI (``fastapi.sse``): an ``event: status`` whose data
+is the ``SubmissionOut`` JSON, sent first and then at every change of status or verdict (at once on news, see
+``app.domain.news``: from this process, and from every process when a broker is set; else within
+``settings.events_poll_s``), a ``: keep-alive`` comment every ``KEEPALIVE_S`` without change (FastAPI adds its own
+``: ping`` after 15 s of silence, which a poll shorter than 5 s never lets happen), and it ends after the first
+graded/error event, when the client goes away, after ``MAX_STREAM_S``, or (with a ``CLOSING_COMMENT``) when the
+server is stopping. Events carry no id: a client that reconnects gets the current status first, as on its first
+connection.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
-from fastapi import APIRouter, Request
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Depends, Request, Response
+from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from app.domain import news
@@ -27,8 +31,8 @@ from app.domain.submissions import list_for_user
 from app.web.deps import CurrentUser, SessionDep, SessionFactory, SessionFactoryDep, SubmissionDep
 from app.web.routes.preload import with_current_versions, with_submission_details
 
-KEEPALIVE_S = 15.0
-CLOSING_FRAME = ": server stopping; reconnect\n\n"
+KEEPALIVE_S = 10.0  # under FastAPI's 15 s ping, so a polling stream sends only ours
+CLOSING_COMMENT = "server stopping; reconnect"
 MAX_STREAM_S = 15 * 60.0
 
 router = APIRouter(tags=["submissions"])
@@ -70,12 +74,10 @@ def _snapshot(factory: SessionFactory, submission_id: str) -> SubmissionOut | No
         return SubmissionOut.of(submission) if submission is not None else None
 
 
-def _event(out: SubmissionOut) -> str:
-    return f"event: status\ndata: {out.model_dump_json()}\n\n"
-
-
-async def _status_events(request: Request, factory: SessionFactory, submission_id: str) -> AsyncIterator[str]:
-    """Yield SSE frames until the submission settles, the client leaves, or the stream is too old."""
+async def _status_events(
+    request: Request, factory: SessionFactory, submission_id: str
+) -> AsyncIterator[ServerSentEvent]:
+    """Yield events until the submission settles, the client leaves, or the stream is too old."""
     started = last_frame = time.monotonic()
     poll_s = request.app.state.settings.events_poll_s
     last_key: tuple[str, str | None] | None = None
@@ -89,28 +91,62 @@ async def _status_events(request: Request, factory: SessionFactory, submission_i
                 return
             key = (out.status.value, out.verdict)
             if key != last_key:
-                yield _event(out)
+                yield ServerSentEvent(event="status", data=out)
                 last_key, last_frame = key, time.monotonic()
                 if out.status in SETTLED:
                     return
             elif time.monotonic() - last_frame >= KEEPALIVE_S:
-                yield ": keep-alive\n\n"
+                yield ServerSentEvent(comment="keep-alive")
                 last_frame = time.monotonic()
             # News wakes us at once (from any process when a broker is set); the poll is the safety net.
             await subscription.wait(poll_s)
             if news.closing():  # this server is stopping: end cleanly, the page reconnects to another one
-                yield CLOSING_FRAME
+                yield ServerSentEvent(comment=CLOSING_COMMENT)
                 return
 
 
-@router.get("/api/submissions/{submission_id}/events", response_class=StreamingResponse)
+EVENTS_ANSWER: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-Sent Events: `status` events whose data is the submission (SubmissionOut JSON), "
+        "`: keep-alive` comments while nothing changes; the stream ends once the submission is graded",
+        "content": {
+            "text/event-stream": {
+                "itemSchema": {
+                    "required": ["event", "data"],
+                    "properties": {
+                        "event": {"const": "status"},
+                        "data": {
+                            "contentMediaType": "application/json",
+                            "contentSchema": {"$ref": "#/components/schemas/SubmissionOut"},
+                        },
+                    },
+                }
+            }
+        },
+    }
+}
+
+
+async def no_transform(response: Response) -> None:
+    """Add ``no-transform`` to the stream's Cache-Control, so no proxy compresses it and holds events back.
+
+    FastAPI sends ``Cache-Control: no-cache`` and ``X-Accel-Buffering: no`` itself and appends the headers set
+    here as a second field line (a list header: the two read as ``no-cache, no-transform``). A dependency,
+    because the route's own body only runs once the response has started.
+    """
+    response.headers["Cache-Control"] = "no-transform"
+
+
+@router.get(
+    "/api/submissions/{submission_id}/events",
+    response_class=EventSourceResponse,
+    responses=EVENTS_ANSWER,
+    dependencies=[Depends(no_transform)],
+)
 async def submission_events(
-    request: Request, submission: SubmissionDep, factory: SessionFactoryDep
-) -> StreamingResponse:
+    request: Request, submission_id: str, _visible: SubmissionDep, factory: SessionFactoryDep
+) -> AsyncIterator[ServerSentEvent]:
     """Stream the submission's status as Server-Sent Events until it is graded."""
-    return StreamingResponse(
-        _status_events(request, factory, submission.id),
-        media_type="text/event-stream",
-        # no-transform and X-Accel-Buffering keep proxies from holding events back.
-        headers={"Cache-Control": "no-cache, no-transform", "X-Accel-Buffering": "no"},
-    )
+    # The id from the path (SubmissionDep checked it): the row is detached once the request's session closes.
+    async for event in _status_events(request, factory, submission_id):
+        yield event
