@@ -14,6 +14,11 @@ Contract:
   background run of the bank check on a version. Neither changes the version itself.
 - Leases: a ``running`` submission (or check) is held by whoever claimed it while ``heartbeat_at`` is recent;
   ``attempts`` is the fencing token of that claim. ``dispatched_at`` is when it was last handed to a queue.
+- Courses: a ``Course`` has members (``CourseMember``: instructor, TA or learner there) and ``Assignment``s,
+  each an ordered set of ``AssignmentItem``s (an exercise and its weight) with UTC dates, a late policy, which
+  attempt counts and attempt limits. An ``Extension`` gives one learner new dates (audited: granted by, why,
+  revoked); a ``GradeOverride`` replaces one gradebook cell (audited, reversible). A ``Submission`` made under
+  an assignment carries its ``assignment_id``. The rules live in ``app.domain.courses``/``assignments``.
 - ``WorkerBeat`` is one grading process's latest sign of life (every worker and the embedded server write
   theirs); ``RevokedSession`` is a logged-out session nonce, shared by every API process.
 """
@@ -123,6 +128,10 @@ class Submission(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
     exercise_version_id: Mapped[int] = mapped_column(ForeignKey("exercise_versions.id"), index=True)
+    # The assignment it was made under (its dates, attempt limit and late policy apply); none for practice.
+    assignment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("assignments.id", ondelete="SET NULL"), nullable=True, index=True
+    )
     code: Mapped[str] = mapped_column(Text)
     status: Mapped[SubmissionStatus] = mapped_column(
         _enum(SubmissionStatus, "submission_status"), default=SubmissionStatus.queued
@@ -251,3 +260,128 @@ class RevokedSession(Base):
 
     nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+# --- courses and assignments (app.domain.courses, app.domain.assignments) -----------------------------------
+
+
+class CourseRole(enum.StrEnum):
+    """A member's role in one course; site roles (``Role``) stay as they are (an admin may do anything)."""
+
+    instructor = "instructor"  # edits the course, its assignments and the bank
+    ta = "ta"  # grades and reviews, grants extensions; does not edit the bank
+    learner = "learner"
+
+
+class Course(Base):
+    """A course: staff, enrolled learners and dated assignments. ``is_practice`` is the open catalogue course."""
+
+    __tablename__ = "courses"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    slug: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    title: Mapped[str] = mapped_column(String(200))
+    is_practice: Mapped[bool] = mapped_column(default=False)
+    invite_token: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    members: Mapped[list[CourseMember]] = relationship(back_populates="course", cascade="all, delete-orphan")
+    assignments: Mapped[list[Assignment]] = relationship(
+        back_populates="course", order_by="Assignment.position", cascade="all, delete-orphan"
+    )
+
+
+class CourseMember(Base):
+    """One user's membership of one course, with the role they have there and how they joined."""
+
+    __tablename__ = "course_members"
+    __table_args__ = (UniqueConstraint("course_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    role: Mapped[CourseRole] = mapped_column(_enum(CourseRole, "course_role"), default=CourseRole.learner)
+    source: Mapped[str] = mapped_column(String(16), default="manual")  # manual, csv, invite, lti
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    course: Mapped[Course] = relationship(back_populates="members")
+    user: Mapped[User] = relationship()
+
+
+class Assignment(Base):
+    """An ordered set of exercises with dates, a late policy, which attempt counts and attempt limits (UTC)."""
+
+    __tablename__ = "assignments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
+    title: Mapped[str] = mapped_column(String(200))
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    is_published: Mapped[bool] = mapped_column(default=True)
+    opens_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    late_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    late_credit_pct: Mapped[float] = mapped_column(Float, default=50.0)
+    counts: Mapped[str] = mapped_column(String(8), default="best")  # best or last
+    max_attempts: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    rate_burst: Mapped[int | None] = mapped_column(Integer, nullable=True)  # token bucket size
+    rate_refill_s: Mapped[int | None] = mapped_column(Integer, nullable=True)  # one token back every N s
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    course: Mapped[Course] = relationship(back_populates="assignments")
+    items: Mapped[list[AssignmentItem]] = relationship(
+        back_populates="assignment", order_by="AssignmentItem.position", cascade="all, delete-orphan"
+    )
+
+
+class AssignmentItem(Base):
+    """One exercise (or quiz) of an assignment, with its weight in the assignment's grade."""
+
+    __tablename__ = "assignment_items"
+    __table_args__ = (UniqueConstraint("assignment_id", "exercise_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"), index=True)
+    exercise_id: Mapped[int] = mapped_column(ForeignKey("exercises.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer, default=0)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+
+    assignment: Mapped[Assignment] = relationship(back_populates="items")
+    exercise: Mapped[Exercise] = relationship()
+
+
+class Extension(Base):
+    """New dates for one learner on one assignment: who granted them and why. The newest unrevoked one counts."""
+
+    __tablename__ = "extensions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    due_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    late_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    extra_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    granted_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+
+    user: Mapped[User] = relationship(foreign_keys=[user_id])
+    granted_by: Mapped[User | None] = relationship(foreign_keys=[granted_by_id])
+
+
+class GradeOverride(Base):
+    """A staff override of one gradebook cell (learner x assignment item), with a comment; reverting keeps the row."""
+
+    __tablename__ = "grade_overrides"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    item_id: Mapped[int] = mapped_column(ForeignKey("assignment_items.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    score_pct: Mapped[float] = mapped_column(Float)  # 0..100 of the item's points
+    comment: Mapped[str] = mapped_column(Text, default="")
+    created_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    reverted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    reverted_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
