@@ -9,8 +9,13 @@ Contract:
   also relays news from other processes (``app.domain.news.relay``) and, on SIGTERM/SIGINT, ends open status
   streams cleanly before the server waits for its connections (``_end_streams_on_stop_signals``).
   ``app.jobs.dispatch`` is imported there, lazily.
-- Middleware, outermost first: security headers, request-body size limit (twice ``max_code_bytes`` + slack,
-  answered 413 before anything is parsed), CSRF rule for ``/api``, signed session cookie.
+- Middleware, outermost first: security headers, problem details for the middlewares' own error answers
+  (``app.web.errors.ProblemMiddleware``), request-body size limit (twice ``max_code_bytes`` + slack, answered
+  413 before anything is parsed), CSRF rule for ``/api``, signed session cookie.
+- The OpenAPI schema declares every error an operation can answer (``app.web.errors.document_problems``): what
+  its route declares itself (``problem_responses``), plus what ``error_statuses`` derives: 401/403/404 from the
+  dependencies in ``DEPENDENCY_PROBLEMS``, FastAPI's 400 for a request body it cannot decode, and for a
+  state-changing method the middlewares' 413 and, under ``/api/``, the CSRF rule's 403.
 """
 
 from __future__ import annotations
@@ -18,14 +23,17 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable
+import typing
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import FrameType
 
 from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
+from fastapi.routing import RouteContext
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.orm import sessionmaker
 from starlette.concurrency import run_in_threadpool
@@ -36,12 +44,14 @@ from app.domain.db import engine_for
 from app.domain.ratelimit import limiter_for
 from app.domain.security import (
     SESSION_COOKIE,
+    UNSAFE_METHODS,
     BodySizeLimitMiddleware,
     CSRFMiddleware,
     LoginLimiter,
     SecurityHeadersMiddleware,
 )
-from app.web.errors import install_error_handlers
+from app.web import deps
+from app.web.errors import ProblemMiddleware, document_problems, install_error_handlers
 from app.web.pages import error_page
 from app.web.routers import api_router, page_router
 from worker.core.config import Settings, get_settings
@@ -51,6 +61,45 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 SWAGGER_DIR = STATIC_DIR / "build" / "swagger"
 BODY_SLACK_BYTES = 4096  # JSON framing around the code field
 STAFF_BODY_LIMITS = {"/instructor/": 3 * 1024 * 1024, "/admin/users/import": 512 * 1024}
+
+
+def _dependency_of(annotated: object) -> Callable[..., object]:
+    """Return the callable behind an ``Annotated[..., Depends(callable)]`` alias."""
+    return typing.cast(Callable[..., object], typing.get_args(annotated)[1].dependency)
+
+
+# What each dependency of app.web.deps raises before the route runs (the role checks are require_role's closures).
+DEPENDENCY_PROBLEMS: dict[Callable[..., object], tuple[int, ...]] = {
+    deps.get_current_user: (401,),
+    _dependency_of(deps.InstructorDep): (403,),
+    _dependency_of(deps.AdminDep): (403,),
+    **{
+        loader: (404,)
+        for loader in (
+            deps.get_exercise, deps.get_submission, deps.get_staff_exercise, deps.get_staff_version,
+            deps.get_staff_submission, deps.get_check, deps.get_regrade, deps.get_user,
+        )
+    },
+}  # fmt: skip
+
+
+def _calls(dependant: Dependant) -> Iterator[Callable[..., object]]:
+    for sub in dependant.dependencies:
+        if sub.call is not None:
+            yield sub.call
+        yield from _calls(sub)
+
+
+def error_statuses(route: RouteContext) -> set[int]:
+    """Return the error statuses ``route`` can answer through its dependencies and the middlewares."""
+    statuses = {status for call in _calls(route.dependant) for status in DEPENDENCY_PROBLEMS.get(call, ())}
+    if route.body_field is not None:
+        statuses.add(400)  # FastAPI: a JSON body it cannot decode (not UTF-8)
+    if (route.methods or set()) & UNSAFE_METHODS:
+        statuses.add(413)  # BodySizeLimitMiddleware
+        if (route.path or "").startswith("/api/"):
+            statuses.add(403)  # CSRFMiddleware
+    return statuses
 
 
 @asynccontextmanager
@@ -140,8 +189,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.login_max_failures, settings.login_window_s, limiter=app.state.rate_limiter
     )
 
-    install_error_handlers(app, page_error=error_page)  # JSON on API paths, HTML pages elsewhere
+    install_error_handlers(app, page_error=error_page)  # problem details on API paths, HTML pages elsewhere
     app.include_router(api_router)
+    document_problems(app, statuses_of=error_statuses)
     app.include_router(page_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _install_docs(app)
@@ -161,5 +211,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES,
         path_limits=STAFF_BODY_LIMITS,  # exercise uploads and the authoring form carry whole folders
     )
+    app.add_middleware(ProblemMiddleware)  # the error answers of the middlewares inside it, as problem details
     app.add_middleware(SecurityHeadersMiddleware)
     return app

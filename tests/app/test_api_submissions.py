@@ -112,7 +112,14 @@ def test_oversized_code_is_413_and_nothing_is_stored(
     before = len(db_session.scalars(select(Submission.id)).all())
     response = learner_client.post(f"/api/exercises/{tiny_exercise.slug}/submissions", json={"code": "x" * (limit + 1)})
     assert response.status_code == 413
-    assert response.json() == {"detail": f"code is larger than {limit // 1024} KiB; submit a smaller file"}
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json() == {
+        "type": "https://gpulab.dev/problems/payload-too-large",
+        "title": "Payload too large",
+        "status": 413,
+        "detail": f"code is larger than {limit // 1024} KiB; submit a smaller file",
+        "instance": f"/api/exercises/{tiny_exercise.slug}/submissions",
+    }
     assert dispatcher.calls == [] and len(db_session.scalars(select(Submission.id)).all()) == before
     at_limit = learner_client.post(f"/api/exercises/{tiny_exercise.slug}/submissions", json={"code": "x" * limit})
     assert at_limit.status_code == 202
@@ -277,7 +284,8 @@ def test_events_of_a_graded_submission_is_a_single_event(
     with learner_client.stream("GET", f"/api/submissions/{submission.id}/events") as stream:
         assert stream.status_code == 200
         assert stream.headers["content-type"].startswith("text/event-stream")
-        assert stream.headers["cache-control"].startswith("no-cache")
+        assert stream.headers["cache-control"] == "no-cache, no-transform"  # no proxy may buffer or compress it
+        assert stream.headers["x-accel-buffering"] == "no"
         events = list(_events(stream.iter_lines()))  # ends on its own: the stream closes after "graded"
     assert len(events) == 1 and events[0][0] == "status"
     data = json.loads(events[0][1])
@@ -339,6 +347,26 @@ def test_events_wake_on_news_without_waiting_for_the_poll(
         waited_s = time.monotonic() - started
     assert json.loads(payload)["status"] == "graded"
     assert waited_s < 10.0, f"the stream waited {waited_s:.1f} s: it slept through the news"
+
+
+def test_events_end_with_a_closing_comment_when_the_server_stops(
+    learner_client: TestClient,
+    learner: User,
+    tiny_exercise: TinyExercise,
+    db_session: Session,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(learner_client.app.state.settings, "events_poll_s", 0.05)
+    submission = _submit_row(db_session, learner, tiny_exercise)
+    try:
+        with learner_client.stream("GET", f"/api/submissions/{submission.id}/events") as stream:
+            events = _events(stream.iter_lines())
+            assert json.loads(next(events)[1])["status"] == "queued"
+            news.begin_shutdown()  # what SIGTERM does
+            rest = list(events)  # and then the stream ends
+    finally:
+        news.end_shutdown()
+    assert rest == [("comment", "server stopping; reconnect")]
 
 
 def test_events_stop_after_the_time_cap(

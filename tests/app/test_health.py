@@ -431,5 +431,7 @@ def test_openapi_declares_the_health_routes_and_their_errors(deploy: Callable[..
     scraped = spec["paths"]["/metrics"]["get"]["responses"]
     assert set(scraped) == {"200", "401", "403"}
     assert "text/plain; version=0.0.4; charset=utf-8" in scraped["200"]["content"]
-    assert scraped["401"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorOut"}
+    for code in ("401", "403"):
+        problem = scraped[code]["content"]["application/problem+json"]["schema"]
+        assert problem == {"$ref": "#/components/schemas/Problem"}
     assert all("security" not in spec["paths"][p]["get"] for p in ("/healthz", "/readyz", "/metrics"))

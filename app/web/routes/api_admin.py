@@ -17,6 +17,7 @@ from app.domain.models import Role, User
 from app.domain.stats import grade_matrix, histogram, timing
 from app.jobs.queue_state import queue_state
 from app.web.deps import AdminDep, SessionDep, SettingsDep, UserDep
+from app.web.errors import problem_responses
 
 router = APIRouter(prefix="/api/admin", tags=["admin"])
 
@@ -127,7 +128,20 @@ def list_users(session: SessionDep, _admin: AdminDep) -> list[UserOut]:
     return [UserOut.of(u) for u in session.scalars(select(User).order_by(User.email))]
 
 
-@router.post("/users", status_code=201)
+CREATE_ERRORS = problem_responses(
+    409, 422,
+    described={
+        409: "A user with this e-mail already exists",
+        422: "The request does not match the schema, or the e-mail, name or password breaks a rule",
+    },
+)  # fmt: skip
+CHANGE_ERRORS = problem_responses(
+    422, described={422: "The request does not match the schema, or an admin changes their own role or disables "
+                    "themselves"}
+)  # fmt: skip
+
+
+@router.post("/users", status_code=201, responses=CREATE_ERRORS)
 def create_user(body: UserIn, session: SessionDep, _admin: AdminDep) -> UserCreatedOut:
     """Create an account; without a password a random one is returned once."""
     account = accounts.create_account(
@@ -138,7 +152,7 @@ def create_user(body: UserIn, session: SessionDep, _admin: AdminDep) -> UserCrea
     return UserCreatedOut(**UserOut.of(user).model_dump(), password="" if body.password else account.password)
 
 
-@router.post("/users/{user_id}")
+@router.post("/users/{user_id}", responses=CHANGE_ERRORS)
 def change_user(body: UserChangeIn, target: UserDep, session: SessionDep, admin: AdminDep) -> UserOut:
     """Change an account's role and/or enable or disable it."""
     if body.role is not None:

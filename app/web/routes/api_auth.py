@@ -12,12 +12,18 @@ from fastapi import APIRouter, Request, Response
 from app.domain.schemas import LoginIn, MeOut
 from app.domain.security import authenticate, client_ip, end_session, start_session
 from app.web.deps import CurrentUser, LoginLimiterDep, SessionDep, SettingsDep
+from app.web.errors import problem_responses
 from worker.core.errors import Unauthorized
 
 router = APIRouter(prefix="/api/auth", tags=["auth"])
 
 
-@router.post("/login")
+LOGIN_ERRORS = problem_responses(
+    401, 429, described={401: "Wrong e-mail or password", 429: "Too many failed logins for this e-mail or client"}
+)
+
+
+@router.post("/login", responses=LOGIN_ERRORS)
 def login(body: LoginIn, request: Request, session: SessionDep, limiter: LoginLimiterDep) -> MeOut:
     """Log in with e-mail and password; sets the session cookie."""
     ip = client_ip(request)

@@ -13,10 +13,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
 from app.domain.example_runs import ExampleRunner, RunGate, run_examples_now
@@ -34,6 +33,7 @@ from app.domain.schemas import (
 )
 from app.domain.submissions import create_submission
 from app.web.deps import CurrentUser, Dispatcher, DispatcherDep, ExerciseDep, SessionDep, SettingsDep
+from app.web.errors import problem_responses
 from app.web.routes.preload import with_current_versions, with_submission_details
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,14 @@ async def exercise_detail(exercise: ExerciseDep) -> ExerciseDetail:
     return await exercise_detail_of(exercise)
 
 
-@router.post("/{slug}/submissions", status_code=202)
+CODE_ERRORS = {
+    413: "The code is larger than a submission may be",
+    422: "The request does not match the schema, the code holds a NUL character, or the exercise is not code",
+}
+SUBMIT_ERRORS = problem_responses(413, 422, described=CODE_ERRORS)
+
+
+@router.post("/{slug}/submissions", status_code=202, responses=SUBMIT_ERRORS)
 def submit(
     body: SubmissionIn,
     exercise: ExerciseDep,
@@ -140,23 +147,17 @@ async def get_example_runner(dispatcher: DispatcherDep) -> ExampleRunner:
 
 
 ExampleRunnerDep = Annotated[ExampleRunner, Depends(get_example_runner)]
-RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again", "schema": {"type": "integer"}}}
-
-
-class RunError(BaseModel):
-    detail: str
-
-
-RUN_ERRORS: dict[int | str, dict[str, Any]] = {
-    413: {"model": RunError, "description": "The code is larger than a submission may be"},
-    422: {"model": RunError, "description": "The code holds a NUL character, or the exercise has no example tests"},
-    429: {"model": RunError, "description": "Too many example runs, or the runner is busy", "headers": RETRY_AFTER},
-    503: {
-        "model": RunError, "headers": RETRY_AFTER,
-        "description": "No example runner answered within GPULAB_EXAMPLE_RUN_WAIT_S (Celery mode) or the broker "
-        "is unreachable: nothing was stored; try again after Retry-After seconds",
+RUN_ERRORS = problem_responses(
+    413, 422, 429, 503,
+    described={
+        **CODE_ERRORS,
+        422: "The request does not match the schema, the code holds a NUL character, or the exercise has no "
+        "example tests",
+        429: "Too many example runs, or the runner is busy; wait Retry-After seconds",
+        503: "No example runner answered within GPULAB_EXAMPLE_RUN_WAIT_S (Celery mode) or the broker is "
+        "unreachable: nothing was stored; try again after Retry-After seconds",
     },
-}  # fmt: skip
+)  # fmt: skip
 
 
 @router.post("/{slug}/runs", responses=RUN_ERRORS)
@@ -189,4 +190,3 @@ def my_attempts(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -
     """List my submissions to this exercise (any version), newest first."""
     attempts = attempts_for(session=session, user=user, exercise=exercise)
     return [SubmissionOut.of(s) for s in with_submission_details(session, attempts)]
-

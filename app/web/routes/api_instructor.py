@@ -26,6 +26,7 @@ from app.web.deps import (
     StaffSubmissionDep,
     StaffVersionDep,
 )
+from app.web.errors import problem_responses
 
 router = APIRouter(prefix="/api/instructor", tags=["instructor"])
 MAX_PREVIEW_CHARS = 256 * 1024
@@ -110,7 +111,15 @@ def exercises(session: SessionDep, _staff: InstructorDep) -> list[StaffExerciseO
     return [StaffExerciseOut.of(e) for e in session.scalars(select(Exercise).order_by(Exercise.slug))]
 
 
-@router.post("/exercises/{slug}/versions/{number}/publish")
+PUBLISH_ERRORS = problem_responses(
+    409, 422, described={409: "The version has no passed check yet (and did not come from the bank)"}
+)
+FILTER_ERRORS = problem_responses(
+    422, described={422: "The request does not match the schema, a date is not YYYY-MM-DD, or the verdict is unknown"}
+)
+
+
+@router.post("/exercises/{slug}/versions/{number}/publish", responses=PUBLISH_ERRORS)
 def publish(exercise: StaffExerciseDep, version: StaffVersionDep, session: SessionDep) -> StaffExerciseOut:
     """Make the version what learners get (needs a passed check unless it came from the bank)."""
     authoring.publish(session=session, exercise=exercise, version=version)
@@ -126,7 +135,7 @@ def unpublish(exercise: StaffExerciseDep, session: SessionDep) -> StaffExerciseO
     return StaffExerciseOut.of(exercise)
 
 
-@router.get("/exercises/{slug}/submissions")
+@router.get("/exercises/{slug}/submissions", responses=FILTER_ERRORS)
 def submissions(
     exercise: StaffExerciseDep,
     session: SessionDep,

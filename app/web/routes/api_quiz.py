@@ -13,11 +13,18 @@ from fastapi import APIRouter
 from app.domain.quiz import answer_quiz, progress
 from app.domain.schemas import QuizAnswersIn, QuizAttemptOut
 from app.web.deps import CurrentUser, ExerciseDep, SessionDep
+from app.web.errors import problem_responses
 
 router = APIRouter(prefix="/api/exercises", tags=["quiz"])
 
 
-@router.post("/{slug}/quiz")
+QUIZ_ERRORS = problem_responses(
+    422, described={422: "The request does not match the schema, an answer names no such question or option, or "
+                    "the exercise is not a quiz"}
+)  # fmt: skip
+
+
+@router.post("/{slug}/quiz", responses=QUIZ_ERRORS)
 def answer(body: QuizAnswersIn, exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> QuizAttemptOut:
     """Grade the answers, store the attempt and return the feedback for each question."""
     submission, result = answer_quiz(session=session, user=user, exercise=exercise, answers=body.answers)

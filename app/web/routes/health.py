@@ -2,8 +2,9 @@
 
 Contract:
 - Outside ``/api``, no login, no session and no CSRF token: nothing here reads or writes the session, so no
-  cookie is ever set; answers carry ``Cache-Control: no-store``, and errors are JSON like the API's
-  (``app.web.routes.pages.JSON_ERROR_PREFIXES`` lists these paths).
+  cookie is ever set; answers carry ``Cache-Control: no-store``, and errors are problem details like the API's
+  (``app.web.errors.JSON_PATHS`` lists these paths). A 503 of ``/readyz`` is its ``ReadyOut``, not a problem:
+  probes read ``failed``.
 - ``/healthz``: the process serves requests; 200 ``{"status": "alive"}`` without touching the database.
 - ``/readyz``: 200 when every check passes, else 503; the body lists each check (``database``, then in Celery
   mode ``broker`` and one ``queue:<name>`` per queue of ``app.domain.liveness.required_queues``, in the embedded
@@ -31,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.domain import liveness, metrics
 from app.web.deps import SessionFactory, SessionFactoryDep, SettingsDep
+from app.web.errors import problem_responses
 from worker.core.config import Settings
 
 router = APIRouter(tags=["health"])
@@ -58,10 +60,6 @@ class ReadyOut(BaseModel):
     mode: Literal["embedded", "celery"]
     checks: list[CheckOut]
     failed: list[str]
-
-
-class ErrorOut(BaseModel):
-    detail: str
 
 
 @router.get("/healthz", response_model=HealthOut, responses={200: {"description": "The process is serving requests"}})
@@ -165,8 +163,14 @@ async def readyz(request: Request, factory: SessionFactoryDep, settings: Setting
             "description": "Prometheus text exposition (see app/domain/metrics.py and README, Watch it)",
             "content": {metrics.CONTENT_TYPE: {"schema": {"type": "string"}}},
         },
-        401: {"model": ErrorOut, "description": "GPULAB_METRICS_TOKEN is set and the bearer token is missing or wrong"},
-        403: {"model": ErrorOut, "description": "No token is set and the client is not loopback (or came via a proxy)"},
+        **problem_responses(
+            401,
+            403,
+            described={
+                401: "GPULAB_METRICS_TOKEN is set and the bearer token is missing or wrong",
+                403: "No token is set and the client is not loopback (or came via a proxy)",
+            },
+        ),
     },
 )
 async def metrics_text(request: Request, factory: SessionFactoryDep, settings: SettingsDep) -> Response:
