@@ -61,12 +61,17 @@ def answer_quiz(
         raise InvalidInput(f"exercise {exercise.slug!r} has no version to answer")
     quiz = quiz_of(version)
     canonical = check_answers(quiz, answers)
+    code = canonical_json(canonical)
+    try:
+        code.encode("utf-8")  # a lone surrogate (a JSON "\ud800" escape) has no UTF-8 form for PostgreSQL
+    except UnicodeEncodeError:
+        raise InvalidInput("an answer holds a lone UTF-16 surrogate, which is not text") from None
     result = grade(quiz, canonical)
     now = utcnow()
     submission = Submission(
         user_id=user.id,
         exercise_version_id=version.id,
-        code=canonical_json(canonical),
+        code=code,
         status=SubmissionStatus.graded,
         verdict=Verdict.passed if result.passed else Verdict.failed,
         score=result.score,

@@ -44,6 +44,8 @@ def filter_submissions(
     if filters.verdict not in VERDICT_CHOICES:
         raise InvalidInput(f"unknown verdict {filters.verdict!r}")
     stmt = of_exercise(exercise)
+    if "\x00" in filters.learner:  # PostgreSQL text cannot hold one, so no e-mail does
+        raise InvalidInput("the learner filter contains a NUL character")
     if filters.learner.strip():
         needle = filters.learner.strip().lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         stmt = stmt.join(User, Submission.user_id == User.id).where(
@@ -56,6 +58,6 @@ def filter_submissions(
     since, until = filters.dates()
     if since:
         stmt = stmt.where(Submission.created_at >= datetime.combine(since, time.min, tzinfo=UTC))
-    if until:
+    if until and until < date.max:  # the last day has no day after it; it bounds nothing
         stmt = stmt.where(Submission.created_at < datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC))
     return list(session.scalars(stmt.order_by(Submission.created_at.desc()).limit(limit)))

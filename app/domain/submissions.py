@@ -38,6 +38,10 @@ def create_submission(
         raise PayloadTooLarge(f"code is larger than {max_bytes // 1024} KiB; submit a smaller file")
     if "\x00" in code:
         raise InvalidInput("code contains a NUL character")
+    try:
+        code.encode("utf-8")  # a lone surrogate (a JSON "\ud800" escape) has no UTF-8 form for PostgreSQL
+    except UnicodeEncodeError:
+        raise InvalidInput("code holds a lone UTF-16 surrogate, which is not text") from None
     version = exercise.current_version
     if version is None:
         raise InvalidInput(f"exercise {exercise.slug!r} has no version to grade against")

@@ -10,10 +10,12 @@ Contract:
   page's ``Unauthorized`` becomes the log-in redirect). ``request.state.user`` keeps a detached copy of the
   user (``MeOut``) for an error page, which renders after the request's session is rolled back.
 - Load-or-404, defined once for the API and the pages: each authenticates (and authorises) first, then loads
-  or raises ``NotFound``. Learners: ``ExerciseDep`` (published), ``SubmissionDep`` (their own: another's is
-  "not found", never "forbidden"). Staff: ``StaffExerciseDep`` (any state), ``StaffVersionDep``,
-  ``StaffSubmissionDep``, ``CheckDep``, ``RegradeDep``. Admins: ``UserDep``. Integer ids are ``RowId``:
-  1..2**63-1, so an id no database column can hold is a 422, never a 500.
+  or raises ``NotFound`` (at once, without a query, for a slug no exercise can have or an id with a NUL
+  character, which PostgreSQL text cannot hold). Learners: ``ExerciseDep`` (published), ``SubmissionDep``
+  (their own: another's is "not found", never "forbidden"). Staff: ``StaffExerciseDep`` (any state),
+  ``StaffVersionDep``, ``StaffSubmissionDep``, ``CheckDep``, ``RegradeDep``. Admins: ``UserDep``. Integer ids
+  are ``RowId``: 1..2**31-1 (every id and version number is an ``Integer`` column, 32 bits in PostgreSQL), so
+  an id no column can hold is a 422, never a 500.
 - ``DispatcherDep`` is the process dispatcher from ``app.jobs.dispatch``; tests override ``get_dispatcher_dep``.
   ``CheckStarterDep`` is the same dispatcher as what starts instructor checks.
 
@@ -43,6 +45,7 @@ from app.domain.models import Exercise, ExerciseCheck, ExerciseVersion, Regrade,
 from app.domain.schemas import MeOut
 from app.domain.security import LoginLimiter, user_from_session
 from app.domain.submissions import get_for_user
+from worker.bank.spec import SLUG_RE
 from worker.core.config import Settings
 from worker.core.errors import Forbidden, NotFound, Unauthorized
 
@@ -159,7 +162,17 @@ InstructorDep = Annotated[User, Depends(require_role(Role.instructor, Role.admin
 AdminDep = Annotated[User, Depends(require_role(Role.admin))]
 
 
+def _no_such_exercise(slug: str) -> bool:
+    return SLUG_RE.match(slug) is None
+
+
+def _no_such_submission(submission_id: str) -> bool:
+    return "\x00" in submission_id
+
+
 def get_exercise(slug: str, session: SessionDep, _user: CurrentUser) -> Exercise:
+    if _no_such_exercise(slug):
+        raise NotFound(f"no exercise called {slug!r}")
     return get_published(session=session, slug=slug)
 
 
@@ -167,6 +180,8 @@ ExerciseDep = Annotated[Exercise, Depends(get_exercise)]
 
 
 def get_submission(submission_id: str, session: SessionDep, user: CurrentUser) -> Submission:
+    if _no_such_submission(submission_id):
+        raise NotFound(f"no submission {submission_id!r}")
     submission = get_for_user(session=session, submission_id=submission_id, user=user)
     if submission is None:
         raise NotFound(f"no submission {submission_id!r}")
@@ -175,11 +190,13 @@ def get_submission(submission_id: str, session: SessionDep, user: CurrentUser) -
 
 SubmissionDep = Annotated[Submission, Depends(get_submission)]
 
-MAX_ROW_ID = 2**63 - 1  # PostgreSQL's bigint; SQLite's integer
-RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a row id: 1 to 2**63-1")]
+MAX_ROW_ID = 2**31 - 1  # the id columns are Integer: PostgreSQL's int4 (a larger bind is a DataError, a 500)
+RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a row id: 1 to 2**31-1")]
 
 
 def get_staff_exercise(slug: str, session: SessionDep, _staff: InstructorDep) -> Exercise:
+    if _no_such_exercise(slug):
+        raise NotFound(f"no exercise called {slug!r}")
     exercise = session.scalar(select(Exercise).where(Exercise.slug == slug))
     if exercise is None:
         raise NotFound(f"no exercise called {slug!r}")
@@ -200,6 +217,8 @@ StaffVersionDep = Annotated[ExerciseVersion, Depends(get_staff_version)]
 
 
 def get_staff_submission(submission_id: str, session: SessionDep, _staff: InstructorDep) -> Submission:
+    if _no_such_submission(submission_id):
+        raise NotFound(f"no submission {submission_id!r}")
     submission = session.get(Submission, submission_id)
     if submission is None:
         raise NotFound(f"no submission {submission_id!r}")

@@ -20,6 +20,7 @@ from app.web.deps import AdminDep, SessionDep, SettingsDep, UserDep
 from app.web.errors import problem_responses
 
 router = APIRouter(prefix="/api/admin", tags=["admin"])
+NO_NUL = r"^[^\x00]*$"
 
 
 class ExerciseStatsOut(BaseModel):
@@ -77,7 +78,7 @@ class UserOut(BaseModel):
 class UserIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     email: str = Field(max_length=320)
-    name: str = Field(default="", max_length=200)
+    name: str = Field(default="", max_length=200, pattern=NO_NUL)  # PostgreSQL text cannot hold a NUL
     role: Role = Role.learner
     password: str = Field(default="", max_length=1024)
 
