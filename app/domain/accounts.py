@@ -10,6 +10,9 @@ Contract:
   reported with its line number.
   Columns: ``email`` and optionally ``name`` and ``role`` (default learner), with or without a header row.
   New accounts get a random password, returned once so the admin can hand it over.
+- ``decode_csv`` and ``read_table`` are the file rules ``import_csv`` shares with course enrollment
+  (``app.domain.courses.enroll_csv``): size cap, UTF-8 (a BOM is fine), an optional header row (first cell
+  ``email``, or every cell a known column name), blank lines skipped, a cap on the data rows.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
@@ -80,6 +84,16 @@ def reset_password(*, session: Session, user: User) -> str:
     return password
 
 
+def decode_csv(data: bytes, *, max_bytes: int = MAX_IMPORT_BYTES) -> str:
+    """Return the uploaded CSV ``data`` as text; raise ``InvalidInput`` if it is too large or not UTF-8."""
+    if len(data) > max_bytes:
+        raise InvalidInput(f"the file is larger than {max_bytes // 1024} KiB")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput("the file is not UTF-8 text") from exc
+
+
 def _rows(text: str) -> list[tuple[int, list[str]]]:
     reader = csv.reader(io.StringIO(text))
     try:
@@ -89,26 +103,35 @@ def _rows(text: str) -> list[tuple[int, list[str]]]:
     return [(n, [c.strip() for c in row]) for n, row in rows if any(c.strip() for c in row)]
 
 
+def _is_header(cells: list[str], columns: Sequence[str]) -> bool:
+    lowered = [c.lower() for c in cells]
+    # No address is spelled ``email``, and a row made only of column names is no person either.
+    return bool(lowered) and (lowered[0] == "email" or ("email" in lowered and set(lowered) <= set(columns)))
+
+
+def read_table(
+    text: str, *, columns: Sequence[str], max_rows: int, noun: str = "accounts", verb: str = "import"
+) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """Return the column names (the header's, else ``columns`` in order) and the non-blank data rows by line."""
+    rows = _rows(text)
+    names = list(columns)
+    if rows and _is_header(rows[0][1], columns):
+        names = [c.lower() for c in rows[0][1]]
+        rows = rows[1:]
+        unknown = set(names) - set(columns)
+        if unknown:
+            raise InvalidInput(f"unknown column(s) {', '.join(sorted(unknown))}; use {', '.join(columns)}")
+    if not rows:
+        raise InvalidInput(f"the file holds no {noun}")
+    if len(rows) > max_rows:
+        raise InvalidInput(f"the file holds {len(rows)} {noun}; {verb} at most {max_rows} at a time")
+    return names, rows
+
+
 def import_csv(*, session: Session, data: bytes) -> ImportReport:
     """Check every row, then add all of them or none; return what was created or every problem found."""
-    if len(data) > MAX_IMPORT_BYTES:
-        raise InvalidInput(f"the file is larger than {MAX_IMPORT_BYTES // 1024} KiB")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput("the file is not UTF-8 text") from exc
-    rows = _rows(text)
-    columns = ["email", "name", "role"]
-    if rows and rows[0][1] and rows[0][1][0].lower() == "email":
-        columns = [c.lower() for c in rows[0][1]]
-        rows = rows[1:]
-        unknown = set(columns) - {"email", "name", "role"}
-        if unknown:
-            raise InvalidInput(f"unknown column(s) {', '.join(sorted(unknown))}; use email, name, role")
-    if not rows:
-        raise InvalidInput("the file holds no accounts")
-    if len(rows) > MAX_IMPORT_ROWS:
-        raise InvalidInput(f"the file holds {len(rows)} accounts; import at most {MAX_IMPORT_ROWS} at a time")
+    text = decode_csv(data)
+    columns, rows = read_table(text, columns=["email", "name", "role"], max_rows=MAX_IMPORT_ROWS)
     report = ImportReport()
     wanted: list[tuple[str, str, Role]] = []
     seen: dict[str, int] = {}
