@@ -1,0 +1,362 @@
+"""The rules of an assignment: a learner's dates, window, attempts, rate and what they may submit.
+
+Contract:
+- Dates: ``effective_dates`` is the assignment's ``opens_at``/``due_at``/``late_until``, except that the newest
+  unrevoked ``Extension`` of the learner replaces ``due_at`` *and* ``late_until`` (an extension without a
+  ``late_until`` means no late period for that learner); ``opens_at`` never moves. Dates are whatever holds
+  now: a revoked extension no longer counts, not even for submissions made while it stood.
+- Window at an instant: ``not_open`` before ``opens_at``; ``open`` up to ``due_at`` inclusive (always, once
+  opened, without a ``due_at``); ``late`` after ``due_at`` up to ``late_until`` inclusive; ``closed`` after.
+  Credit is 100 % when open, ``late_credit_pct`` when late, nothing (not accepted) otherwise.
+- Attempts: the learner's submissions made under the assignment to any version of the exercise, platform
+  failures left out (status ``error``, or verdict ``internal_error``): the platform's fault costs nothing.
+  Queued and running submissions count (they may still pass). The limit is ``max_attempts`` plus the
+  extension's ``extra_attempts``; no ``max_attempts`` is no limit.
+- Rate: a token bucket of ``rate_burst`` tokens, one back every ``rate_refill_s``, replayed over the counted
+  submissions' ``created_at`` in order, so every API process computes the same answer from the database with
+  no shared memory. A submission that was let in with the bucket empty (two processes racing, a policy made
+  stricter) empties it and costs no more. No ``rate_burst`` is no limit (``tokens_left`` None).
+- ``gate`` is what the learner sees before submitting and what submitting enforces (``check_submit``):
+  ``Forbidden`` for an unpublished assignment, an exercise not in it, a window not yet open or closed, no attempts
+  left; ``RateLimited`` (with ``retry_after_s``) for an empty bucket. Course membership is checked elsewhere.
+- ``validate_assignment_fields``/``validate_extension_fields`` hold the field rules and raise ``InvalidInput``.
+- Times are timezone-aware UTC (naive values, as SQLite returns them, are taken as UTC). Functions that take a
+  session take keyword-only arguments, only read, and never commit.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy.orm import Session
+
+from app.domain.models import (
+    Assignment,
+    Exercise,
+    Extension,
+    Submission,
+    SubmissionStatus,
+    User,
+)
+from app.domain.schemas import as_utc
+from app.domain.submissions import of_exercise
+from worker.core.errors import Forbidden, InvalidInput, RateLimited
+from worker.core.outcome import Verdict
+
+COUNTS = ("best", "last")
+FULL_CREDIT_PCT = 100.0
+
+
+class Window(enum.StrEnum):
+    not_open = "not_open"
+    open = "open"
+    late = "late"
+    closed = "closed"
+
+
+@dataclass(frozen=True)
+class Dates:
+    """One learner's dates on one assignment, and the extension that set them (None: the assignment's own)."""
+
+    opens_at: datetime | None
+    due_at: datetime | None
+    late_until: datetime | None
+    extension: Extension | None
+
+    @property
+    def extended(self) -> bool:
+        return self.extension is not None
+
+
+@dataclass(frozen=True)
+class Rate:
+    """Tokens left in the bucket now (None: no limit) and when the next one comes back (None: full or no limit)."""
+
+    tokens_left: int | None
+    next_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What a learner may do on one exercise of an assignment now, and the sentence that says so."""
+
+    window: Window
+    credit_pct: float | None
+    attempts_used: int
+    attempts_left: int | None  # None: unlimited
+    tokens_left: int | None  # None: no rate limit
+    next_at: datetime | None
+    allowed: bool
+    reason: str
+    retry_after_s: int | None = None  # set only when the rate alone refuses
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return as_utc(value) if value is not None else None
+
+
+def _day(value: datetime) -> str:
+    return as_utc(value).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _wait(seconds: float) -> str:
+    """Say how long a wait is, rounded up: "45 s", "3 min", "2 h 5 min"."""
+    whole_s = max(1, math.ceil(seconds))
+    if whole_s < 60:
+        return f"{whole_s} s"
+    minutes = math.ceil(whole_s / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, rest = divmod(minutes, 60)
+    return f"{hours} h {rest} min" if rest else f"{hours} h"
+
+
+# --- dates and windows --------------------------------------------------------------------------------------
+
+
+def current_extension(*, session: Session, assignment: Assignment, user: User) -> Extension | None:
+    """Return the newest unrevoked extension of ``user`` on ``assignment``, if any."""
+    stmt = (
+        select(Extension)
+        .where(
+            Extension.assignment_id == assignment.id,
+            Extension.user_id == user.id,
+            Extension.revoked_at.is_(None),
+        )
+        .order_by(Extension.created_at.desc(), Extension.id.desc())
+        .limit(1)
+    )
+    return session.scalar(stmt)
+
+
+def effective_dates(*, session: Session, assignment: Assignment, user: User) -> Dates:
+    """Return ``user``'s dates on ``assignment``: its own, or those of the extension in force."""
+    extension = current_extension(session=session, assignment=assignment, user=user)
+    opens_at = _utc(assignment.opens_at)
+    if extension is None:
+        return Dates(opens_at, _utc(assignment.due_at), _utc(assignment.late_until), None)
+    return Dates(opens_at, as_utc(extension.due_at), _utc(extension.late_until), extension)
+
+
+def window(dates: Dates, now: datetime) -> Window:
+    """Return where ``now`` falls among ``dates``."""
+    now = as_utc(now)
+    if dates.opens_at is not None and now < dates.opens_at:
+        return Window.not_open
+    if dates.due_at is None or now <= dates.due_at:
+        return Window.open
+    if dates.late_until is not None and now <= dates.late_until:
+        return Window.late
+    return Window.closed
+
+
+def credit_pct(assignment: Assignment, dates: Dates, at: datetime) -> float | None:
+    """Return the credit of a submission made ``at``: 100 on time, the late credit when late, None if refused."""
+    match window(dates, at):
+        case Window.open:
+            return FULL_CREDIT_PCT
+        case Window.late:
+            return float(assignment.late_credit_pct)
+        case _:
+            return None
+
+
+# --- attempts and rate --------------------------------------------------------------------------------------
+
+
+def _not_platform_failure() -> list[ColumnElement[bool]]:
+    return [
+        Submission.status != SubmissionStatus.error,
+        or_(Submission.verdict.is_(None), Submission.verdict != Verdict.internal_error),
+    ]
+
+
+def _counted_times(*, session: Session, assignment: Assignment, exercise: Exercise, user: User) -> list[datetime]:
+    """Return when each counted submission (platform failures left out) was made, oldest first."""
+    stmt = (
+        of_exercise(exercise)
+        .where(Submission.user_id == user.id, Submission.assignment_id == assignment.id, *_not_platform_failure())
+        .with_only_columns(Submission.created_at)
+        .order_by(Submission.created_at)
+    )
+    return [as_utc(created) for created in session.scalars(stmt)]
+
+
+def attempts_used(*, session: Session, assignment: Assignment, exercise: Exercise, user: User) -> int:
+    """Return how many attempts ``user`` has used on ``exercise`` under ``assignment``."""
+    counted = (
+        of_exercise(exercise)
+        .where(Submission.user_id == user.id, Submission.assignment_id == assignment.id, *_not_platform_failure())
+        .subquery()
+    )
+    return int(session.scalar(select(func.count()).select_from(counted)) or 0)
+
+
+def _attempts_left(assignment: Assignment, dates: Dates, used: int) -> int | None:
+    if assignment.max_attempts is None:
+        return None
+    extra = dates.extension.extra_attempts if dates.extension is not None else 0
+    return max(0, assignment.max_attempts + extra - used)
+
+
+def replay_bucket(*, burst: int, refill_s: int | None, times: list[datetime], now: datetime) -> Rate:
+    """Replay a token bucket over submission times (oldest first) and return its state at ``now``.
+
+    The bucket is kept as the instant it would be full again: each submission pushes that instant one refill
+    later, but never further than an empty bucket's, so a submission let in when it was empty costs no more.
+    """
+    now = as_utc(now)
+    if refill_s is None or refill_s <= 0:  # a bucket that never refills is an attempt limit
+        return Rate(tokens_left=max(0, burst - len(times)), next_at=None)
+    refill = timedelta(seconds=refill_s)
+    full_at: datetime | None = None
+    for at in times:
+        start = at if full_at is None else max(full_at, at)
+        full_at = min(start + refill, at + burst * refill)
+    if full_at is None or full_at <= now:
+        return Rate(tokens_left=burst, next_at=None)
+    missing = math.ceil((full_at - now) / refill)  # tokens still to come back
+    tokens_left = max(0, burst - missing)
+    # The next token is back once the time left to full is one refill less than it is now.
+    next_at = full_at - (missing - 1) * refill
+    return Rate(tokens_left=tokens_left, next_at=next_at)
+
+
+def rate(*, session: Session, assignment: Assignment, exercise: Exercise, user: User, now: datetime) -> Rate:
+    """Return ``user``'s token bucket on ``exercise`` under ``assignment`` at ``now``."""
+    if assignment.rate_burst is None:
+        return Rate(tokens_left=None, next_at=None)
+    times = _counted_times(session=session, assignment=assignment, exercise=exercise, user=user)
+    return replay_bucket(burst=assignment.rate_burst, refill_s=assignment.rate_refill_s, times=times, now=now)
+
+
+# --- the gate -----------------------------------------------------------------------------------------------
+
+
+def _in_assignment(assignment: Assignment, exercise: Exercise) -> bool:
+    return any(item.exercise_id == exercise.id for item in assignment.items)
+
+
+def _closed_at(dates: Dates) -> datetime | None:
+    return dates.late_until or dates.due_at
+
+
+def gate(*, session: Session, assignment: Assignment, exercise: Exercise, user: User, now: datetime) -> Gate:
+    """Return what ``user`` may do on ``exercise`` of ``assignment`` at ``now``, with the sentence to show."""
+    now = as_utc(now)
+    dates = effective_dates(session=session, assignment=assignment, user=user)
+    where = window(dates, now)
+    times = _counted_times(session=session, assignment=assignment, exercise=exercise, user=user)
+    used = len(times)
+    left = _attempts_left(assignment, dates, used)
+    if assignment.rate_burst is None:
+        bucket = Rate(tokens_left=None, next_at=None)
+    else:
+        bucket = replay_bucket(burst=assignment.rate_burst, refill_s=assignment.rate_refill_s, times=times, now=now)
+
+    def made(allowed: bool, reason: str, retry_after_s: int | None = None) -> Gate:
+        return Gate(
+            window=where,
+            credit_pct=credit_pct(assignment, dates, now),
+            attempts_used=used,
+            attempts_left=left,
+            tokens_left=bucket.tokens_left,
+            next_at=bucket.next_at,
+            allowed=allowed,
+            reason=reason,
+            retry_after_s=retry_after_s,
+        )
+
+    if not assignment.is_published:
+        return made(False, "this assignment is not published")
+    if not _in_assignment(assignment, exercise):
+        return made(False, f"exercise {exercise.slug!r} is not part of assignment {assignment.title!r}")
+    if where is Window.not_open:
+        assert dates.opens_at is not None  # only an opening date makes it not open
+        return made(False, f"opens on {_day(dates.opens_at)}")
+    if where is Window.closed:
+        closed_at = _closed_at(dates)
+        assert closed_at is not None  # only a due date closes it
+        return made(False, f"closed on {_day(closed_at)}")
+    if left == 0:
+        return made(False, f"no attempts left ({used} used)")
+
+    parts = []
+    if where is Window.late:
+        parts.append(f"late: {assignment.late_credit_pct:g}% credit")
+    elif dates.due_at is not None:
+        parts.append(f"due on {_day(dates.due_at)}")
+    if left is not None:
+        parts.append(f"{left} attempt{'s' if left != 1 else ''} left")
+    if bucket.tokens_left == 0 and bucket.next_at is None:  # a burst that never refills (no rate_refill_s)
+        return made(False, "; ".join([*parts, "no submissions left"]))
+    if bucket.tokens_left == 0 and bucket.next_at is not None:
+        wait_s = (bucket.next_at - now).total_seconds()
+        parts.append(f"next in {_wait(wait_s)}")
+        return made(False, "; ".join(parts), retry_after_s=max(1, math.ceil(wait_s)))
+    return made(True, "; ".join(parts) or "open")
+
+
+def check_submit(gate: Gate) -> None:
+    """Raise what refuses a submission through ``gate``: ``RateLimited`` for the rate, else ``Forbidden``."""
+    if gate.allowed:
+        return
+    if gate.retry_after_s is not None:
+        raise RateLimited(gate.reason, retry_after_s=gate.retry_after_s)
+    raise Forbidden(gate.reason)
+
+
+# --- field rules --------------------------------------------------------------------------------------------
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise InvalidInput(f"{name} must be at least 1 (leave it empty for no limit)")
+
+
+def validate_assignment_fields(
+    *,
+    opens_at: datetime | None,
+    due_at: datetime | None,
+    late_until: datetime | None,
+    late_credit_pct: float,
+    counts: str,
+    max_attempts: int | None,
+    rate_burst: int | None,
+    rate_refill_s: int | None,
+) -> None:
+    """Raise ``InvalidInput`` saying what is wrong with these assignment fields, if anything."""
+    opens_at, due_at, late_until = _utc(opens_at), _utc(due_at), _utc(late_until)
+    if opens_at is not None and due_at is not None and due_at <= opens_at:
+        raise InvalidInput("the due date must be after the opening date")
+    if late_until is not None and due_at is None:
+        raise InvalidInput("a late period needs a due date")
+    if late_until is not None and due_at is not None and late_until <= due_at:
+        raise InvalidInput("the end of the late period must be after the due date")
+    if not math.isfinite(late_credit_pct) or not 0 <= late_credit_pct <= 100:
+        raise InvalidInput("the late credit must be a percentage from 0 to 100")
+    if counts not in COUNTS:
+        raise InvalidInput(f"which attempt counts must be 'best' or 'last', not {counts!r}")
+    _positive("max_attempts", max_attempts)
+    _positive("rate_burst", rate_burst)
+    _positive("rate_refill_s", rate_refill_s)
+    if (rate_burst is None) != (rate_refill_s is None):
+        raise InvalidInput("a rate limit needs both a burst and a refill time (or neither)")
+
+
+def validate_extension_fields(
+    *, assignment: Assignment, due_at: datetime, late_until: datetime | None, extra_attempts: int
+) -> None:
+    """Raise ``InvalidInput`` saying what is wrong with an extension of ``assignment``, if anything."""
+    due_at, late_until = as_utc(due_at), _utc(late_until)
+    opens_at = _utc(assignment.opens_at)
+    if opens_at is not None and due_at <= opens_at:
+        raise InvalidInput("the extended due date must be after the assignment opens")
+    if late_until is not None and late_until <= due_at:
+        raise InvalidInput("the end of the extended late period must be after its due date")
+    if extra_attempts < 0:
+        raise InvalidInput("extra attempts cannot be negative")
