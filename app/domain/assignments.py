@@ -1,4 +1,4 @@
-"""The rules of an assignment: a learner's dates, window, attempts, rate and what they may submit.
+"""The rules of an assignment: a learner's dates, window, attempts, rate, what they may submit and what counts.
 
 Contract:
 - Dates: ``effective_dates`` is the assignment's ``opens_at``/``due_at``/``late_until``, except that the newest
@@ -19,6 +19,12 @@ Contract:
 - ``gate`` is what the learner sees before submitting and what submitting enforces (``check_submit``):
   ``Forbidden`` for an unpublished assignment, an exercise not in it, a window not yet open or closed, no attempts
   left; ``RateLimited`` (with ``retry_after_s``) for an empty bucket. Course membership is checked elsewhere.
+- What counts (``counted``): among the learner's settled, non-failed submissions under the assignment to the
+  item's exercise, the best credited score (``counts = "best"``, the earliest of equals) or the newest
+  (``"last"``). Its credit comes from its ``created_at`` against the learner's effective dates (a submission
+  outside every window gets none). The newest unreverted ``GradeOverride`` replaces the score; the computed
+  one stays in ``computed_pct``. Quiz attempts are submissions and count alike. ``assignment_pct`` is the
+  weighted mean of the items' ``score_pct`` (0 for an assignment without weight).
 - ``validate_assignment_fields``/``validate_extension_fields`` hold the field rules and raise ``InvalidInput``.
 - Times are timezone-aware UTC (naive values, as SQLite returns them, are taken as UTC). Functions that take a
   session take keyword-only arguments, only read, and never commit.
@@ -36,8 +42,10 @@ from sqlalchemy.orm import Session
 
 from app.domain.models import (
     Assignment,
+    AssignmentItem,
     Exercise,
     Extension,
+    GradeOverride,
     Submission,
     SubmissionStatus,
     User,
@@ -93,6 +101,25 @@ class Gate:
     allowed: bool
     reason: str
     retry_after_s: int | None = None  # set only when the rate alone refuses
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The counted result of one item for one learner: which submission, its credit and the final score."""
+
+    item: AssignmentItem
+    submission: Submission | None
+    raw_fraction: float | None  # the submission's score over its max score, 0..1
+    credit_pct: float | None  # the credit applied to it (100, the late credit, or None outside every window)
+    computed_pct: float  # 0..100 from the submissions alone
+    score_pct: float  # 0..100: the override's when there is one, else computed_pct
+    late: bool
+    extended: bool
+    override: GradeOverride | None
+
+    @property
+    def overridden(self) -> bool:
+        return self.override is not None
 
 
 def _utc(value: datetime | None) -> datetime | None:
@@ -308,6 +335,82 @@ def check_submit(gate: Gate) -> None:
     if gate.retry_after_s is not None:
         raise RateLimited(gate.reason, retry_after_s=gate.retry_after_s)
     raise Forbidden(gate.reason)
+
+
+# --- what counts --------------------------------------------------------------------------------------------
+
+
+def _fraction(submission: Submission) -> float:
+    """Return the submission's score as a fraction of its own maximum, within 0..1."""
+    if submission.max_score <= 0:  # an exercise worth no points: passing is all of it
+        return 1.0 if submission.verdict is Verdict.passed else 0.0
+    return min(1.0, max(0.0, (submission.score or 0.0) / submission.max_score))
+
+
+def current_override(*, session: Session, item: AssignmentItem, user: User) -> GradeOverride | None:
+    """Return the newest unreverted override of ``user``'s cell on ``item``, if any."""
+    stmt = (
+        select(GradeOverride)
+        .where(GradeOverride.item_id == item.id, GradeOverride.user_id == user.id, GradeOverride.reverted_at.is_(None))
+        .order_by(GradeOverride.created_at.desc(), GradeOverride.id.desc())
+        .limit(1)
+    )
+    return session.scalar(stmt)
+
+
+def counted(
+    *, session: Session, assignment: Assignment, item: AssignmentItem, user: User, dates: Dates | None = None
+) -> Counted:
+    """Return the counted result of ``item`` for ``user`` (``dates``: their effective dates, if already read)."""
+    dates = dates or effective_dates(session=session, assignment=assignment, user=user)
+    stmt = (
+        of_exercise(item.exercise)
+        .where(
+            Submission.user_id == user.id,
+            Submission.assignment_id == assignment.id,
+            Submission.status == SubmissionStatus.graded,
+            Submission.score.is_not(None),
+            *_not_platform_failure(),
+        )
+        .order_by(Submission.created_at, Submission.id)
+    )
+    chosen: Submission | None = None
+    chosen_credit: float | None = None
+    chosen_pct, chosen_late = 0.0, False
+    for submission in session.scalars(stmt):
+        made_at = as_utc(submission.created_at)
+        credit = credit_pct(assignment, dates, made_at)
+        pct = _fraction(submission) * (credit or 0.0)
+        # Oldest first: "last" keeps overwriting; "best" moves only for a strictly better credited score.
+        if chosen is None or assignment.counts == "last" or pct > chosen_pct:
+            chosen, chosen_credit, chosen_pct = submission, credit, pct
+            chosen_late = window(dates, made_at) in (Window.late, Window.closed)
+    override = current_override(session=session, item=item, user=user)
+    score_pct = chosen_pct if override is None else min(100.0, max(0.0, override.score_pct))
+    return Counted(
+        item=item,
+        submission=chosen,
+        raw_fraction=_fraction(chosen) if chosen is not None else None,
+        credit_pct=chosen_credit,
+        computed_pct=chosen_pct,
+        score_pct=score_pct,
+        late=chosen_late,
+        extended=dates.extended,
+        override=override,
+    )
+
+
+def assignment_pct(*, session: Session, assignment: Assignment, user: User) -> float:
+    """Return ``user``'s grade on ``assignment``: the weighted mean of its items' scores, 0..100."""
+    dates = effective_dates(session=session, assignment=assignment, user=user)
+    total_weight = sum(max(0.0, item.weight) for item in assignment.items)
+    if total_weight <= 0:
+        return 0.0
+    weighted = 0.0
+    for item in assignment.items:
+        cell = counted(session=session, assignment=assignment, item=item, user=user, dates=dates)
+        weighted += max(0.0, item.weight) * cell.score_pct
+    return weighted / total_weight
 
 
 # --- field rules --------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``app.domain.assignments`` on real rows: dates and extensions, windows, attempts, the rate, the gate."""
+"""``app.domain.assignments`` on real rows: dates and extensions, windows, attempts, the rate, the gate, what counts."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from app.domain.models import (
     Exercise,
     ExerciseVersion,
     Extension,
+    GradeOverride,
     Submission,
     SubmissionStatus,
     User,
@@ -106,6 +107,11 @@ def _gate(
 ) -> Any:
     target = exercise or assignment.items[0].exercise
     return assignments.gate(session=db_session, assignment=assignment, exercise=target, user=user, now=now)
+
+
+def _cell(db_session: Session, assignment: Assignment, user: User, position: int = 0) -> assignments.Counted:
+    item = assignment.items[position]
+    return assignments.counted(session=db_session, assignment=assignment, item=item, user=user)
 
 
 # --- windows and credit -------------------------------------------------------------------------------------
@@ -423,6 +429,152 @@ def test_two_processes_agree_on_the_rate_from_the_database_alone(pg_engine: Engi
             cleanup.execute(delete(Exercise).where(Exercise.id == ids[1]))
             cleanup.execute(delete(User).where(User.id == ids[2]))
             cleanup.commit()
+
+
+# --- what counts --------------------------------------------------------------------------------------------
+
+
+def test_best_counts_the_best_credited_score(
+    db_session: Session, make_assignment: MakeAssignment, submit: Submit, learner: User
+) -> None:
+    assignment = make_assignment(counts="best")
+    submit(assignment, learner, OPENS + timedelta(hours=1), score=2.0, verdict=Verdict.failed)
+    on_time = submit(assignment, learner, DUE, score=3.0, verdict=Verdict.failed)
+    submit(assignment, learner, DUE + TICK, score=5.0)  # 100 % late is worth 50 %: less than 60 % on time
+    submit(assignment, learner, DUE + timedelta(hours=1), status=SubmissionStatus.queued, verdict=None, score=None)
+    cell = _cell(db_session, assignment, learner)
+    assert cell.submission is not None and cell.submission.id == on_time.id
+    assert cell.raw_fraction == pytest.approx(0.6) and cell.credit_pct == 100.0
+    assert cell.score_pct == pytest.approx(60.0) and not cell.late and not cell.extended and not cell.overridden
+
+
+def test_best_keeps_the_earliest_of_equal_scores(
+    db_session: Session, make_assignment: MakeAssignment, submit: Submit, learner: User
+) -> None:
+    assignment = make_assignment(counts="best")
+    first = submit(assignment, learner, OPENS + timedelta(hours=1), score=4.0, verdict=Verdict.failed)
+    submit(assignment, learner, OPENS + timedelta(hours=2), score=4.0, verdict=Verdict.failed)
+    cell = _cell(db_session, assignment, learner)
+    assert cell.submission is not None and cell.submission.id == first.id and cell.score_pct == pytest.approx(80.0)
+
+
+def test_last_counts_the_newest_settled_one_with_its_late_credit(
+    db_session: Session, make_assignment: MakeAssignment, submit: Submit, learner: User
+) -> None:
+    assignment = make_assignment(counts="last", late_credit_pct=40.0)
+    submit(assignment, learner, OPENS + timedelta(hours=1), score=5.0)
+    late = submit(assignment, learner, DUE + timedelta(hours=1), score=4.0, verdict=Verdict.failed)
+    submit(assignment, learner, DUE + timedelta(hours=2), status=SubmissionStatus.error, verdict=Verdict.internal_error)
+    submit(assignment, learner, DUE + timedelta(hours=3), status=SubmissionStatus.running, verdict=None, score=None)
+    cell = _cell(db_session, assignment, learner)
+    assert cell.submission is not None and cell.submission.id == late.id, "not the platform failure, not the pending"
+    assert cell.late and cell.credit_pct == 40.0 and cell.score_pct == pytest.approx(0.8 * 40.0)
+
+
+def test_a_submission_outside_every_window_counts_nothing(
+    db_session: Session, make_assignment: MakeAssignment, submit: Submit, learner: User
+) -> None:
+    assignment = make_assignment(counts="last")
+    submit(assignment, learner, LATE + timedelta(days=1), score=5.0)  # made by staff, or before the dates moved
+    cell = _cell(db_session, assignment, learner)
+    assert cell.submission is not None and cell.late and cell.credit_pct is None and cell.score_pct == 0.0
+
+
+def test_an_extension_makes_a_late_submission_on_time(
+    db_session: Session, make_assignment: MakeAssignment, submit: Submit, learner: User
+) -> None:
+    assignment = make_assignment()
+    submit(assignment, learner, DUE + timedelta(hours=5), score=5.0)
+    assert _cell(db_session, assignment, learner).score_pct == pytest.approx(50.0)
+    extension = _extend(db_session, assignment, learner, due_at=DUE + timedelta(days=1))
+    cell = _cell(db_session, assignment, learner)
+    assert cell.extended and not cell.late and cell.credit_pct == 100.0 and cell.score_pct == pytest.approx(100.0)
+    extension.revoked_at = DUE + timedelta(days=2)
+    db_session.commit()
+    cell = _cell(db_session, assignment, learner)
+    assert not cell.extended and cell.late and cell.score_pct == pytest.approx(50.0), "revoked: late again"
+
+
+def test_no_submission_counts_zero(db_session: Session, make_assignment: MakeAssignment, learner: User) -> None:
+    cell = _cell(db_session, make_assignment(), learner)
+    assert cell.submission is None and cell.raw_fraction is None and cell.credit_pct is None
+    assert cell.score_pct == 0.0 and not cell.late
+
+
+def test_the_newest_override_replaces_the_score_and_a_reverted_one_does_not(
+    db_session: Session, make_assignment: MakeAssignment, submit: Submit, learner: User, instructor: User
+) -> None:
+    assignment = make_assignment()
+    submit(assignment, learner, OPENS + timedelta(hours=1), score=2.0, verdict=Verdict.failed)
+    item = assignment.items[0]
+
+    def override(score_pct: float, at: datetime) -> GradeOverride:
+        row = GradeOverride(
+            item_id=item.id, user_id=learner.id, score_pct=score_pct, comment="regraded", created_by_id=instructor.id
+        )
+        row.created_at = at
+        db_session.add(row)
+        db_session.commit()
+        return row
+
+    override(70.0, DUE)
+    newest = override(90.0, DUE + timedelta(hours=1))
+    cell = _cell(db_session, assignment, learner)
+    assert cell.overridden and cell.override is not None and cell.override.id == newest.id
+    assert cell.score_pct == 90.0 and cell.computed_pct == pytest.approx(40.0)
+
+    newest.reverted_at, newest.reverted_by_id = DUE + timedelta(hours=2), instructor.id
+    db_session.commit()
+    assert _cell(db_session, assignment, learner).score_pct == 70.0, "the older unreverted one stands"
+
+    for row in db_session.query(GradeOverride).filter_by(item_id=item.id):
+        row.reverted_at = DUE + timedelta(hours=3)
+    db_session.commit()
+    cell = _cell(db_session, assignment, learner)
+    assert not cell.overridden and cell.score_pct == pytest.approx(40.0)
+
+
+def test_a_quiz_attempt_counts_like_any_submission(
+    db_session: Session, make_assignment: MakeAssignment, learner: User
+) -> None:
+    from app.domain.exercises import upsert_exercise
+    from app.domain.quiz import answer_quiz
+    from worker.bank.spec import ExerciseSpec
+
+    files = {
+        "exercise.toml": 'title = "A quiz"\nkind = "quiz"\ntopic = "Quizzes"\n',
+        "prompt.md": "Answer.",
+        "quiz.toml": (
+            '[[question]]\nid = "q1"\ntype = "single"\nprompt = "Which?"\n'
+            'options = [{ id = "a", text = "A" }, { id = "b", text = "B" }]\nanswer = ["b"]\nexplanation = "B."\n'
+        ),
+    }
+    quiz, _ = upsert_exercise(session=db_session, spec=ExerciseSpec.from_files(f"quiz-{uuid.uuid4().hex[:10]}", files))
+    assignment = make_assignment(exercises=[quiz], opens_at=None, due_at=None, late_until=None, max_attempts=2)
+    attempt, _ = answer_quiz(session=db_session, user=learner, exercise=quiz, answers={"q1": ["b"]})
+    attempt.assignment_id = assignment.id
+    db_session.commit()
+    cell = _cell(db_session, assignment, learner)
+    assert cell.submission is not None and cell.submission.id == attempt.id and cell.score_pct == pytest.approx(100.0)
+    assert _gate(db_session, assignment, learner, attempt.created_at).attempts_left == 1
+
+
+def test_the_assignment_grade_is_the_weighted_mean_of_its_items(
+    db_session: Session,
+    make_assignment: MakeAssignment,
+    make_exercise: Callable[..., TinyExercise],
+    submit: Submit,
+    learner: User,
+    tiny_exercise: TinyExercise,
+) -> None:
+    second = make_exercise().exercise
+    assignment = make_assignment(exercises=[tiny_exercise.exercise, second], weights=[1.0, 3.0])
+    submit(assignment, learner, OPENS + timedelta(hours=1), score=5.0)  # first item: 100 %
+    submit(assignment, learner, OPENS + timedelta(hours=1), score=1.0, exercise=second)  # second item: 20 %
+    grade = assignments.assignment_pct(session=db_session, assignment=assignment, user=learner)
+    assert grade == pytest.approx((1 * 100.0 + 3 * 20.0) / 4)
+    empty = make_assignment(exercises=[])
+    assert assignments.assignment_pct(session=db_session, assignment=empty, user=learner) == 0.0
 
 
 # --- field rules --------------------------------------------------------------------------------------------
