@@ -19,6 +19,10 @@ Contract:
   attempt counts and attempt limits. An ``Extension`` gives one learner new dates (audited: granted by, why,
   revoked); a ``GradeOverride`` replaces one gradebook cell (audited, reversible). A ``Submission`` made under
   an assignment carries its ``assignment_id``. The rules live in ``app.domain.courses``/``assignments``.
+- LTI 1.3 (``app.domain.lti``): an ``LtiPlatform`` is one registered client of a platform's issuer, with its
+  known deployment ids; ``LtiToolKey`` rows are gpulab's own signing keys; ``LtiNonce`` remembers used launch
+  nonces until they expire; ``LtiUser``/``LtiContext``/``LtiLink`` map the platform's users, courses (per
+  deployment) and resource links to gpulab's users, courses and assignments or exercises.
 - ``WorkerBeat`` is one grading process's latest sign of life (every worker and the embedded server write
   theirs); ``RevokedSession`` is a logged-out session nonce, shared by every API process.
 """
@@ -385,3 +389,102 @@ class GradeOverride(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     reverted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     reverted_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+
+
+# --- LTI 1.3 (app.domain.lti) ---------------------------------------------------------------------------------
+
+
+class LtiPlatform(Base):
+    """A learning platform (Moodle, Canvas...) registered to launch gpulab: one OAuth client of one issuer."""
+
+    __tablename__ = "lti_platforms"
+    __table_args__ = (UniqueConstraint("issuer", "client_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    issuer: Mapped[str] = mapped_column(String(255))
+    client_id: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(200), default="")
+    auth_login_url: Mapped[str] = mapped_column(String(1024))  # the OIDC authorisation endpoint
+    auth_token_url: Mapped[str] = mapped_column(String(1024))  # OAuth 2 token endpoint (AGS, NRPS)
+    jwks_url: Mapped[str] = mapped_column(String(1024))
+    audience: Mapped[str | None] = mapped_column(String(1024), nullable=True)  # token aud, when not the token URL
+    deployment_ids: Mapped[list[str]] = mapped_column(JSON, default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class LtiToolKey(Base):
+    """One of gpulab's own signing keys; the newest unretired one signs, retired ones stay published a while."""
+
+    __tablename__ = "lti_tool_keys"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kid: Mapped[str] = mapped_column(String(64), unique=True)
+    private_pem: Mapped[str] = mapped_column(Text)
+    public_jwk: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class LtiNonce(Base):
+    """A launch nonce already used with a platform: the same id_token is refused until it has expired."""
+
+    __tablename__ = "lti_nonces"
+
+    platform_id: Mapped[int] = mapped_column(ForeignKey("lti_platforms.id", ondelete="CASCADE"), primary_key=True)
+    nonce: Mapped[str] = mapped_column(String(255), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class LtiUser(Base):
+    """A platform's user (its ``sub``) and the gpulab account launches from that platform sign in."""
+
+    __tablename__ = "lti_users"
+    __table_args__ = (UniqueConstraint("platform_id", "sub"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    platform_id: Mapped[int] = mapped_column(ForeignKey("lti_platforms.id", ondelete="CASCADE"))
+    sub: Mapped[str] = mapped_column(String(255))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    user: Mapped[User] = relationship()
+
+
+class LtiContext(Base):
+    """A platform's course (context ids are unique within a deployment) and the gpulab course it became."""
+
+    __tablename__ = "lti_contexts"
+    __table_args__ = (UniqueConstraint("platform_id", "deployment_id", "context_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    platform_id: Mapped[int] = mapped_column(ForeignKey("lti_platforms.id", ondelete="CASCADE"))
+    deployment_id: Mapped[str] = mapped_column(String(255))
+    context_id: Mapped[str] = mapped_column(String(255))
+    course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    course: Mapped[Course] = relationship()
+
+
+class LtiLink(Base):
+    """A resource link placed in a platform course: what it opens in gpulab and its gradebook column (AGS)."""
+
+    __tablename__ = "lti_links"
+    __table_args__ = (UniqueConstraint("platform_id", "deployment_id", "resource_link_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    platform_id: Mapped[int] = mapped_column(ForeignKey("lti_platforms.id", ondelete="CASCADE"))
+    deployment_id: Mapped[str] = mapped_column(String(255))
+    resource_link_id: Mapped[str] = mapped_column(String(255))
+    title: Mapped[str] = mapped_column(String(200), default="")
+    assignment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("assignments.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    exercise_id: Mapped[int | None] = mapped_column(
+        ForeignKey("exercises.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+    lineitem_url: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    assignment: Mapped[Assignment | None] = relationship()
+    exercise: Mapped[Exercise | None] = relationship()
