@@ -9,9 +9,9 @@ Contract:
   also relays news from other processes (``app.domain.news.relay``) and, on SIGTERM/SIGINT, ends open status
   streams cleanly before the server waits for its connections (``_end_streams_on_stop_signals``).
   ``app.jobs.dispatch`` is imported there, lazily.
-- Middleware, outermost first: security headers, problem details for the middlewares' own error answers
-  (``app.web.errors.ProblemMiddleware``), request-body size limit (twice ``max_code_bytes`` + slack, answered
-  413 before anything is parsed), CSRF rule for ``/api``, signed session cookie.
+- Middleware (``app.web.middleware``), outermost first: security headers, request-body size limit (twice
+  ``max_code_bytes`` + slack, answered 413 before anything is parsed), CSRF rule for ``/api``, signed session
+  cookie. The first two answer their refusals as problem details themselves.
 - The OpenAPI schema declares every error an operation can answer (``app.web.errors.document_problems``): what
   its route declares itself (``problem_responses``), plus what ``error_statuses`` derives: 401/403/404 from the
   dependencies in ``DEPENDENCY_PROBLEMS``, FastAPI's 400 for a request body it cannot decode, and for a
@@ -42,16 +42,10 @@ from starlette.middleware.sessions import SessionMiddleware
 from app.domain import news
 from app.domain.db import engine_for
 from app.domain.ratelimit import limiter_for
-from app.domain.security import (
-    SESSION_COOKIE,
-    UNSAFE_METHODS,
-    BodySizeLimitMiddleware,
-    CSRFMiddleware,
-    LoginLimiter,
-    SecurityHeadersMiddleware,
-)
+from app.domain.security import SESSION_COOKIE, UNSAFE_METHODS, LoginLimiter
 from app.web import deps
-from app.web.errors import ProblemMiddleware, document_problems, install_error_handlers
+from app.web.errors import document_problems, install_error_handlers
+from app.web.middleware import BodySizeLimitMiddleware, CSRFMiddleware, SecurityHeadersMiddleware
 from app.web.pages import error_page
 from app.web.routers import api_router, page_router
 from worker.core.config import Settings, get_settings
@@ -211,6 +205,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES,
         path_limits=STAFF_BODY_LIMITS,  # exercise uploads and the authoring form carry whole folders
     )
-    app.add_middleware(ProblemMiddleware)  # the error answers of the middlewares inside it, as problem details
     app.add_middleware(SecurityHeadersMiddleware)
     return app

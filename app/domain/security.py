@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import secrets
 import time
 from datetime import timedelta
@@ -51,7 +50,7 @@ from worker.core.errors import Conflict, Forbidden, InvalidInput, RateLimited
 
 if TYPE_CHECKING:
     from starlette.requests import Request
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+    from starlette.types import Scope
 
 SESSION_COOKIE = "gpulab_session"
 MAX_SCRYPT_N = 2**20  # refuse stored hashes that would make verification a denial of service
@@ -287,7 +286,8 @@ def user_from_session(request: Request, *, session: Session) -> User | None:
 # --- CSRF and security headers ------------------------------------------------------------------------------
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
+    """Return the first value of the request header ``name`` (lower-case bytes), or None."""
     for key, value in scope.get("headers", []):
         if key == name:
             return str(value.decode("latin-1"))
@@ -299,20 +299,20 @@ def csrf_problem(scope: Scope) -> str | None:
     path = scope.get("path", "")
     if scope.get("method") not in UNSAFE_METHODS or not path.startswith("/api/"):
         return None
-    cookies = _header(scope, b"cookie") or ""
+    cookies = header(scope, b"cookie") or ""
     has_session = any(part.strip().startswith(SESSION_COOKIE + "=") for part in cookies.split(";"))
     if not has_session and path != LOGIN_PATH:
         return None  # no ambient credentials to abuse; login is checked too, against login CSRF
-    media_type = (_header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
+    media_type = (header(scope, b"content-type") or "").split(";", 1)[0].strip().lower()
     if media_type != "application/json":
         return "refused as possible cross-site request forgery: send the request as Content-Type: application/json"
-    origin = _header(scope, b"origin")
+    origin = header(scope, b"origin")
     if origin is not None:
-        host = (_header(scope, b"host") or "").lower()
+        host = (header(scope, b"host") or "").lower()
         origin_host = origin.split("://", 1)[-1].rstrip("/").lower() if "://" in origin else None
         if origin_host != host:
             return f"refused as possible cross-site request forgery: Origin {origin!r} does not match this site"
-    if _header(scope, b"sec-fetch-site") == "cross-site":
+    if header(scope, b"sec-fetch-site") == "cross-site":
         return "refused as possible cross-site request forgery: the browser marked it cross-site"
     return None
 
@@ -334,114 +334,3 @@ def verify_csrf(request: Request, token: str | None) -> None:
     expected = request.session.get(CSRF_SESSION_KEY)
     if not isinstance(expected, str) or not token or not hmac.compare_digest(expected, token):
         raise Forbidden("the form expired or did not come from this site; reload the page and try again")
-
-
-async def _send_json(send: Send, status: int, detail: str, *, close: bool = False) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if close:  # the unread rest of an oversized body must not be taken for the next request
-        headers.append((b"connection", b"close"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-class CSRFMiddleware:
-    """Refuse forged state-changing API requests with 403 before any route runs."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (problem := csrf_problem(scope)):
-            await _send_json(send, 403, problem)
-            return
-        await self.app(scope, receive, send)
-
-
-class BodySizeLimitMiddleware:
-    """Answer 413 to a request body over ``max_bytes`` without handing any of it to the app.
-
-    The body is read (at most ``max_bytes`` + one chunk) before the app runs, so a huge upload is refused
-    whether or not it declares a Content-Length; the limit is small, so buffering it costs little.
-    """
-
-    BODY_METHODS = UNSAFE_METHODS
-
-    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-        self.path_limits = path_limits or {}
-
-    def _limit(self, path: str) -> int:
-        return next((n for prefix, n in self.path_limits.items() if path.startswith(prefix)), self.max_bytes)
-
-    def _too_large(self, limit: int) -> str:
-        return f"request body is larger than {limit // 1024} KiB"
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") not in self.BODY_METHODS:
-            await self.app(scope, receive, send)
-            return
-        limit = self._limit(scope.get("path", ""))
-        declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _send_json(send, 413, self._too_large(limit), close=True)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                await _send_json(send, 413, self._too_large(limit), close=True)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-class SecurityHeadersMiddleware:
-    """Add a strict Content-Security-Policy and friends to every response (not to the API docs page, whose
-    Swagger UI starts from an inline script)."""
-
-    CSP = (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
-    )
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        docs = scope.get("path", "") in ("/docs", "/redoc", "/docs/oauth2-redirect")
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers += [
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"same-origin"),
-                    (b"x-frame-options", b"DENY"),
-                ]
-                if not docs:
-                    headers.append((b"content-security-policy", self.CSP.encode()))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)

@@ -14,8 +14,8 @@ Contract:
   lists each field error as pydantic reports it, ``{"loc": [...], "msg": ..., "type": ...}``, never the input
   (it may be a password). RateLimited and RunnerUnavailable answers carry ``Retry-After``. docs/api.md lists
   the types.
-- ``ProblemMiddleware`` turns the hand-made JSON error answers of the ASGI middlewares (``app.domain.security``:
-  CSRF 403, body size 413, ``{"detail": message}``) into problems of the kind listed first for their status.
+- The ASGI middlewares (``app.web.middleware``: CSRF 403, body size 413) answer before any handler runs; they
+  build the same problems with ``problem_of`` and ``problem_body``.
 - OpenAPI: ``problem_responses(*statuses)`` is a route's ``responses=`` for the errors its own code raises;
   ``document_problems(app, statuses_of=...)`` makes ``app.openapi()`` declare, for every operation, also the
   statuses ``statuses_of(route)`` derives (dependencies, middleware), all as ``Problem`` under
@@ -25,7 +25,6 @@ Contract:
 from __future__ import annotations
 
 import http
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
     from fastapi.routing import RouteContext
     from starlette.requests import Request
     from starlette.responses import Response
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
     PageError = Callable[[Request, int, str, Exception], Response]
 
@@ -247,65 +245,6 @@ def install_error_handlers(app: FastAPI, *, page_error: PageError) -> None:
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(Exception, unexpected_error)
-
-
-class ProblemMiddleware:
-    """Rewrite hand-made JSON error answers (``{"detail": message}``, status 400+) on JSON paths as problems.
-
-    The ASGI middlewares of ``app.domain.security`` answer before any route or exception handler runs, and the
-    domain cannot import the web layer; this is where their answers get the one error format. Other answers pass
-    through untouched, unbuffered.
-    """
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not wants_json(scope.get("path", "")):
-            await self.app(scope, receive, send)
-            return
-        held: Message | None = None
-        chunks: list[bytes] = []
-
-        async def rewrite(message: Message) -> None:
-            nonlocal held
-            if message["type"] == "http.response.start":
-                if message["status"] >= 400 and _media_type(message) == "application/json":
-                    held = message  # wait for the body: it decides
-                    return
-            elif held is not None and message["type"] == "http.response.body":
-                chunks.append(message.get("body", b""))
-                if message.get("more_body", False):
-                    return
-                start, body = _as_problem(held, b"".join(chunks), scope.get("path", ""))
-                await send(start)
-                await send({"type": "http.response.body", "body": body})
-                return
-            await send(message)
-
-        await self.app(scope, receive, rewrite)
-
-
-def _media_type(start: Message) -> str:
-    for key, value in start.get("headers", []):
-        if key.lower() == b"content-type":
-            return str(value.decode("latin-1").split(";", 1)[0].strip().lower())
-    return ""
-
-
-def _as_problem(start: Message, body: bytes, path: str) -> tuple[Message, bytes]:
-    """Return the start message and body of ``body`` as a problem, or both unchanged if it is not ``{"detail"}``."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return start, body
-    if not (isinstance(parsed, dict) and set(parsed) == {"detail"} and isinstance(parsed["detail"], str)):
-        return start, body
-    status = start["status"]
-    new_body = problem_body(problem_of(kind_for_status(status), status, parsed["detail"], path))
-    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() not in (b"content-type", b"content-length")]
-    headers += [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(new_body)).encode())]
-    return {**start, "headers": headers}, new_body
 
 
 # --- OpenAPI ---------------------------------------------------------------------------------------------------

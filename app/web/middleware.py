@@ -1,0 +1,131 @@
+"""The ASGI middlewares of the web side: CSRF refusal of API calls, the request-body size limit, security headers.
+
+Contract: ``CSRFMiddleware`` answers 403 to a state-changing API call that ``app.domain.security.csrf_problem``
+refuses; ``BodySizeLimitMiddleware`` answers 413 to a body over its limit (per path prefix) without handing any
+of it to the app. Both answer before any route or exception handler runs, in the one error format
+(``app.web.errors``: a problem on JSON paths; on page paths the sentence as plain text). ``SecurityHeadersMiddleware``
+adds a strict Content-Security-Policy and friends to every answer.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.domain.security import UNSAFE_METHODS, csrf_problem, header
+from app.web.errors import PROBLEM_MEDIA_TYPE, kind_for_status, problem_body, problem_of, wants_json
+
+
+async def _refuse(scope: Scope, send: Send, status: int, detail: str, *, close: bool = False) -> None:
+    """Answer before any route runs: a problem on JSON paths, the sentence as plain text on page paths."""
+    path = scope.get("path", "")
+    if wants_json(path):
+        body, media_type = problem_body(problem_of(kind_for_status(status), status, detail, path)), PROBLEM_MEDIA_TYPE
+    else:
+        body, media_type = detail.encode(), "text/plain; charset=utf-8"
+    headers = [(b"content-type", media_type.encode()), (b"content-length", str(len(body)).encode())]
+    if close:  # the unread rest of an oversized body must not be taken for the next request
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class CSRFMiddleware:
+    """Refuse forged state-changing API requests with 403 before any route runs."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (problem := csrf_problem(scope)):
+            await _refuse(scope, send, 403, problem)
+            return
+        await self.app(scope, receive, send)
+
+
+class BodySizeLimitMiddleware:
+    """Answer 413 to a request body over ``max_bytes`` without handing any of it to the app.
+
+    The body is read (at most ``max_bytes`` + one chunk) before the app runs, so a huge upload is refused
+    whether or not it declares a Content-Length; the limit is small, so buffering it costs little.
+    """
+
+    BODY_METHODS = UNSAFE_METHODS
+
+    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.path_limits = path_limits or {}
+
+    def _limit(self, path: str) -> int:
+        return next((n for prefix, n in self.path_limits.items() if path.startswith(prefix)), self.max_bytes)
+
+    def _too_large(self, limit: int) -> str:
+        return f"request body is larger than {limit // 1024} KiB"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in self.BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        limit = self._limit(scope.get("path", ""))
+        declared = header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _refuse(scope, send, 413, self._too_large(limit), close=True)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await _refuse(scope, send, 413, self._too_large(limit), close=True)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class SecurityHeadersMiddleware:
+    """Add a strict Content-Security-Policy and friends to every response (not to the API docs page, whose
+    Swagger UI starts from an inline script)."""
+
+    CSP = (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+    )
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        docs = scope.get("path", "") in ("/docs", "/redoc", "/docs/oauth2-redirect")
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"same-origin"),
+                    (b"x-frame-options", b"DENY"),
+                ]
+                if not docs:
+                    headers.append((b"content-security-policy", self.CSP.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
