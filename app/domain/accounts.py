@@ -12,7 +12,7 @@ Contract:
   New accounts get a random password, returned once so the admin can hand it over.
 - ``decode_csv`` and ``read_table`` are the file rules ``import_csv`` shares with course enrollment
   (``app.domain.courses.enroll_csv``): size cap, UTF-8 (a BOM is fine), an optional header row (first cell
-  ``email``, or every cell a known column name), blank lines skipped, a cap on the data rows.
+  ``email``, or only known column names, ``email`` among them), blank lines skipped, a cap on the data rows.
 """
 
 from __future__ import annotations
