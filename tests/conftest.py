@@ -3,7 +3,8 @@
 Contract:
 - ``GPULAB_TEST_DATABASE_URL`` (default ``postgresql://postgres@127.0.0.1:5432/gpulab_test``) is created if
   missing and its tables made with ``Base.metadata.create_all`` (migrations are tested on their own); a database
-  whose tables lack a column the models declare is emptied and made afresh.
+  whose tables lack a column the models declare is emptied and made afresh. The practice course (the open
+  catalogue, which migration 0004 creates) is there too.
   Unreachable PostgreSQL skips the tests that need it, or fails them when ``CI=true``.
 - ``db_session`` runs inside an outer transaction that is rolled back after the test; ``session.commit()``
   only releases a savepoint, so nothing a test writes is ever visible to another. Tests ``commit()`` their
@@ -106,6 +107,11 @@ def pg_engine(database_url: str) -> Iterator[Engine]:
             conn.exec_driver_sql("DROP SCHEMA public CASCADE")
             conn.exec_driver_sql("CREATE SCHEMA public")
     Base.metadata.create_all(engine)
+    with Session(engine) as session:  # the migrations create it; create_all does not
+        from app.domain.courses import ensure_practice_course
+
+        ensure_practice_course(session=session)
+        session.commit()
     yield engine
     engine.dispose()
 

@@ -1,11 +1,15 @@
 """courses: members with course roles, dated assignments of exercises, extensions, gradebook overrides
 
+The practice course (slug ``practice``: the open catalogue every logged-in user sees, as before courses) is
+created here, so existing installs keep today's behaviour; deleting it closes the catalogue.
+
 Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-01
 """
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -30,6 +34,11 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("courses", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_courses_slug"), ["slug"], unique=True)
+    courses = sa.table(
+        "courses", sa.column("slug", sa.String), sa.column("title", sa.String), sa.column("is_practice", sa.Boolean),
+        sa.column("created_at", sa.DateTime(timezone=True)),
+    )  # fmt: skip
+    op.bulk_insert(courses, [{"slug": "practice", "title": "Practice", "is_practice": True, "created_at": datetime.now(UTC)}])
 
     op.create_table(
         "assignments",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from app.domain.db import engine_for
 from app.domain.migrate import alembic_config, upgrade
@@ -22,6 +22,8 @@ TABLES = {
 def _round_trip(url: str) -> None:
     upgrade("head", database_url=url)
     assert set(inspect(engine_for(url)).get_table_names()) >= TABLES
+    with engine_for(url).connect() as conn:  # 0004 opens the practice catalogue, as before courses
+        assert conn.execute(text("SELECT slug FROM courses WHERE is_practice")).scalars().all() == ["practice"]
     command.check(alembic_config(url))  # raises if the models drifted from the migrations
     command.downgrade(alembic_config(url), "base")
     assert set(inspect(engine_for(url)).get_table_names()) <= {"alembic_version"}
