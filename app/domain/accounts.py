@@ -50,7 +50,15 @@ class ImportReport:
 
 
 def new_password() -> str:
-    return secrets.token_urlsafe(12)
+    """Return a one-time password of 16 URL-safe characters that starts with a letter or digit.
+
+    A leading ``-`` would be prefixed with ``'`` in a CSV report (a spreadsheet reads it as a formula), and the
+    person handed the report would then type a password that is not theirs.
+    """
+    while True:
+        password = secrets.token_urlsafe(12)
+        if password[0].isalnum():
+            return password
 
 
 def create_account(*, session: Session, email: str, name: str, role: Role, password: str = "") -> NewAccount:
