@@ -67,11 +67,14 @@ DEPENDENCY_PROBLEMS: dict[Callable[..., object], tuple[int, ...]] = {
     deps.get_current_user: (401,),
     _dependency_of(deps.InstructorDep): (403,),
     _dependency_of(deps.AdminDep): (403,),
+    deps.get_course_staff: (403,),
+    deps.get_assignment_staff: (403,),
     **{
         loader: (404,)
         for loader in (
             deps.get_exercise, deps.get_submission, deps.get_staff_exercise, deps.get_staff_version,
-            deps.get_staff_submission, deps.get_check, deps.get_regrade, deps.get_user,
+            deps.get_staff_submission, deps.get_check, deps.get_regrade, deps.get_user, deps.get_course_access,
+            deps.get_assignment_access, deps.get_extension,
         )
     },
 }  # fmt: skip

@@ -53,9 +53,12 @@ def _outcome(result: QuestionResult) -> str:
 
 
 def answer_quiz(
-    *, session: Session, user: User, exercise: Exercise, answers: dict[str, Any]
+    *, session: Session, user: User, exercise: Exercise, answers: dict[str, Any], assignment_id: int | None = None
 ) -> tuple[Submission, QuizResult]:
-    """Check and grade ``answers`` against the current version; add the graded attempt and return it."""
+    """Check and grade ``answers`` against the current version; add the graded attempt and return it.
+
+    ``assignment_id``: the assignment the attempt is made under (the caller has gated it), or None for practice.
+    """
     version = exercise.current_version
     if version is None:
         raise InvalidInput(f"exercise {exercise.slug!r} has no version to answer")
@@ -71,6 +74,7 @@ def answer_quiz(
     submission = Submission(
         user_id=user.id,
         exercise_version_id=version.id,
+        assignment_id=assignment_id,
         code=code,
         status=SubmissionStatus.graded,
         verdict=Verdict.passed if result.passed else Verdict.failed,

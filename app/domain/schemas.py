@@ -59,8 +59,16 @@ class LoginIn(_In):
     password: str = Field(max_length=1024)
 
 
+MAX_ID = 2**31 - 1  # the id columns are Integer (PostgreSQL int4)
+AssignmentRef = Annotated[
+    int | None,
+    Field(default=None, ge=1, le=MAX_ID, description="the assignment this is submitted under (none: practice)"),
+]
+
+
 class SubmissionIn(_In):
     code: str  # size is checked against settings.max_code_bytes by create_submission (413)
+    assignment_id: AssignmentRef = None
 
 
 class MeOut(BaseModel):
@@ -302,6 +310,7 @@ class QuizAnswersIn(_In):
     """``{"answers": {"q1": ["b"], "q2": "my own words"}}``: option ids for choice questions, text otherwise."""
 
     answers: dict[str, list[str] | str]
+    assignment_id: AssignmentRef = None
 
 
 class QuizQuestionResultOut(BaseModel):

@@ -31,9 +31,18 @@ OUTPUT_LIMIT_CHARS = 64 * 1024
 
 
 def create_submission(
-    *, session: Session, user: User | None, exercise: Exercise, code: str, max_bytes: int
+    *,
+    session: Session,
+    user: User | None,
+    exercise: Exercise,
+    code: str,
+    max_bytes: int,
+    assignment_id: int | None = None,
 ) -> Submission:
-    """Validate ``code`` and add a queued submission against the exercise's current version."""
+    """Validate ``code`` and add a queued submission against the exercise's current version.
+
+    ``assignment_id``: the assignment it is made under (the caller has gated it), or None for practice.
+    """
     if len(code.encode("utf-8", errors="surrogatepass")) > max_bytes:
         raise PayloadTooLarge(f"code is larger than {max_bytes // 1024} KiB; submit a smaller file")
     if "\x00" in code:
@@ -50,6 +59,7 @@ def create_submission(
     submission = Submission(
         user_id=user.id if user else None,
         exercise_version_id=version.id,
+        assignment_id=assignment_id,
         code=code,
         status=SubmissionStatus.queued,
         max_score=version.max_score,

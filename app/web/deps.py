@@ -11,11 +11,14 @@ Contract:
   user (``MeOut``) for an error page, which renders after the request's session is rolled back.
 - Load-or-404, defined once for the API and the pages: each authenticates (and authorises) first, then loads
   or raises ``NotFound`` (at once, without a query, for a slug no exercise can have or an id with a NUL
-  character, which PostgreSQL text cannot hold). Learners: ``ExerciseDep`` (published), ``SubmissionDep``
-  (their own: another's is "not found", never "forbidden"). Staff: ``StaffExerciseDep`` (any state),
-  ``StaffVersionDep``, ``StaffSubmissionDep``, ``CheckDep``, ``RegradeDep``. Admins: ``UserDep``. Integer ids
-  are ``RowId``: 1..2**31-1 (every id and version number is an ``Integer`` column, 32 bits in PostgreSQL), so
-  an id no column can hold is a 422, never a 500.
+  character, which PostgreSQL text cannot hold). Learners: ``ExerciseDep`` (published, and open to them: the
+  practice catalogue or a course of theirs), ``SubmissionDep`` (their own: another's is "not found", never
+  "forbidden"). Staff: ``StaffExerciseDep`` (any state), ``StaffVersionDep``, ``StaffSubmissionDep``,
+  ``CheckDep``, ``RegradeDep``. Admins: ``UserDep``. Courses: ``CourseDep`` (a member, or an admin; an
+  outsider gets "not found"), ``CourseStaffDep`` (its instructors and TAs), ``AssignmentDep`` (published, or
+  any for its staff), ``AssignmentStaffDep``, ``ExtensionDep`` (staff of its course). Integer ids are
+  ``RowId``: 1..2**31-1 (every id and version number is an ``Integer`` column, 32 bits in PostgreSQL), so an
+  id no column can hold is a 422, never a 500.
 - ``DispatcherDep`` is the process dispatcher from ``app.jobs.dispatch``; tests override ``get_dispatcher_dep``.
   ``CheckStarterDep`` is the same dispatcher as what starts instructor checks.
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Annotated, Any, Protocol
 
@@ -38,10 +42,23 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from app.domain import courses
 from app.domain.authoring import get_version
 from app.domain.checks import CheckStarter
 from app.domain.exercises import get_published
-from app.domain.models import Exercise, ExerciseCheck, ExerciseVersion, Regrade, Role, Submission, User
+from app.domain.models import (
+    Assignment,
+    Course,
+    CourseRole,
+    Exercise,
+    ExerciseCheck,
+    ExerciseVersion,
+    Extension,
+    Regrade,
+    Role,
+    Submission,
+    User,
+)
 from app.domain.schemas import MeOut
 from app.domain.security import LoginLimiter, user_from_session
 from app.domain.submissions import get_for_user
@@ -170,10 +187,12 @@ def _no_such_submission(submission_id: str) -> bool:
     return "\x00" in submission_id
 
 
-def get_exercise(slug: str, session: SessionDep, _user: CurrentUser) -> Exercise:
+def get_exercise(slug: str, session: SessionDep, user: CurrentUser) -> Exercise:
     if _no_such_exercise(slug):
         raise NotFound(f"no exercise called {slug!r}")
-    return get_published(session=session, slug=slug)
+    exercise = get_published(session=session, slug=slug)
+    courses.require_exercise_access(session=session, user=user, exercise=exercise)  # practice, or a course of theirs
+    return exercise
 
 
 ExerciseDep = Annotated[Exercise, Depends(get_exercise)]
@@ -257,6 +276,83 @@ def get_user(user_id: RowId, session: SessionDep, _admin: AdminDep) -> User:
 
 
 UserDep = Annotated[User, Depends(get_user)]
+
+
+@dataclass(frozen=True)
+class CourseAccess:
+    """A course and the role the current user has in it (an admin counts as its instructor)."""
+
+    course: Course
+    role: CourseRole
+    user: User
+
+    @property
+    def is_staff(self) -> bool:
+        return courses.is_staff(self.role)
+
+
+def get_course_access(slug: str, session: SessionDep, user: CurrentUser) -> CourseAccess:
+    if _no_such_exercise(slug):  # the same slug rules: a NUL or an overlong slug names nothing
+        raise NotFound(f"no course called {slug!r}")
+    course, role = courses.get_course(session=session, slug=slug, user=user)
+    return CourseAccess(course=course, role=role, user=user)
+
+
+CourseDep = Annotated[CourseAccess, Depends(get_course_access)]
+
+
+def get_course_staff(access: CourseDep, session: SessionDep) -> CourseAccess:
+    courses.require_course_role(session=session, course=access.course, user=access.user, roles=courses.STAFF)
+    return access
+
+
+CourseStaffDep = Annotated[CourseAccess, Depends(get_course_staff)]
+
+
+@dataclass(frozen=True)
+class AssignmentAccess:
+    """An assignment the current user may see, its course and their role there."""
+
+    assignment: Assignment
+    course: Course
+    role: CourseRole
+    user: User
+
+    @property
+    def is_staff(self) -> bool:
+        return courses.is_staff(self.role)
+
+
+def get_assignment_access(assignment_id: RowId, session: SessionDep, user: CurrentUser) -> AssignmentAccess:
+    assignment = session.get(Assignment, assignment_id)
+    role = courses.course_role(session=session, course=assignment.course, user=user) if assignment else None
+    if assignment is None or role is None or not (assignment.is_published or courses.is_staff(role)):
+        raise NotFound(f"no assignment {assignment_id}")  # what an outsider cannot see does not exist for them
+    return AssignmentAccess(assignment=assignment, course=assignment.course, role=role, user=user)
+
+
+AssignmentDep = Annotated[AssignmentAccess, Depends(get_assignment_access)]
+
+
+def get_assignment_staff(access: AssignmentDep) -> AssignmentAccess:
+    if not access.is_staff:
+        raise Forbidden("this needs an instructor or a TA of the course")
+    return access
+
+
+AssignmentStaffDep = Annotated[AssignmentAccess, Depends(get_assignment_staff)]
+
+
+def get_extension(extension_id: RowId, session: SessionDep, user: CurrentUser) -> Extension:
+    extension = session.get(Extension, extension_id)
+    assignment = session.get(Assignment, extension.assignment_id) if extension else None
+    role = courses.course_role(session=session, course=assignment.course, user=user) if assignment else None
+    if extension is None or not courses.is_staff(role):
+        raise NotFound(f"no extension {extension_id}")
+    return extension
+
+
+ExtensionDep = Annotated[Extension, Depends(get_extension)]
 
 
 class Dispatcher(Protocol):

@@ -18,6 +18,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
+from app.domain import coursework
 from app.domain.example_runs import ExampleRunner, RunGate, run_examples_now
 from app.domain.exercises import list_published
 from app.domain.models import Exercise, Submission, utcnow
@@ -118,7 +119,12 @@ CODE_ERRORS = {
     413: "The code is larger than a submission may be",
     422: "The request does not match the schema, the code holds a NUL character, or the exercise is not code",
 }
-SUBMIT_ERRORS = problem_responses(413, 422, described=CODE_ERRORS)
+GATE_ERRORS = {
+    403: "Under an assignment: not open yet, closed, no attempts left (or a cross-site request); the detail says which",
+    404: "No such exercise, or no such assignment for this user",
+    429: "Under an assignment: its submission rate is used up; wait Retry-After seconds",
+}
+SUBMIT_ERRORS = problem_responses(403, 404, 413, 422, 429, described=CODE_ERRORS | GATE_ERRORS)
 
 
 @router.post("/{slug}/submissions", status_code=202, responses=SUBMIT_ERRORS)
@@ -131,8 +137,10 @@ def submit(
     dispatcher: DispatcherDep,
 ) -> SubmissionCreated:
     """Store the code as a queued submission and hand it to grading."""
+    under = coursework.gate_submission(session=session, assignment_id=body.assignment_id, exercise=exercise, user=user)
     submission = create_submission(
-        session=session, user=user, exercise=exercise, code=body.code, max_bytes=settings.max_code_bytes
+        session=session, user=user, exercise=exercise, code=body.code, max_bytes=settings.max_code_bytes,
+        assignment_id=under,
     )
     session.commit()
     dispatch_committed(dispatcher, submission)

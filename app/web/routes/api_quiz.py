@@ -3,13 +3,16 @@
 Contract: needs a login (and, with the session cookie, a JSON body: the CSRF rule). The attempt is graded in
 the request, stored as a graded submission and committed before the answer is returned; malformed answers are
 422 with a message naming the question or option. Explanations come back only in this response, for the
-questions this attempt answered. Retries are unlimited; ``best_score`` is the best over all attempts.
+questions this attempt answered. Retries are unlimited in practice; under an assignment (``assignment_id``)
+its gate applies first (dates, attempt limit, rate: 403/429 with the sentence the page shows, 404 for an
+assignment this user is not in). ``best_score`` is the best over all attempts.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
+from app.domain import coursework
 from app.domain.quiz import answer_quiz, progress
 from app.domain.schemas import QuizAnswersIn, QuizAttemptOut
 from app.web.deps import CurrentUser, ExerciseDep, SessionDep
@@ -19,15 +22,24 @@ router = APIRouter(prefix="/api/exercises", tags=["quiz"])
 
 
 QUIZ_ERRORS = problem_responses(
-    422, described={422: "The request does not match the schema, an answer names no such question or option, or "
-                    "the exercise is not a quiz"}
+    403, 404, 422, 429,
+    described={
+        403: "Under an assignment: not open yet, closed or no attempts left (or a cross-site request)",
+        404: "No such exercise, or no such assignment for this user",
+        422: "The request does not match the schema, an answer names no such question or option, or the exercise "
+        "is not a quiz",
+        429: "Under an assignment: its submission rate is used up; wait Retry-After seconds",
+    },
 )  # fmt: skip
 
 
 @router.post("/{slug}/quiz", responses=QUIZ_ERRORS)
 def answer(body: QuizAnswersIn, exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> QuizAttemptOut:
     """Grade the answers, store the attempt and return the feedback for each question."""
-    submission, result = answer_quiz(session=session, user=user, exercise=exercise, answers=body.answers)
+    under = coursework.gate_submission(session=session, assignment_id=body.assignment_id, exercise=exercise, user=user)
+    submission, result = answer_quiz(
+        session=session, user=user, exercise=exercise, answers=body.answers, assignment_id=under
+    )
     standing = progress(session=session, user=user, exercise=exercise)
     session.commit()
     return QuizAttemptOut.of(submission, result, best_score=standing.best_score, attempts=standing.attempts)

@@ -1,0 +1,236 @@
+"""Staff and learner actions on assignments: create and edit them, grant and revoke extensions, submit under one.
+
+Contract:
+- ``create_assignment`` and ``update_assignment`` take the fields of ``AssignmentFields`` (checked by
+  ``assignments.validate_assignment_fields``) and the items as ``(exercise slug, weight)`` pairs, in order;
+  only an editor of the course (its instructor, or an admin) may call them (``Forbidden`` otherwise). An
+  unknown or unpublished exercise, a repeated one, or a weight outside 0..100 is ``InvalidInput``; nothing is
+  written then. Editing items keeps the rows of items that stay (their overrides stay with them).
+- ``grant_extension`` (course staff: instructors and TAs) adds an ``Extension`` for an enrolled learner with a
+  reason (required); ``revoke_extension`` marks one revoked, never deletes it, so the audit list keeps both.
+- ``require_submittable`` is what a submission under an assignment passes before it is stored: the learner is
+  a member of the course, the assignment's gate (``assignments.gate``) allows it now, else ``Forbidden`` or
+  ``RateLimited`` with the gate's sentence. On PostgreSQL it locks the learner's membership row first, so two
+  concurrent submissions of one learner are gated one after the other and an attempt limit is never overrun.
+- The caller commits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.domain import assignments, courses
+from app.domain.models import (
+    Assignment,
+    AssignmentItem,
+    Course,
+    CourseMember,
+    CourseRole,
+    Exercise,
+    Extension,
+    User,
+    utcnow,
+)
+from worker.core.errors import Forbidden, InvalidInput, NotFound
+
+MAX_ITEMS = 100
+MAX_REASON_CHARS = 2000
+MAX_TITLE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class AssignmentFields:
+    """The editable fields of an assignment (dates in UTC; None: no such date or limit)."""
+
+    title: str
+    opens_at: datetime | None = None
+    due_at: datetime | None = None
+    late_until: datetime | None = None
+    late_credit_pct: float = 50.0
+    counts: str = "best"
+    max_attempts: int | None = None
+    rate_burst: int | None = None
+    rate_refill_s: int | None = None
+    is_published: bool = True
+
+
+def _title(text: str) -> str:
+    title = text.strip()
+    if not title or len(title) > MAX_TITLE_CHARS or "\x00" in title:
+        raise InvalidInput(f"an assignment needs a title of 1 to {MAX_TITLE_CHARS} characters")
+    return title
+
+
+def _check(fields: AssignmentFields) -> None:
+    assignments.validate_assignment_fields(
+        opens_at=fields.opens_at, due_at=fields.due_at, late_until=fields.late_until,
+        late_credit_pct=fields.late_credit_pct, counts=fields.counts, max_attempts=fields.max_attempts,
+        rate_burst=fields.rate_burst, rate_refill_s=fields.rate_refill_s,
+    )  # fmt: skip
+
+
+def _exercises(session: Session, items: Sequence[tuple[str, float]]) -> list[tuple[Exercise, float]]:
+    """Resolve ``(slug, weight)`` pairs to published exercises, refusing the whole list on any bad one."""
+    if len(items) > MAX_ITEMS:
+        raise InvalidInput(f"an assignment holds at most {MAX_ITEMS} exercises")
+    slugs = [slug for slug, _ in items]
+    repeated = sorted({s for s in slugs if slugs.count(s) > 1})
+    if repeated:
+        raise InvalidInput(f"each exercise may appear once: {', '.join(repeated)}")
+    found = {e.slug: e for e in session.scalars(select(Exercise).where(Exercise.slug.in_(slugs)))}
+    resolved = []
+    for slug, weight in items:
+        exercise = found.get(slug)
+        if exercise is None or not exercise.is_published:
+            raise InvalidInput(f"no published exercise called {slug!r}")
+        if not math.isfinite(weight) or not 0 <= weight <= 100:
+            raise InvalidInput(f"the weight of {slug!r} must be from 0 to 100")
+        resolved.append((exercise, weight))
+    return resolved
+
+
+def _require_editor(session: Session, course: Course, actor: User) -> None:
+    courses.require_course_role(session=session, course=course, user=actor, roles=(CourseRole.instructor,))
+
+
+def _apply(assignment: Assignment, fields: AssignmentFields) -> None:
+    assignment.title = _title(fields.title)
+    for name in (
+        "opens_at", "due_at", "late_until", "late_credit_pct", "counts", "max_attempts", "rate_burst",
+        "rate_refill_s", "is_published",
+    ):  # fmt: skip
+        setattr(assignment, name, getattr(fields, name))
+
+
+def _set_items(assignment: Assignment, chosen: list[tuple[Exercise, float]]) -> None:
+    kept = {item.exercise_id: item for item in assignment.items}
+    assignment.items = []
+    for position, (exercise, weight) in enumerate(chosen):
+        item = kept.get(exercise.id) or AssignmentItem(exercise=exercise)
+        item.position, item.weight = position, weight
+        assignment.items.append(item)
+
+
+def create_assignment(
+    *, session: Session, course: Course, fields: AssignmentFields, items: Sequence[tuple[str, float]], actor: User
+) -> Assignment:
+    """Add an assignment of ``items`` at the end of ``course``."""
+    _require_editor(session, course, actor)
+    _check(fields)
+    chosen = _exercises(session, items)
+    position = max((a.position for a in course.assignments), default=-1) + 1
+    assignment = Assignment(course=course, position=position, title="")
+    _apply(assignment, fields)
+    _set_items(assignment, chosen)
+    session.add(assignment)
+    session.flush()
+    return assignment
+
+
+def update_assignment(
+    *,
+    session: Session,
+    assignment: Assignment,
+    fields: AssignmentFields,
+    items: Sequence[tuple[str, float]],
+    actor: User,
+) -> Assignment:
+    """Replace the fields and items of ``assignment``."""
+    _require_editor(session, assignment.course, actor)
+    _check(fields)
+    chosen = _exercises(session, items)
+    _apply(assignment, fields)
+    _set_items(assignment, chosen)
+    session.flush()
+    return assignment
+
+
+def _learner_of(session: Session, course: Course, user: User) -> CourseMember:
+    member = session.scalar(
+        select(CourseMember).where(CourseMember.course_id == course.id, CourseMember.user_id == user.id)
+    )
+    if member is None or member.role is not CourseRole.learner:
+        raise InvalidInput(f"{user.email} is not a learner of {course.title!r}")
+    return member
+
+
+def grant_extension(
+    *,
+    session: Session,
+    assignment: Assignment,
+    learner: User,
+    due_at: datetime,
+    late_until: datetime | None,
+    extra_attempts: int,
+    reason: str,
+    actor: User,
+) -> Extension:
+    """Give ``learner`` new dates (and attempts) on ``assignment``, saying why."""
+    courses.require_course_role(session=session, course=assignment.course, user=actor, roles=courses.STAFF)
+    _learner_of(session, assignment.course, learner)
+    why = reason.strip()
+    if not why or len(why) > MAX_REASON_CHARS or "\x00" in why:
+        raise InvalidInput(f"say why, in 1 to {MAX_REASON_CHARS} characters (it is kept in the audit list)")
+    assignments.validate_extension_fields(
+        assignment=assignment, due_at=due_at, late_until=late_until, extra_attempts=extra_attempts
+    )
+    extension = Extension(
+        assignment_id=assignment.id, user_id=learner.id, due_at=due_at, late_until=late_until,
+        extra_attempts=extra_attempts, reason=why, granted_by_id=actor.id,
+    )  # fmt: skip
+    session.add(extension)
+    session.flush()
+    return extension
+
+
+def revoke_extension(*, session: Session, extension: Extension, actor: User) -> Extension:
+    """Mark ``extension`` revoked (kept for the audit list)."""
+    assignment = session.get(Assignment, extension.assignment_id)
+    if assignment is None:
+        raise NotFound(f"no extension {extension.id}")
+    courses.require_course_role(session=session, course=assignment.course, user=actor, roles=courses.STAFF)
+    if extension.revoked_at is None:
+        extension.revoked_at, extension.revoked_by_id = utcnow(), actor.id
+        session.flush()
+    return extension
+
+
+def extensions_of(*, session: Session, assignment: Assignment) -> list[Extension]:
+    """Return every extension of ``assignment``, newest first (revoked ones included)."""
+    stmt = select(Extension).where(Extension.assignment_id == assignment.id).order_by(Extension.created_at.desc())
+    return list(session.scalars(stmt))
+
+
+def require_submittable(
+    *, session: Session, assignment: Assignment, exercise: Exercise, user: User, now: datetime | None = None
+) -> assignments.Gate:
+    """Return the gate of a submission ``user`` is about to make, or raise what refuses it."""
+    member = session.scalar(
+        select(CourseMember)
+        .where(CourseMember.course_id == assignment.course_id, CourseMember.user_id == user.id)
+        .with_for_update()  # one learner's submissions are gated one at a time (PostgreSQL; SQLite: one writer)
+    )
+    if member is None:
+        raise NotFound(f"no assignment {assignment.id}")
+    if member.role is not CourseRole.learner:
+        raise Forbidden("staff try exercises outside the assignment; submissions under it are the learners'")
+    gate = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=now or utcnow())
+    assignments.check_submit(gate)
+    return gate
+
+
+def gate_submission(*, session: Session, assignment_id: int | None, exercise: Exercise, user: User) -> int | None:
+    """Return the assignment id a submission is made under, after its gate let it through (None: practice)."""
+    if assignment_id is None:
+        return None
+    assignment = session.get(Assignment, assignment_id)
+    if assignment is None:
+        raise NotFound(f"no assignment {assignment_id}")
+    require_submittable(session=session, assignment=assignment, exercise=exercise, user=user)
+    return assignment.id
