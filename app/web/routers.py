@@ -12,6 +12,7 @@ from fastapi import APIRouter
 from app.web.routes import (
     api_admin,
     api_auth,
+    api_courses,
     api_exercises,
     api_instructor,
     api_quiz,
@@ -28,6 +29,7 @@ for _router in (
     api_exercises.router,
     api_quiz.router,
     api_submissions.router,
+    api_courses.router,
     api_instructor.router,
     api_admin.router,
     health.router,  # /healthz, /readyz, /metrics: no login, no session
