@@ -86,6 +86,16 @@ class Settings(BaseSettings):
     # Shared state (issue 10 item 3): a live status stream re-reads the database at least this often; news
     # (app/domain/news.py, across processes over Redis with a broker) wakes it sooner, so this is only a safety net.
     events_poll_s: float = Field(default=0.3, gt=0, le=60)
+    # The address browsers and LTI platforms reach gpulab at (https://gpulab.example.edu, no trailing slash):
+    # the LTI endpoints gpulab registers and checks links against. Empty: the address each request came to.
+    public_url: str = ""
+    # LTI 1.3 (app/domain/lti/): how long a launch may take from the OIDC login to the id_token post (the state
+    # cookie's lifetime), the clock skew allowed on a token's exp/iat, how long a retired gpulab key is still
+    # published (launches and platform caches in flight keep verifying), and the limit on each call to a platform.
+    lti_state_max_age_s: int = Field(default=600, ge=30, le=3600)
+    lti_leeway_s: int = Field(default=60, ge=0, le=600)
+    lti_key_grace_s: int = Field(default=3 * 24 * 3600, ge=0)
+    lti_http_timeout_s: float = Field(default=10.0, gt=0, le=60)
 
     @model_validator(mode="after")
     def _refuse_unsafe_defaults(self) -> Settings:
@@ -97,6 +107,9 @@ class Settings(BaseSettings):
                 "GPULAB_GRADING_LEASE_S must be at least three times GPULAB_HEARTBEAT_INTERVAL_S, or a busy database "
                 "would let a live grading lose its lease"
             )
+        self.public_url = self.public_url.rstrip("/")
+        if self.public_url and not self.public_url.startswith(("https://", "http://")):
+            raise ConfigError("GPULAB_PUBLIC_URL must be an absolute http(s) address, e.g. https://gpulab.example.edu")
         if not relaxed:
             if self.sandbox is SandboxKind.unsafe:
                 raise ConfigError("GPULAB_SANDBOX=unsafe runs learner code without isolation; only dev/demo allow it")

@@ -1,0 +1,20 @@
+"""LTI 1.3 Advantage, tool side: learning platforms (Moodle, Canvas...) launch gpulab and sign their people in.
+
+Contract, by module (each owns one step; the web side is ``app.web.routes.lti``):
+- ``vocabulary``: the claim names, message types, scopes and roles of the IMS specs; ``course_role(roles)``.
+- ``toolconfig``: what gpulab tells a platform about itself (``ToolUrls``: login, launch, JWKS endpoints; the
+  client registration with the ``lti-tool-configuration`` claim).
+- ``outbound``: every HTTP call gpulab makes to a platform (JSON only, time- and size-limited, no redirects).
+- ``keys``: gpulab's own RSA signing keys (made at first use, rotated, published as a JWKS).
+- ``platforms``: registered platforms and their deployment ids (manual registration, look-up at login).
+- ``registration``: IMS LTI Dynamic Registration 1.0 (fetch and check the platform's OpenID configuration,
+  register gpulab as its client, store the platform).
+- ``platform_keys``: the platforms' public keys, fetched from their JWKS URL and cached per process.
+- ``oidc``: the third-party initiated login (state and nonce, the authorisation request, the state cookie).
+- ``launch``: verifying the id_token a platform posts (signature, issuer, audience, times, nonce, deployment,
+  message type, version) into a ``Launch``; used nonces are refused.
+- ``provisioning``: what a verified launch does here: the account, the course, the enrollment, the link.
+Functions that take a session take it keyword-only and never commit: the caller commits. Refusals raise the
+shared errors of ``worker.core.errors``: ``Unauthorized`` (the token cannot be trusted), ``Forbidden`` (this
+browser, platform or deployment may not do this), ``InvalidInput`` (a malformed request), ``Conflict``.
+"""
