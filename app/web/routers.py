@@ -2,7 +2,8 @@
 
 Contract: ``app.main.create_app`` includes exactly these two; a new router is added here and nowhere else. The
 API routers are in the OpenAPI schema (``/openapi.json``), the page routers are not, and every page router
-carries ``app.web.pages.FORM_CSRF``.
+carries ``app.web.pages.FORM_CSRF`` except ``lti.router``, whose posts come cross-site from learning platforms by
+design and are bound to the browser by the OIDC state and nonce instead (``app.web.routes.lti``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from app.web.routes import (
     api_quiz,
     api_submissions,
     health,
+    lti,
     pages,
     pages_admin,
     pages_instructor,
@@ -33,9 +35,10 @@ for _router in (
     api_instructor.router,
     api_admin.router,
     health.router,  # /healthz, /readyz, /metrics: no login, no session
+    lti.jwks_router,  # /lti/jwks: gpulab's public keys, JSON for the platforms
 ):
     api_router.include_router(_router)
 
 page_router = APIRouter()
-for _router in (pages.router, pages_instructor.router, pages_admin.router):
+for _router in (pages.router, pages_instructor.router, pages_admin.router, lti.router):
     page_router.include_router(_router)

@@ -1,0 +1,242 @@
+"""LTI 1.3 endpoints under ``/lti``: gpulab's keys, Dynamic Registration, the OIDC login and the launch.
+
+Contract (the rules themselves live in ``app.domain.lti``; this is the HTTP side):
+- ``GET /lti/jwks`` (``jwks_router``, JSON, in the OpenAPI schema): gpulab's public JWK Set, made at first use.
+- ``GET /lti/register?openid_configuration=...&registration_token=...``: Dynamic Registration's initiation URL,
+  for admins. Nobody logged in goes to the log-in page and comes back with the query intact (``AdminDep``'s
+  detour would drop it, hence ``OptionalUser`` and the role check here); another role is refused (403). On
+  success the page shows the platform and loads ``/lti/close.js``, which posts
+  ``{subject: "org.imsglobal.lti.close"}`` to the window that opened it (or its parent frame), as the spec asks.
+- ``GET|POST /lti/login``: the third-party initiated login. It answers a redirect to the platform's
+  authorisation endpoint and sets the state cookie (below); an unknown platform or deployment is refused.
+- ``POST /lti/launch`` (``id_token``, ``state``, or the platform's ``error``): checks the state cookie, verifies
+  the token and provisions (``launch.verify``, ``provisioning.provision``), commits, signs the user in
+  (``app.domain.security.start_session``) and redirects (303) to where the launch lands. The state cookie is
+  deleted whatever the outcome: a state is good for one launch.
+- Refusals: every domain error of these steps is the page ``lti/refused.html`` saying why, with 400 (malformed,
+  or a message gpulab does not handle yet), 401 (``Unauthorized``: the token cannot be trusted), 403
+  (``Forbidden``: this browser, platform, deployment or user may not), or 409 (``Conflict``). The session is
+  rolled back first, so a refused registration, login or launch stores nothing. (The app's error page would
+  answer a 401 on a GET with the log-in page, and a malformed request with 422.)
+- This router has no ``FORM_CSRF``: the login and launch posts come cross-site from the platform by design, and
+  the OIDC state cookie and nonce bind them to the browser instead.
+- The state cookie ``gpulab_lti_<state>`` (path ``/lti/launch``, HttpOnly, ``lti_state_max_age_s``): the launch
+  is a cross-site POST from the platform, which browsers send only ``SameSite=None`` cookies with, and they
+  keep those only when ``Secure``. So when gpulab is served over https (``GPULAB_PUBLIC_URL``, the request, or
+  ``GPULAB_COOKIE_SECURE``) it is ``SameSite=None; Secure``. Over plain http (dev; the loopback test server)
+  a ``SameSite=None`` cookie without ``Secure`` would be dropped, so it is ``SameSite=Lax``: launches then work
+  from a platform on the same site (Moodle on localhost:8080 and gpulab on localhost:8000), and a test client
+  sends it like any cookie.
+- gpulab's pages refuse to be framed (``SecurityHeadersMiddleware``), and its session cookie is SameSite=Lax:
+  platforms must open gpulab in a new window, for launches and for registration (docs/lti.md).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import RedirectResponse, Response
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from app.domain.lti import keys, launch, oidc, provisioning, registration
+from app.domain.lti.platform_keys import PlatformKeys
+from app.domain.lti.toolconfig import ToolUrls, tool_urls
+from app.domain.models import Role
+from app.domain.security import start_session
+from app.web.deps import OptionalUser, SessionDep, SettingsDep
+from app.web.pages import render
+from worker.core.config import Settings
+from worker.core.errors import Conflict, Forbidden, GpulabError, InvalidInput, Unauthorized
+
+router = APIRouter(prefix="/lti", include_in_schema=False)
+jwks_router = APIRouter(prefix="/lti", tags=["lti"])
+
+LAUNCH_PATH = "/lti/launch"
+STATE_RE = re.compile(r"[A-Za-z0-9_-]{20,128}")  # what oidc.begin makes; anything else never had a cookie
+CLOSE_SCRIPT = '(window.opener || window.parent).postMessage({subject: "org.imsglobal.lti.close"}, "*");\n'
+ADVICE = {
+    "launch": "Open gpulab again from your course. If this keeps happening, show this message to whoever runs "
+    "your learning platform.",
+    "registration": "Check the tool registration in the platform and start it again.",
+}
+
+
+def _tool(request: Request, settings: Settings) -> ToolUrls:
+    """Return gpulab's LTI endpoints under its public URL (else the address this request came to)."""
+    return tool_urls(settings.public_url or str(request.base_url))
+
+
+def _status(exc: GpulabError) -> int:
+    if isinstance(exc, Unauthorized):
+        return 401
+    if isinstance(exc, Forbidden):
+        return 403
+    if isinstance(exc, Conflict):
+        return 409
+    return 400
+
+
+def _refused(request: Request, session: Session, exc: GpulabError, *, step: str) -> Response:
+    """Roll back and answer the refusal page for ``exc`` (see the module contract)."""
+    session.rollback()
+    status = _status(exc)
+    title = f"{'Launch' if step == 'launch' else 'Registration'} refused"
+    return render(
+        request, "lti/refused.html", status, title=title, message=exc.message, code=status, advice=ADVICE[step]
+    )
+
+
+def _cookie_flags(settings: Settings, tool: ToolUrls) -> tuple[bool, Literal["none", "lax"]]:
+    """Return Secure and SameSite for the state cookie (see the module contract)."""
+    secure = settings.cookie_secure or tool.base.startswith("https://")
+    return secure, "none" if secure else "lax"
+
+
+def _platform_keys(request: Request, settings: Settings) -> PlatformKeys:
+    """Return this app's cache of platform keys, making it on first use."""
+    found: PlatformKeys | None = getattr(request.app.state, "lti_platform_keys", None)
+    if found is None:
+        found = PlatformKeys(timeout_s=settings.lti_http_timeout_s)
+        request.app.state.lti_platform_keys = found
+    return found
+
+
+def _has_course_pages(request: Request) -> bool:
+    """Say whether the app serves a course page at ``/courses/{slug}`` (a later slice adds it)."""
+    for route in request.app.routes:
+        path = getattr(route, "path", "")
+        if path.startswith("/courses/{") and path.count("/") == 2:
+            return True
+    return False
+
+
+# --- gpulab's keys -----------------------------------------------------------------------------------------
+
+
+@jwks_router.get("/jwks", summary="gpulab's public keys (JWK Set) for LTI platforms")
+def jwks(session: SessionDep, settings: SettingsDep) -> dict[str, list[dict[str, Any]]]:
+    """Return gpulab's current and recently retired public signing keys."""
+    published = keys.jwks(session=session, grace_s=settings.lti_key_grace_s)
+    session.commit()  # the first call made the first key
+    return published
+
+
+# --- Dynamic Registration ----------------------------------------------------------------------------------
+
+
+@router.get("/register")
+def register(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    user: OptionalUser,
+    openid_configuration: Annotated[str, Query(max_length=1024)] = "",
+    registration_token: Annotated[str, Query(max_length=4096)] = "",
+) -> Response:
+    """Register gpulab with the platform that sent an admin here; store it and tell the platform to close."""
+    if user is None:
+        back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse("/login?" + urlencode({"next": back}), status_code=303)
+    try:
+        if user.role is not Role.admin:
+            raise Forbidden("registering a learning platform needs the admin role")
+        if not openid_configuration:
+            raise InvalidInput("start the registration from the platform: this address needs openid_configuration")
+        platform = registration.register(
+            session=session,
+            openid_configuration=openid_configuration,
+            registration_token=registration_token or None,
+            tool=_tool(request, settings),
+            timeout_s=settings.lti_http_timeout_s,
+            allow_http=settings.relaxed,
+        )
+        session.commit()
+    except GpulabError as exc:
+        return _refused(request, session, exc, step="registration")
+    return render(request, "lti/registered.html", platform=platform)
+
+
+@router.get("/close.js")
+async def close_script() -> Response:
+    """Return the script that tells the platform's window the registration is done."""
+    return Response(CLOSE_SCRIPT, media_type="text/javascript", headers={"Cache-Control": "public, max-age=3600"})
+
+
+# --- the OIDC login and the launch -------------------------------------------------------------------------
+
+
+def _begin(request: Request, session: Session, settings: Settings, params: dict[str, str]) -> Response:
+    tool = _tool(request, settings)
+    try:
+        pending, url = oidc.begin(session=session, login=oidc.login_request(params), tool=tool)
+    except GpulabError as exc:
+        return _refused(request, session, exc, step="launch")
+    secure, same_site = _cookie_flags(settings, tool)
+    response = RedirectResponse(url, status_code=302)
+    response.set_cookie(
+        oidc.cookie_name(pending.state),
+        oidc.seal(pending, secret=settings.session_secret()),
+        max_age=settings.lti_state_max_age_s,
+        path=LAUNCH_PATH,
+        httponly=True,
+        secure=secure,
+        samesite=same_site,
+    )
+    return response
+
+
+@router.api_route("/login", methods=["GET", "POST"])
+async def login(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
+    """Start a launch the platform initiated: send the browser to the platform to authenticate."""
+    params = dict(request.query_params)
+    if request.method == "POST":
+        form = await request.form()
+        params.update({name: value for name, value in form.items() if isinstance(value, str)})
+    return await run_in_threadpool(_begin, request, session, settings, params)
+
+
+@router.post("/launch")
+def launch_endpoint(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    id_token: Annotated[str, Form()] = "",
+    state: Annotated[str, Form()] = "",
+    error: Annotated[str, Form()] = "",
+    error_description: Annotated[str, Form()] = "",
+) -> Response:
+    """Check the platform's id_token, sign its user in and send them where the launch lands."""
+    state_ok = STATE_RE.fullmatch(state) is not None
+    tool = _tool(request, settings)
+    try:
+        if error:
+            said = f"{error}: {error_description}" if error_description else error
+            raise InvalidInput(f"the platform did not sign you in ({said[:300]})")
+        sealed = request.cookies.get(oidc.cookie_name(state)) if state_ok else None
+        pending = oidc.unseal(
+            sealed, secret=settings.session_secret(), state=state, max_age_s=settings.lti_state_max_age_s
+        )
+        verified = launch.verify(
+            session=session,
+            pending=pending,
+            id_token=id_token,
+            keys=_platform_keys(request, settings),
+            leeway_s=settings.lti_leeway_s,
+        )
+        landing = provisioning.provision(
+            session=session, launch=verified, tool=tool, course_pages=_has_course_pages(request)
+        )
+        session.commit()
+    except GpulabError as exc:
+        response = _refused(request, session, exc, step="launch")
+    else:
+        start_session(request, landing.user)
+        response = RedirectResponse(landing.path, status_code=303)
+    if state_ok:
+        secure, same_site = _cookie_flags(settings, tool)
+        response.delete_cookie(oidc.cookie_name(state), path=LAUNCH_PATH, secure=secure, samesite=same_site)
+    return response

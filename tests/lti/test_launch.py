@@ -1,0 +1,218 @@
+"""Launches from a real loopback platform: accounts, courses, enrollments, links, the session afterwards."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.domain.models import CourseMember, CourseRole, LtiContext, LtiLink, LtiNonce, LtiUser, Role, User
+from tests.conftest import TinyExercise
+from tests.lti.conftest import Flow
+from tests.lti.platform import (
+    INSTITUTION_INSTRUCTOR,
+    INSTRUCTOR,
+    LEARNER,
+    TEACHING_ASSISTANT,
+    LaunchSpec,
+    LoopbackPlatform,
+)
+
+if TYPE_CHECKING:
+    from fastapi.testclient import TestClient
+
+
+def _user_of(session: Session, platform_id: int, sub: str) -> User:
+    row = session.scalar(select(LtiUser).where(LtiUser.platform_id == platform_id, LtiUser.sub == sub))
+    assert row is not None
+    return row.user
+
+
+def _member(session: Session, user: User) -> CourseMember:
+    member = session.scalar(select(CourseMember).where(CourseMember.user_id == user.id))
+    assert member is not None
+    return member
+
+
+def test_learner_launch_makes_account_course_and_enrollment_and_signs_in(
+    flow: Flow, client: TestClient, registered, platform: LoopbackPlatform, db_session: Session
+) -> None:
+    spec = LaunchSpec(email="Ada@Example.com", name="Ada Lovelace", roles=[LEARNER])
+    started = flow.login(spec)
+    assert started.url.startswith(platform.auth_url + "?")
+    assert started.params["response_type"] == "id_token"
+    assert started.params["response_mode"] == "form_post"
+    assert started.params["scope"] == "openid"
+    assert started.params["prompt"] == "none"
+    assert started.params["redirect_uri"] == "http://testserver/lti/launch"
+    assert started.params["client_id"] == platform.client_id
+    assert started.params["lti_message_hint"] == "message-hint"
+    cookie = started.response.headers["set-cookie"]
+    assert f"gpulab_lti_{started.state}=" in cookie
+    assert "HttpOnly" in cookie and "Path=/lti/launch" in cookie and "SameSite=lax" in cookie.replace("Lax", "lax")
+
+    response = flow.post(flow.authorise(started))
+
+    assert response.status_code == 303, response.text
+    assert response.headers["location"] == "/exercises"  # no course pages yet: see provisioning.destination
+    user = _user_of(db_session, registered.id, spec.sub)
+    assert (user.email, user.name, user.role) == ("ada@example.com", "Ada Lovelace", Role.learner)
+    member = _member(db_session, user)
+    assert (member.role, member.source) == (CourseRole.learner, "lti")
+    assert member.course.title == "GPU Programming 101"
+    assert member.course.slug.startswith("gpu101-")
+    context = db_session.scalar(select(LtiContext).where(LtiContext.course_id == member.course.id))
+    assert context is not None and spec.context is not None and context.context_id == spec.context["id"]
+    link = db_session.scalar(select(LtiLink).where(LtiLink.resource_link_id == spec.resource_link["id"]))
+    assert link is not None and link.title == "Week 1"
+    assert link.lineitem_url == f"{platform.issuer}/ags/lineitems/{spec.resource_link['id']}"
+    assert db_session.scalar(select(func.count()).select_from(LtiNonce)) == 1
+    assert f"gpulab_lti_{started.state}=" in response.headers["set-cookie"]  # the state cookie is deleted
+
+    me = client.get("/api/auth/me")
+    assert me.status_code == 200 and me.json()["email"] == "ada@example.com"
+    assert client.get("/exercises").status_code == 200
+
+
+def test_instructor_launch_gives_the_instructor_role_in_the_course_only(
+    flow: Flow, registered, db_session: Session
+) -> None:
+    spec = LaunchSpec(roles=[INSTRUCTOR, INSTITUTION_INSTRUCTOR])
+    assert flow.launch(spec).status_code == 303
+    user = _user_of(db_session, registered.id, spec.sub)
+    assert _member(db_session, user).role is CourseRole.instructor
+    assert user.role is Role.learner  # a course role, never a site role
+    assert user.email.endswith("@lti.invalid")  # no e-mail claim: a placeholder address
+
+
+def test_teaching_assistant_launch_gives_ta(flow: Flow, registered, db_session: Session) -> None:
+    spec = LaunchSpec(roles=[INSTRUCTOR, TEACHING_ASSISTANT])
+    assert flow.launch(spec).status_code == 303
+    assert _member(db_session, _user_of(db_session, registered.id, spec.sub)).role is CourseRole.ta
+
+
+def test_institution_role_alone_makes_a_learner(flow: Flow, registered, db_session: Session) -> None:
+    spec = LaunchSpec(roles=[INSTITUTION_INSTRUCTOR])
+    assert flow.launch(spec).status_code == 303
+    assert _member(db_session, _user_of(db_session, registered.id, spec.sub)).role is CourseRole.learner
+
+
+def test_a_second_launch_finds_the_same_account_and_course_and_follows_the_role(
+    flow: Flow, registered, db_session: Session
+) -> None:
+    spec = LaunchSpec(roles=[LEARNER], name="Ada")
+    assert flow.launch(spec).status_code == 303
+    spec.roles, spec.name = [INSTRUCTOR], "Ada King"
+    spec.resource_link = {"id": "another-link", "title": "Week 2"}
+    assert flow.launch(spec).status_code == 303
+
+    user = _user_of(db_session, registered.id, spec.sub)
+    assert user.name == "Ada King"
+    members = list(db_session.scalars(select(CourseMember).where(CourseMember.user_id == user.id)))
+    assert [m.role for m in members] == [CourseRole.instructor]
+    contexts = select(func.count()).select_from(LtiContext).where(LtiContext.platform_id == registered.id)
+    assert db_session.scalar(contexts) == 1
+    assert db_session.scalar(select(func.count()).select_from(LtiNonce)) == 2
+
+
+def test_a_hand_made_membership_keeps_its_role(flow: Flow, registered, db_session: Session) -> None:
+    spec = LaunchSpec(roles=[LEARNER])
+    assert flow.launch(spec).status_code == 303
+    member = _member(db_session, _user_of(db_session, registered.id, spec.sub))
+    member.source, member.role = "manual", CourseRole.ta
+    db_session.commit()
+    assert flow.launch(spec).status_code == 303
+    db_session.refresh(member)
+    assert (member.role, member.source) == (CourseRole.ta, "manual")
+
+
+def test_a_hand_made_learner_is_raised_to_the_platform_s_instructor(
+    flow: Flow, registered, db_session: Session
+) -> None:
+    spec = LaunchSpec(roles=[LEARNER])
+    assert flow.launch(spec).status_code == 303
+    member = _member(db_session, _user_of(db_session, registered.id, spec.sub))
+    member.source = "manual"
+    db_session.commit()
+    spec.roles = [INSTRUCTOR]
+    assert flow.launch(spec).status_code == 303
+    db_session.refresh(member)
+    assert (member.role, member.source) == (CourseRole.instructor, "manual")
+
+
+def test_the_last_instructor_is_not_demoted_until_there_is_another(
+    flow: Flow, registered, db_session: Session
+) -> None:
+    teacher = LaunchSpec(roles=[INSTRUCTOR])
+    assert flow.launch(teacher).status_code == 303
+    teacher.roles = [LEARNER]
+    assert flow.launch(teacher).status_code == 303  # the launch goes on, the role stays
+    member = _member(db_session, _user_of(db_session, registered.id, teacher.sub))
+    assert member.role is CourseRole.instructor
+
+    colleague = LaunchSpec(roles=[INSTRUCTOR], context=teacher.context)
+    assert flow.launch(colleague).status_code == 303
+    assert flow.launch(teacher).status_code == 303
+    db_session.refresh(member)
+    assert member.role is CourseRole.learner
+
+
+def test_an_email_another_account_has_gets_a_placeholder_and_leaves_that_account_alone(
+    flow: Flow, registered, db_session: Session, make_user: Callable[..., User]
+) -> None:
+    existing = make_user(Role.admin, email="taken@example.com")
+    spec = LaunchSpec(email="taken@example.com")
+    assert flow.launch(spec).status_code == 303
+    user = _user_of(db_session, registered.id, spec.sub)
+    assert user.id != existing.id and user.email.endswith("@lti.invalid")
+
+
+def test_a_launch_targeting_an_exercise_lands_there_and_links_it(
+    flow: Flow, registered, db_session: Session, tiny_exercise: TinyExercise
+) -> None:
+    spec = LaunchSpec(target_link_uri=f"http://testserver/exercises/{tiny_exercise.slug}")
+    response = flow.launch(spec)
+    assert response.status_code == 303
+    assert response.headers["location"] == f"/exercises/{tiny_exercise.slug}"
+    link = db_session.scalar(select(LtiLink).where(LtiLink.resource_link_id == spec.resource_link["id"]))
+    assert link is not None and link.exercise_id == tiny_exercise.exercise.id
+
+    # The link remembers its exercise: a later launch lands there whatever its target says.
+    spec.target_link_uri = "http://testserver/lti/launch"
+    assert flow.launch(spec).headers["location"] == f"/exercises/{tiny_exercise.slug}"
+
+
+def test_a_launch_without_context_enrolls_nowhere(flow: Flow, registered, db_session: Session) -> None:
+    spec = LaunchSpec(context=None)
+    assert flow.launch(spec).status_code == 303
+    user = _user_of(db_session, registered.id, spec.sub)
+    assert db_session.scalar(select(CourseMember).where(CourseMember.user_id == user.id)) is None
+
+
+def test_login_initiation_by_form_post_and_without_client_id(flow: Flow, registered) -> None:
+    spec = LaunchSpec()
+    started = flow.login(spec, method="POST", client_id="")
+    assert started.params["client_id"] == registered.client_id
+    assert flow.post(flow.authorise(started)).status_code == 303
+
+
+def test_platform_key_rotation_is_followed_by_one_refetch(flow: Flow, registered, platform: LoopbackPlatform) -> None:
+    assert flow.launch(LaunchSpec()).status_code == 303
+    assert flow.launch(LaunchSpec()).status_code == 303
+    assert platform.jwks_fetches == 1  # cached
+
+    platform.rotate()  # the old key is gone at once
+    assert flow.launch(LaunchSpec()).status_code == 303
+    assert platform.jwks_fetches == 2
+
+
+def test_over_https_the_state_cookie_is_samesite_none_and_secure(
+    flow: Flow, registered, settings, platform: LoopbackPlatform
+) -> None:
+    settings.public_url = "https://gpulab.example.edu"
+    started = flow.login(LaunchSpec(target_link_uri="https://gpulab.example.edu/exercises"))
+    assert started.params["redirect_uri"] == "https://gpulab.example.edu/lti/launch"
+    cookie = started.response.headers["set-cookie"].lower()
+    assert "samesite=none" in cookie and "secure" in cookie
