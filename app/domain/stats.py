@@ -8,7 +8,8 @@ Contract:
 - ``timing``: p50/p95 of ``runtime_ms`` and of queue wait (``started_at - created_at``) over the last
   ``TIMING_WINDOW`` settled submissions (nearest-rank percentiles).
 - ``grades_csv`` writes one row per learner x exercise with the columns of ``CSV_COLUMNS``; a text cell that a
-  spreadsheet would run as a formula (starting ``= + - @``, tab or CR) is prefixed with ``'``.
+  spreadsheet would run as a formula (starting ``= + - @``, tab or CR) is prefixed with ``'`` (``csv_cell``, public
+  for the other CSV exports to share).
 - ``score_chart_svg`` returns a self-contained SVG string built only from numbers (no learner text).
 """
 
@@ -147,7 +148,8 @@ def timing(*, session: Session) -> dict[str, float | None]:
     }
 
 
-def _cell_text(value: Any) -> str:
+def csv_cell(value: Any) -> str:
+    """Return ``value`` as CSV cell text, prefixed with ``'`` where a spreadsheet would run it as a formula."""
     text = "" if value is None else str(value)
     return "'" + text if text.startswith(FORMULA_PREFIXES) else text
 
@@ -167,7 +169,7 @@ def grades_csv(matrix: GradeMatrix) -> str:
             last = cell.last.isoformat() if cell.last else ""
             values = (learner.email, row.slug, _number(cell.best), _number(row.max_score), cell.attempts,
                       "yes" if cell.passed else "no", last)  # fmt: skip
-            writer.writerow([_cell_text(v) for v in values])
+            writer.writerow([csv_cell(v) for v in values])
     return out.getvalue()
 
 
