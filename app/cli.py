@@ -14,12 +14,15 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from worker.core.config import Settings, get_settings
 from worker.core.errors import GpulabError
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
 
 EXIT_PASSED, EXIT_NOT_PASSED, EXIT_CANNOT_GRADE = 0, 1, 2
 DEMO_USERS = (
@@ -392,14 +395,49 @@ def demo(host: str, port: int) -> None:
         for email, role, password in DEMO_USERS:
             if session.scalar(select(User).where(User.email == email)) is None:
                 create_user(session=session, email=email, password=password, role=Role(role))
+        session.flush()
+        demo_course(session=session)
     count = len(report.created) + len(report.updated) + len(report.unchanged)
     click.echo("")
     click.echo(f"  gpulab demo: {count} exercises loaded, data in {settings.data_dir}")
     click.echo(f"  open http://{host}:{port}/  and log in as one of:")
     for email, role, password in DEMO_USERS:
         click.echo(f"    {role:<10} {email:<24} password: {password}")
+    click.echo(f"  the learner is enrolled in /courses/{DEMO_COURSE}: one assignment, due a week from its creation")
     click.echo("")
     _serve(host, port)
+
+
+DEMO_COURSE = "multi-gpu-demo"
+DEMO_ASSIGNMENT = ["python-split-batch", "torch-dataparallel", "quiz-torch-dataparallel-why"]
+
+
+def demo_course(*, session: Session) -> None:
+    """Create the demo course once: the demo instructor teaches it, the demo learner is enrolled, one assignment."""
+    from datetime import timedelta
+
+    from sqlalchemy import select
+
+    from app.domain import courses, coursework
+    from app.domain.models import Course, CourseRole, Exercise, User, utcnow
+
+    if session.scalar(select(Course).where(Course.slug == DEMO_COURSE)) is not None:
+        return
+    teacher = session.scalar(select(User).where(User.email == DEMO_USERS[1][0]))
+    learner = session.scalar(select(User).where(User.email == DEMO_USERS[0][0]))
+    if teacher is None or learner is None:
+        return
+    title = "Multi-GPU training (demo)"
+    course = courses.create_course(session=session, slug=DEMO_COURSE, title=title, creator=teacher)
+    courses.enroll(session=session, course=course, user=learner, role=CourseRole.learner)
+    present = set(session.scalars(select(Exercise.slug).where(Exercise.slug.in_(DEMO_ASSIGNMENT))))
+    due_at = (utcnow() + timedelta(days=7)).replace(hour=17, minute=0, second=0, microsecond=0)
+    fields = coursework.AssignmentFields(
+        title="Week 1: data parallelism", opens_at=utcnow() - timedelta(days=1), due_at=due_at,
+        late_until=due_at + timedelta(days=2), late_credit_pct=50, max_attempts=5, rate_burst=3, rate_refill_s=300,
+    )  # fmt: skip
+    items = [(slug, 1.0) for slug in DEMO_ASSIGNMENT if slug in present]
+    coursework.create_assignment(session=session, course=course, fields=fields, items=items, actor=teacher)
 
 
 if __name__ == "__main__":  # pragma: no cover
