@@ -142,9 +142,7 @@ def test_a_hand_made_learner_is_raised_to_the_platform_s_instructor(
     assert (member.role, member.source) == (CourseRole.instructor, "manual")
 
 
-def test_the_last_instructor_is_not_demoted_until_there_is_another(
-    flow: Flow, registered, db_session: Session
-) -> None:
+def test_the_last_instructor_is_not_demoted_until_there_is_another(flow: Flow, registered, db_session: Session) -> None:
     teacher = LaunchSpec(roles=[INSTRUCTOR])
     assert flow.launch(teacher).status_code == 303
     teacher.roles = [LEARNER]

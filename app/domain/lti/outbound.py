@@ -40,9 +40,9 @@ def check_url(url: str, *, what: str, allow_http: bool) -> str:
 def _read(response: httpx.Response, url: str) -> dict[str, Any]:
     if not 200 <= response.status_code < 300:
         raise InvalidInput(f"{url} answered HTTP {response.status_code}")
-    body = b""
+    body = bytearray()
     for chunk in response.iter_bytes():
-        body += chunk
+        body.extend(chunk)
         if len(body) > MAX_RESPONSE_BYTES:
             raise InvalidInput(f"{url} answered more than {MAX_RESPONSE_BYTES // 1024} KiB")
     try:
