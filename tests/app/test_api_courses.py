@@ -7,10 +7,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from app.domain.models import Course, Submission, SubmissionStatus, User, utcnow
+from app.domain.models import AssignmentItem, Course, Submission, SubmissionStatus, User, utcnow
 from tests.conftest import RecordingDispatcher, TinyExercise
 from worker.core.outcome import Verdict
 
@@ -243,3 +243,39 @@ def test_without_the_practice_course_learners_open_only_their_courses_exercises(
     logout(client)
     login(client, other_learner)
     assert client.get(f"/api/exercises/{assigned.slug}").status_code == 404
+
+
+def test_the_gradebook_shows_overrides_and_exports_csv_to_staff_only(
+    client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,
+    tiny_exercise: TinyExercise, db_session: Session,
+) -> None:  # fmt: skip
+    login(client, instructor)
+    made = _assignment(client, course, tiny_exercise.slug)
+    item_id = db_session.scalars(select(AssignmentItem.id).where(AssignmentItem.assignment_id == made["id"])).one()
+    book = client.get(f"/api/courses/{course}/gradebook").json()
+    (row,) = book["rows"]
+    assert row["email"] == learner.email and row["cells"][0]["score_pct"] == 0 and row["total_pct"] == 0
+    assert client.post(
+        f"/api/courses/{course}/overrides", json={"item_id": item_id, "email": learner.email, "score_pct": 80,
+                                                  "comment": " "}
+    ).status_code == 422  # fmt: skip
+    audit = client.post(
+        f"/api/courses/{course}/overrides",
+        json={"item_id": item_id, "email": learner.email, "score_pct": 80, "comment": "oral exam"},
+    )
+    assert audit.status_code == 201 and audit.json()[0]["comment"] == "oral exam" and audit.json()[0]["in_force"]
+    csv_answer = client.get(f"/api/courses/{course}/gradebook.csv")
+    assert csv_answer.headers["content-type"].startswith("text/csv") and "80.0" in csv_answer.text
+    logout(client)
+
+    login(client, learner)
+    assert client.get(f"/api/courses/{course}/gradebook").status_code == 403
+    mine = client.get(f"/api/courses/{course}/grades/me").json()
+    assert mine["cells"][0]["score_pct"] == 80 and mine["cells"][0]["override"]["comment"] == "oral exam"
+    assert client.post(f"/api/overrides/{audit.json()[0]['id']}/revert", json={}).status_code in (403, 404)
+    logout(client)
+
+    login(client, instructor)
+    assert client.post(f"/api/overrides/{audit.json()[0]['id']}/revert", json={}).status_code == 200
+    assert client.get(f"/api/courses/{course}/gradebook").json()["rows"][0]["cells"][0]["score_pct"] == 0
+    assert client.get(f"/api/courses/{course}/overrides").json()[0]["reverted_by"] == instructor.email

@@ -14,11 +14,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from app.domain import assignments, courses, coursework
-from app.domain.models import Assignment, Course, CourseRole, Extension, User, utcnow
+from app.domain import assignments, courses, coursework, gradebook
+from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Extension, User, utcnow
 from app.domain.schemas import UtcDatetime
 from app.web.deps import (
     AssignmentDep,
@@ -28,6 +29,7 @@ from app.web.deps import (
     CurrentUser,
     ExtensionDep,
     InstructorDep,
+    RowId,
     SessionDep,
 )
 from app.web.errors import problem_responses
@@ -372,3 +374,70 @@ def revoke_extension(extension: ExtensionDep, session: SessionDep, user: Current
     session.commit()
     ids = {i for i in (extension.granted_by_id, extension.revoked_by_id) if i is not None}
     return ExtensionOut.of(extension, _emails(session, ids))
+
+
+# --- the gradebook -------------------------------------------------------------------------------------------
+
+
+class OverrideIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    item_id: int = Field(ge=1, le=2**31 - 1, description="the gradebook column (an assignment item)")
+    email: str = Field(min_length=3, max_length=320, description="the learner's e-mail")
+    score_pct: float = Field(ge=0, le=100)
+    comment: str = Field(min_length=1, max_length=2000, description="why (kept in the audit list)")
+
+
+@router.get("/api/courses/{slug}/gradebook")
+def course_gradebook(access: CourseStaffDep, session: SessionDep) -> gradebook.Gradebook:
+    """Return learners x assignment items with late credit, extensions and overrides applied (staff)."""
+    return gradebook.gradebook(session=session, course=access.course, viewer=access.user)
+
+
+@router.get(
+    "/api/courses/{slug}/gradebook.csv",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}}, "description": "the gradebook"}},
+)
+def course_gradebook_csv(access: CourseStaffDep, session: SessionDep) -> PlainTextResponse:
+    """Return the gradebook as CSV, safe to open in a spreadsheet (staff)."""
+    book = gradebook.gradebook(session=session, course=access.course, viewer=access.user)
+    name = f"{access.course.slug}-gradebook.csv"
+    return PlainTextResponse(
+        gradebook.gradebook_csv(book), media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )  # fmt: skip
+
+
+@router.get("/api/courses/{slug}/grades/me")
+def my_course_grades(access: CourseDep, session: SessionDep) -> gradebook.LearnerGrades:
+    """Return my own row of the course's gradebook (published assignments)."""
+    return gradebook.my_grades(session=session, course=access.course, user=access.user)
+
+
+@router.get("/api/courses/{slug}/overrides")
+def course_overrides(access: CourseStaffDep, session: SessionDep) -> list[gradebook.OverrideEntry]:
+    """Return the audit list of grade overrides, newest first, reverted ones included (staff)."""
+    return gradebook.override_history(session=session, course=access.course, viewer=access.user)
+
+
+@router.post("/api/courses/{slug}/overrides", status_code=201, responses=problem_responses(404, 422))
+def override_grade(body: OverrideIn, access: CourseStaffDep, session: SessionDep) -> list[gradebook.OverrideEntry]:
+    """Replace one learner's score on one item, saying why (staff); answer the updated audit list."""
+    item = session.get(AssignmentItem, body.item_id)
+    learner = session.scalar(select(User).where(User.email == body.email.strip().lower()))
+    if item is None or learner is None:
+        raise NotFound("no such item or learner in this course")
+    gradebook.override(
+        session=session, course=access.course, item=item, learner=learner, score_pct=body.score_pct,
+        comment=body.comment, actor=access.user,
+    )  # fmt: skip
+    session.commit()
+    return gradebook.override_history(session=session, course=access.course, viewer=access.user)
+
+
+@router.post("/api/overrides/{override_id}/revert", responses=problem_responses(404))
+def revert_grade_override(override_id: RowId, session: SessionDep, user: CurrentUser) -> dict[str, bool]:
+    """Revert a grade override (it stays in the audit list) (staff of its course)."""
+    gradebook.revert_override(session=session, override_id=override_id, actor=user)
+    session.commit()
+    return {"reverted": True}
