@@ -24,7 +24,12 @@ Contract:
   (``"last"``). Its credit comes from its ``created_at`` against the learner's effective dates (a submission
   outside every window gets none). The newest unreverted ``GradeOverride`` replaces the score; the computed
   one stays in ``computed_pct``. Quiz attempts are submissions and count alike. ``assignment_pct`` is the
-  weighted mean of the items' ``score_pct`` (0 for an assignment without weight).
+  weighted mean of the items' ``score_pct`` (negative weights as 0; 0 for an assignment without weight).
+- Each rule is written once, as a pure core that takes rows already read, so a bulk reader (the gradebook)
+  applies the very same rules: ``dates_from`` (dates from the extension in force), ``countable`` and
+  ``not_platform_failure`` (the SQL conditions), ``fraction`` (a score over its maximum), ``choose`` (which
+  submission counts, its credit, late, the override), ``weighs`` and ``weighted_pct`` (the weighted mean).
+  ``effective_dates``, ``counted`` and ``assignment_pct`` only read their rows and call them.
 - ``validate_assignment_fields``/``validate_extension_fields`` hold the field rules and raise ``InvalidInput``.
 - Times are timezone-aware UTC (naive values, as SQLite returns them, are taken as UTC). Functions that take a
   session take keyword-only arguments, only read, and never commit.
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -160,13 +166,18 @@ def current_extension(*, session: Session, assignment: Assignment, user: User) -
     return session.scalar(stmt)
 
 
-def effective_dates(*, session: Session, assignment: Assignment, user: User) -> Dates:
-    """Return ``user``'s dates on ``assignment``: its own, or those of the extension in force."""
-    extension = current_extension(session=session, assignment=assignment, user=user)
+def dates_from(assignment: Assignment, extension: Extension | None) -> Dates:
+    """Return a learner's dates on ``assignment`` given the extension in force (None: the assignment's own)."""
     opens_at = _utc(assignment.opens_at)
     if extension is None:
         return Dates(opens_at, _utc(assignment.due_at), _utc(assignment.late_until), None)
+    # An extension replaces both dates: without its own late end there is no late period.
     return Dates(opens_at, as_utc(extension.due_at), _utc(extension.late_until), extension)
+
+
+def effective_dates(*, session: Session, assignment: Assignment, user: User) -> Dates:
+    """Return ``user``'s dates on ``assignment``: its own, or those of the extension in force."""
+    return dates_from(assignment, current_extension(session=session, assignment=assignment, user=user))
 
 
 def window(dates: Dates, now: datetime) -> Window:
@@ -195,18 +206,24 @@ def credit_pct(assignment: Assignment, dates: Dates, at: datetime) -> float | No
 # --- attempts and rate --------------------------------------------------------------------------------------
 
 
-def _not_platform_failure() -> list[ColumnElement[bool]]:
+def not_platform_failure() -> list[ColumnElement[bool]]:
+    """Return the SQL conditions that leave platform failures out (status ``error``, verdict ``internal_error``)."""
     return [
         Submission.status != SubmissionStatus.error,
         or_(Submission.verdict.is_(None), Submission.verdict != Verdict.internal_error),
     ]
 
 
+def countable() -> list[ColumnElement[bool]]:
+    """Return the SQL conditions of a submission that may count: graded, scored, not a platform failure."""
+    return [Submission.status == SubmissionStatus.graded, Submission.score.is_not(None), *not_platform_failure()]
+
+
 def _counted_times(*, session: Session, assignment: Assignment, exercise: Exercise, user: User) -> list[datetime]:
     """Return when each counted submission (platform failures left out) was made, oldest first."""
     stmt = (
         of_exercise(exercise)
-        .where(Submission.user_id == user.id, Submission.assignment_id == assignment.id, *_not_platform_failure())
+        .where(Submission.user_id == user.id, Submission.assignment_id == assignment.id, *not_platform_failure())
         .with_only_columns(Submission.created_at)
         .order_by(Submission.created_at)
     )
@@ -217,7 +234,7 @@ def attempts_used(*, session: Session, assignment: Assignment, exercise: Exercis
     """Return how many attempts ``user`` has used on ``exercise`` under ``assignment``."""
     counted = (
         of_exercise(exercise)
-        .where(Submission.user_id == user.id, Submission.assignment_id == assignment.id, *_not_platform_failure())
+        .where(Submission.user_id == user.id, Submission.assignment_id == assignment.id, *not_platform_failure())
         .subquery()
     )
     return int(session.scalar(select(func.count()).select_from(counted)) or 0)
@@ -340,11 +357,59 @@ def check_submit(gate: Gate) -> None:
 # --- what counts --------------------------------------------------------------------------------------------
 
 
-def _fraction(submission: Submission) -> float:
+def fraction(submission: Submission) -> float:
     """Return the submission's score as a fraction of its own maximum, within 0..1."""
     if submission.max_score <= 0:  # an exercise worth no points: passing is all of it
         return 1.0 if submission.verdict is Verdict.passed else 0.0
     return min(1.0, max(0.0, (submission.score or 0.0) / submission.max_score))
+
+
+def choose(
+    *,
+    assignment: Assignment,
+    item: AssignmentItem,
+    dates: Dates,
+    submissions: Iterable[Submission],
+    override: GradeOverride | None,
+) -> Counted:
+    """Return ``item``'s counted result from the learner's countable submissions (oldest first) and override."""
+    chosen: Submission | None = None
+    chosen_credit: float | None = None
+    chosen_pct, chosen_late = 0.0, False
+    for submission in submissions:
+        made_at = as_utc(submission.created_at)
+        credit = credit_pct(assignment, dates, made_at)
+        pct = fraction(submission) * (credit or 0.0)
+        # Oldest first: "last" keeps overwriting; "best" moves only for a strictly better credited score.
+        if chosen is None or assignment.counts == "last" or pct > chosen_pct:
+            chosen, chosen_credit, chosen_pct = submission, credit, pct
+            chosen_late = window(dates, made_at) in (Window.late, Window.closed)
+    score_pct = chosen_pct if override is None else min(100.0, max(0.0, override.score_pct))
+    return Counted(
+        item=item,
+        submission=chosen,
+        raw_fraction=fraction(chosen) if chosen is not None else None,
+        credit_pct=chosen_credit,
+        computed_pct=chosen_pct,
+        score_pct=score_pct,
+        late=chosen_late,
+        extended=dates.extended,
+        override=override,
+    )
+
+
+def weighs(assignment: Assignment) -> bool:
+    """Return whether any item of ``assignment`` carries weight (without, its pct is 0 whatever the scores)."""
+    return any(item.weight > 0 for item in assignment.items)
+
+
+def weighted_pct(pairs: Iterable[tuple[float, float]]) -> float:
+    """Return the weighted mean of ``(weight, pct)`` pairs, negative weights as 0: 0..100 (0 without weight)."""
+    weighed = [(max(0.0, weight), pct) for weight, pct in pairs]
+    total_weight = sum(weight for weight, _ in weighed)
+    if total_weight <= 0:
+        return 0.0
+    return sum(weight * pct for weight, pct in weighed) / total_weight
 
 
 def current_override(*, session: Session, item: AssignmentItem, user: User) -> GradeOverride | None:
@@ -365,52 +430,23 @@ def counted(
     dates = dates or effective_dates(session=session, assignment=assignment, user=user)
     stmt = (
         of_exercise(item.exercise)
-        .where(
-            Submission.user_id == user.id,
-            Submission.assignment_id == assignment.id,
-            Submission.status == SubmissionStatus.graded,
-            Submission.score.is_not(None),
-            *_not_platform_failure(),
-        )
+        .where(Submission.user_id == user.id, Submission.assignment_id == assignment.id, *countable())
         .order_by(Submission.created_at, Submission.id)
     )
-    chosen: Submission | None = None
-    chosen_credit: float | None = None
-    chosen_pct, chosen_late = 0.0, False
-    for submission in session.scalars(stmt):
-        made_at = as_utc(submission.created_at)
-        credit = credit_pct(assignment, dates, made_at)
-        pct = _fraction(submission) * (credit or 0.0)
-        # Oldest first: "last" keeps overwriting; "best" moves only for a strictly better credited score.
-        if chosen is None or assignment.counts == "last" or pct > chosen_pct:
-            chosen, chosen_credit, chosen_pct = submission, credit, pct
-            chosen_late = window(dates, made_at) in (Window.late, Window.closed)
+    submissions = list(session.scalars(stmt))
     override = current_override(session=session, item=item, user=user)
-    score_pct = chosen_pct if override is None else min(100.0, max(0.0, override.score_pct))
-    return Counted(
-        item=item,
-        submission=chosen,
-        raw_fraction=_fraction(chosen) if chosen is not None else None,
-        credit_pct=chosen_credit,
-        computed_pct=chosen_pct,
-        score_pct=score_pct,
-        late=chosen_late,
-        extended=dates.extended,
-        override=override,
-    )
+    return choose(assignment=assignment, item=item, dates=dates, submissions=submissions, override=override)
 
 
 def assignment_pct(*, session: Session, assignment: Assignment, user: User) -> float:
     """Return ``user``'s grade on ``assignment``: the weighted mean of its items' scores, 0..100."""
+    if not weighs(assignment):
+        return 0.0  # no cell to read: none would count
     dates = effective_dates(session=session, assignment=assignment, user=user)
-    total_weight = sum(max(0.0, item.weight) for item in assignment.items)
-    if total_weight <= 0:
-        return 0.0
-    weighted = 0.0
-    for item in assignment.items:
-        cell = counted(session=session, assignment=assignment, item=item, user=user, dates=dates)
-        weighted += max(0.0, item.weight) * cell.score_pct
-    return weighted / total_weight
+    return weighted_pct(
+        (item.weight, counted(session=session, assignment=assignment, item=item, user=user, dates=dates).score_pct)
+        for item in assignment.items
+    )
 
 
 # --- field rules --------------------------------------------------------------------------------------------

@@ -12,10 +12,11 @@ Contract:
 - Cells are ``app.domain.assignments.counted``'s rules, not new ones: which submission counts (best credited or
   last settled, platform failures left out), its credit from the learner's effective dates (the newest unrevoked
   extension), late and extended, the newest unreverted override replacing the score. The gradebook reads what it
-  needs in a fixed number of queries (eight at most, however many learners and items) and applies those rules in
-  memory: ``Dates``, ``window``, ``credit_pct``, the submission filter and the score fraction are the assignments
-  module's own; the choosing loop and the weighted mean mirror ``counted`` and ``assignment_pct``, and a test
-  checks every cell and assignment against them.
+  needs in a fixed number of queries (eight at most, however many learners and items) and hands the rows to the
+  assignments module's pure cores, the very ones ``counted`` and ``assignment_pct`` call: ``countable`` (the
+  submission filter), ``dates_from``, ``choose``, ``weighs`` and ``weighted_pct``. Only the reading is its own
+  (the newest unrevoked extension and unreverted override per cell, picked in bulk); a test checks every cell
+  and assignment against ``counted`` and ``assignment_pct``.
 - Numbers: a cell's ``score_pct`` and ``computed_pct`` are 0..100. An assignment's pct is the weighted mean of its
   items' scores (0 without weight). The course total is the plain mean of the pcts of the published assignments
   that carry weight: every assignment weighs the same, whatever its items; None when there is none. Work not done
@@ -40,7 +41,6 @@ import csv
 import io
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -48,7 +48,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased, load_only, selectinload
 
 from app.domain import assignments, courses
-from app.domain.assignments import Counted, Dates, Window
+from app.domain.assignments import Counted
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -60,7 +60,6 @@ from app.domain.models import (
     Extension,
     GradeOverride,
     Submission,
-    SubmissionStatus,
     User,
     utcnow,
 )
@@ -218,17 +217,14 @@ def _extensions(session: Session, assignment_ids: list[int], user_ids: list[int]
 def _submissions(
     session: Session, assignment_ids: list[int], user_ids: list[int]
 ) -> dict[tuple[int, int, int], list[Submission]]:
-    """Return the settled, non-failed submissions per (assignment, exercise, learner), oldest first."""
+    """Return the countable submissions per (assignment, exercise, learner), oldest first, as ``counted`` reads them."""
     stmt = (
         select(Submission, ExerciseVersion.exercise_id)
         .join(ExerciseVersion, Submission.exercise_version_id == ExerciseVersion.id)
         .where(
             Submission.assignment_id.in_(assignment_ids),
             Submission.user_id.in_(user_ids),
-            Submission.status == SubmissionStatus.graded,
-            Submission.score.is_not(None),
-            # The assignments module's own filter (private there): platform failures cost and count nothing.
-            *assignments._not_platform_failure(),
+            *assignments.countable(),
         )
         .options(load_only(*_SCORED))
         .order_by(Submission.created_at, Submission.id)
@@ -257,61 +253,7 @@ def _overrides(
     return {(o.item_id, o.user_id): (o, email) for o, email in session.execute(stmt)}
 
 
-# --- the rules, in memory ---------------------------------------------------------------------------------------
-
-
-def _dates(assignment: Assignment, extension: Extension | None) -> Dates:
-    """Return a learner's dates on ``assignment`` given the extension in force, as ``effective_dates`` does."""
-    opens_at = as_utc(assignment.opens_at) if assignment.opens_at is not None else None
-    if extension is None:
-        due_at = as_utc(assignment.due_at) if assignment.due_at is not None else None
-        late_until = as_utc(assignment.late_until) if assignment.late_until is not None else None
-        return Dates(opens_at, due_at, late_until, None)
-    # An extension replaces both dates: without its own late end there is no late period.
-    late_until = as_utc(extension.late_until) if extension.late_until is not None else None
-    return Dates(opens_at, as_utc(extension.due_at), late_until, extension)
-
-
-def _count(
-    *,
-    assignment: Assignment,
-    item: AssignmentItem,
-    dates: Dates,
-    submissions: Iterable[Submission],
-    override: GradeOverride | None,
-) -> Counted:
-    """Return ``item``'s counted result from the learner's settled submissions (oldest first), as ``counted``."""
-    chosen: Submission | None = None
-    chosen_credit: float | None = None
-    chosen_pct, chosen_late = 0.0, False
-    for submission in submissions:
-        made_at = as_utc(submission.created_at)
-        credit = assignments.credit_pct(assignment, dates, made_at)
-        pct = assignments._fraction(submission) * (credit or 0.0)  # the assignments module's own fraction
-        # Oldest first: "last" keeps overwriting; "best" moves only for a strictly better credited score.
-        if chosen is None or assignment.counts == "last" or pct > chosen_pct:
-            chosen, chosen_credit, chosen_pct = submission, credit, pct
-            chosen_late = assignments.window(dates, made_at) in (Window.late, Window.closed)
-    score_pct = chosen_pct if override is None else min(100.0, max(0.0, override.score_pct))
-    return Counted(
-        item=item,
-        submission=chosen,
-        raw_fraction=assignments._fraction(chosen) if chosen is not None else None,
-        credit_pct=chosen_credit,
-        computed_pct=chosen_pct,
-        score_pct=score_pct,
-        late=chosen_late,
-        extended=dates.extended,
-        override=override,
-    )
-
-
-def _weighted_pct(items: Sequence[AssignmentItem], cells: dict[int, Cell]) -> float:
-    """Return the weighted mean of the items' scores (``cells`` by item id), as ``assignment_pct``: 0..100."""
-    total_weight = sum(max(0.0, item.weight) for item in items)
-    if total_weight <= 0:
-        return 0.0
-    return sum(max(0.0, item.weight) * cells[item.id].score_pct for item in items) / total_weight
+# --- the rows, by the assignments module's rules ----------------------------------------------------------------
 
 
 def _cell(counted: Counted, author: str | None) -> Cell:
@@ -330,7 +272,7 @@ def _cell(counted: Counted, author: str | None) -> Cell:
 
 
 def _counts_in_total(assignment: Assignment) -> bool:
-    return assignment.is_published and sum(max(0.0, item.weight) for item in assignment.items) > 0
+    return assignment.is_published and assignments.weighs(assignment)
 
 
 def _rows(session: Session, chosen: list[Assignment], learners: list[User]) -> list[LearnerGrades]:
@@ -348,13 +290,16 @@ def _rows(session: Session, chosen: list[Assignment], learners: list[User]) -> l
         cells: dict[int, Cell] = {}
         pcts: dict[int, float] = {}
         for assignment in chosen:
-            dates = _dates(assignment, extensions.get((assignment.id, user.id)))
+            dates = assignments.dates_from(assignment, extensions.get((assignment.id, user.id)))
             for item in _items(assignment):
                 override, author = overrides.get((item.id, user.id), (None, None))
                 mine = submissions.get((assignment.id, item.exercise_id, user.id), [])
-                counted = _count(assignment=assignment, item=item, dates=dates, submissions=mine, override=override)
+                counted = assignments.choose(
+                    assignment=assignment, item=item, dates=dates, submissions=mine, override=override
+                )
                 cells[item.id] = _cell(counted, author)
-            pcts[assignment.id] = _weighted_pct(assignment.items, cells)
+            # In ``assignment_pct``'s order of items, so the sum is the same to the last bit.
+            pcts[assignment.id] = assignments.weighted_pct((i.weight, cells[i.id].score_pct) for i in assignment.items)
         # Every assignment weighs the same in the total, whatever its number of items or their weights.
         counting = [pcts[a.id] for a in chosen if _counts_in_total(a)]
         total = sum(counting) / len(counting) if counting else None

@@ -577,6 +577,29 @@ def test_the_assignment_grade_is_the_weighted_mean_of_its_items(
     assert assignments.assignment_pct(session=db_session, assignment=empty, user=learner) == 0.0
 
 
+def test_the_pure_cores_apply_the_rules_to_rows_already_read() -> None:
+    # What the gradebook calls with rows it read in bulk: no session, the same answers as the wrappers.
+    naive = Assignment(opens_at=OPENS.replace(tzinfo=None), due_at=DUE.replace(tzinfo=None), late_until=None)
+    assert assignments.dates_from(naive, None) == Dates(OPENS, DUE, None, None)  # naive is taken as UTC
+    extension = Extension(due_at=LATE, late_until=None)
+    assert assignments.dates_from(naive, extension) == Dates(OPENS, LATE, None, extension)
+
+    assignment = Assignment(opens_at=OPENS, due_at=DUE, late_until=LATE, late_credit_pct=50.0, counts="best")
+    item = AssignmentItem(position=0, weight=1.0)
+    dates = assignments.dates_from(assignment, None)
+    on_time = Submission(score=3.0, max_score=5.0, created_at=DUE, verdict=Verdict.failed)  # 60 % x 100
+    late = Submission(score=5.0, max_score=5.0, created_at=DUE + TICK, verdict=Verdict.passed)  # 100 % x 50
+    cell = assignments.choose(assignment=assignment, item=item, dates=dates, submissions=[on_time, late], override=None)
+    assert (cell.submission, cell.computed_pct, cell.credit_pct, cell.late) == (on_time, 60.0, 100.0, False)
+    assignment.counts = "last"
+    high = GradeOverride(score_pct=140.0)
+    cell = assignments.choose(assignment=assignment, item=item, dates=dates, submissions=[on_time, late], override=high)
+    assert (cell.submission, cell.computed_pct, cell.score_pct, cell.late) == (late, 50.0, 100.0, True)
+
+    assert assignments.weighted_pct([(1.0, 100.0), (3.0, 20.0), (-2.0, 0.0)]) == pytest.approx(40.0)
+    assert assignments.weighted_pct([(0.0, 100.0), (-1.0, 100.0)]) == 0.0 == assignments.weighted_pct([])
+
+
 # --- field rules --------------------------------------------------------------------------------------------
 
 GOOD: dict[str, Any] = {
