@@ -25,13 +25,17 @@ function showError(element, text) {
   element.hidden = !text;
 }
 
+const SHORT_TIME = { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" };
+// data-format="long" (deadlines): the weekday, the year and the zone's name too, so nobody misreads a due date.
+const LONG_TIME = { weekday: "short", year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short" };
+
 function localTimes(root) {
-  // The server writes UTC; show the reader's own clock where the browser can.
+  // The server writes UTC; show the reader's own clock where the browser can (the UTC text stays as the title).
   for (const element of (root || document).querySelectorAll("time[datetime]")) {
     const when = new Date(element.getAttribute("datetime"));
     if (!Number.isNaN(when.getTime())) {
       element.title = element.textContent;
-      element.textContent = when.toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+      element.textContent = when.toLocaleString(undefined, element.dataset.format === "long" ? LONG_TIME : SHORT_TIME);
     }
   }
 }

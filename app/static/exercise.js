@@ -2,6 +2,8 @@
 // result. A submission is followed over Server-Sent Events (queued -> running -> graded) with a progress
 // indicator; example runs answer directly. Everything from the server or the learner is inserted with
 // textContent, never innerHTML. Without this script the form still posts the textarea to the server.
+// Under an assignment (the form's data-assignment holds its id) the submission carries that id, a refusal
+// (403/429) shows the problem's detail, and the gate sentence above Submit is asked for again after each try.
 "use strict";
 
 (function () {
@@ -138,6 +140,25 @@
     } catch (_) { /* the standing is a convenience; the history page has it all */ }
   }
 
+  // --- the assignment's gate (attempts left, next submission) ----------------------------------------------
+
+  async function refreshGate(form, settled) {
+    const gate = byId("gate-text");
+    if (!form.dataset.assignment || !gate) return;
+    try {
+      const response = await fetch("/api/assignments/" + encodeURIComponent(form.dataset.assignment), { credentials: "same-origin" });
+      if (!response.ok) return;
+      const assignment = await response.json();
+      const item = (assignment.items || []).find((i) => i.exercise === form.dataset.slug);
+      if (!item || !item.gate) return;
+      gate.textContent = item.gate.reason;
+      byId("gate").classList.toggle("gate-refused", !item.gate.allowed);
+      const score = byId("gate-score");
+      // The counted score is news only once a submission settled (a queued one counts as an attempt, not yet a score).
+      if (settled && score && item.score_pct !== null) score.textContent = "Counted score: " + formatPoints(item.score_pct) + "%" + (item.late ? " (late)" : "");
+    } catch (_) { /* the sentence is a convenience; submitting says the same */ }
+  }
+
   // --- following a submission -----------------------------------------------------------------------------
 
   function follow(id, slug, live) {
@@ -149,6 +170,7 @@
       if (live) {
         announce(settledText(sub, "Graded"));
         refreshStanding(slug);
+        refreshGate(byId("submit-form"), true);
       }
     };
     const show = (sub) => {
@@ -186,16 +208,21 @@
     window.gpulab.showError(error, "");
     setBusy(true);
     const slug = form.dataset.slug;
+    const body = { code: currentCode(form) };
+    if (form.dataset.assignment) body.assignment_id = Number(form.dataset.assignment);
     try {
       const response = await window.gpulab.postJson(
-        "/api/exercises/" + encodeURIComponent(slug) + "/submissions", { code: currentCode(form) },
+        "/api/exercises/" + encodeURIComponent(slug) + "/submissions", body,
       );
       if (response.status === 401) { window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname)); return; }
       if (!response.ok) {
+        // Under an assignment a 403/429 says why (the gate's sentence); #submit-error is an alert.
         window.gpulab.showError(error, await window.gpulab.errorText(response));
         setBusy(false);
+        refreshGate(form);
         return;
       }
+      refreshGate(form);  // a queued attempt already counts
       const created = await response.json();
       byId("result").hidden = true;
       startProgress("queued");

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Query, Request
@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks, highlight_python
-from app.domain.models import Submission, User
+from app.domain.models import Exercise, Submission, User
 from app.domain.progress import (
     Progress,
     attempts_for,
@@ -139,24 +139,29 @@ def exercises_page(request: Request, user: CurrentUser, session: SessionDep) -> 
 # --- one exercise --------------------------------------------------------------------------------------------
 
 
+def exercise_context(*, session: Session, user: User, exercise: Exercise, detail: ExerciseDetail) -> dict[str, Any]:
+    """Return what ``exercise.html`` needs to show the code exercise ``detail`` to ``user`` (also under assignments)."""
+    attempts = attempts_for(session=session, user=user, exercise=exercise, limit=None)
+    last = attempts[0] if attempts else None
+    return {
+        "ex": detail,
+        "prompt": highlight_blocks(detail.prompt_html),
+        "examples": {name: highlight_python(source) for name, source in detail.examples.items()},
+        "code": last.code if last is not None else detail.starter_code,
+        "last_id": last.id if last else "",
+        "progress": progress_for(session=session, user=user, exercise=exercise),
+        "has_editor": EDITOR_BUNDLE.is_file(),
+    }
+
+
 @router.get("/exercises/{slug}")
 def exercise_page(request: Request, exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> Response:
     detail = ExerciseDetail.of(exercise)
     if detail.kind == "quiz":  # answered through quiz.js and POST /api/exercises/{slug}/quiz
         progress = progress_for(session=session, user=user, exercise=exercise)
         return render(request, "quiz.html", ex=detail, prompt=highlight_blocks(detail.prompt_html), progress=progress)
-    attempts = attempts_for(session=session, user=user, exercise=exercise, limit=None)
-    last = attempts[0] if attempts else None
     return render(
-        request,
-        "exercise.html",
-        ex=detail,
-        prompt=highlight_blocks(detail.prompt_html),
-        examples={name: highlight_python(source) for name, source in detail.examples.items()},
-        code=last.code if last is not None else detail.starter_code,
-        last_id=last.id if last else "",
-        progress=progress_for(session=session, user=user, exercise=exercise),
-        has_editor=EDITOR_BUNDLE.is_file(),
+        request, "exercise.html", **exercise_context(session=session, user=user, exercise=exercise, detail=detail)
     )
 
 
