@@ -22,6 +22,7 @@ from app.web.routes import (
     lti,
     pages,
     pages_admin,
+    pages_courses,
     pages_instructor,
 )
 
@@ -40,5 +41,5 @@ for _router in (
     api_router.include_router(_router)
 
 page_router = APIRouter()
-for _router in (pages.router, pages_instructor.router, pages_admin.router, lti.router):
+for _router in (pages.router, pages_courses.router, pages_instructor.router, pages_admin.router, lti.router):
     page_router.include_router(_router)
