@@ -15,6 +15,10 @@ Contract (the format is documented for authors in ``exercises/README.md``):
 - Expected test ids (``tests/test_x.py::test_name`` minus the ``tests/`` prefix) are found by reading the
   test files' syntax tree on the host: they are known before anything runs, so a test that never reports
   is counted as failed, never as missing.
+- Visibility tiers (``[visibility]``, ``default_visibility``; code exercises only) say when a learner may see a
+  hidden test's outcome and message: ``now``, ``after_due`` or ``never`` (name and points only). The format
+  only records them (``ExerciseSpec.visibility(test_id)``, ``Visibility.of``); ``app.domain.visibility``
+  applies them. No ``[visibility]`` and no ``default_visibility`` is every test ``now``, as before tiers.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ DeviceMode = Literal["auto", "processes"]
 # "per-test": each test gets a fresh learner process (nothing leaks between tests); "per-file": the tests of one
 # file share it (the learner's module is imported once per file), for exercises whose set-up dominates.
 LearnerProcess = Literal["per-test", "per-file"]
+# When a learner may see a hidden test's outcome and message: at once, once their deadline passed, or never
+# (its name and worth only). Who decides from it is app.domain.visibility.
+Tier = Literal["now", "after_due", "never"]
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")
 KINDS: tuple[str, ...] = get_args(Kind)
@@ -50,6 +57,7 @@ FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 DIFFICULTIES: tuple[str, ...] = get_args(Difficulty)
 DEVICE_MODES: tuple[str, ...] = get_args(DeviceMode)
 LEARNER_PROCESS_MODES: tuple[str, ...] = get_args(LearnerProcess)
+TIERS: tuple[str, ...] = get_args(Tier)
 MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 200
 PRELOADS: dict[str, tuple[str, ...]] = {"python": (), "torch": ("torch",), "tensorflow": ("tensorflow",)}
@@ -89,6 +97,18 @@ class ExpectedTest:
     points: float
 
 
+@dataclass(frozen=True)
+class Visibility:
+    """The tier of every hidden test: the ones ``[visibility]`` names, ``default`` for the rest."""
+
+    default: Tier = "now"
+    tiers: dict[str, Tier] = field(default_factory=dict)
+
+    def of(self, test_id: str) -> Tier:
+        """Return the tier of ``test_id``."""
+        return self.tiers.get(test_id, self.default)
+
+
 class ExerciseMeta(FormatModel):
     """``exercise.toml``: what the exercise is, where and how it is graded, and what its tests are worth."""
 
@@ -103,6 +123,8 @@ class ExerciseMeta(FormatModel):
     learner_process: LearnerProcess = "per-test"
     limits: Limits = Limits()
     points: dict[str, Annotated[float, Field(strict=True, gt=0, le=100)]] = {}  # test id -> weight; default 1
+    default_visibility: Tier = "now"
+    visibility: dict[str, Tier] = {}  # test id -> tier; default default_visibility
     wrong: tuple[WrongVariant, ...] = ()
 
     @field_validator("wrong")
@@ -117,11 +139,21 @@ class ExerciseMeta(FormatModel):
 
     @model_validator(mode="after")
     def _tests_only_for_code(self) -> ExerciseMeta:
-        """Refuse ``[points]`` and ``[[wrong]]`` on a quiz: its questions carry their own points."""
+        """Refuse ``[points]``, ``[[wrong]]`` and visibility tiers on a quiz: it has no hidden tests."""
+        if self.kind != "quiz":
+            return self
         misplaced = sorted({"points", "wrong"} & self.model_fields_set)
-        if self.kind == "quiz" and misplaced:
+        if misplaced:
             raise ValueError(f"a quiz takes no {' or '.join(misplaced)}: its questions in quiz.toml carry the points")
+        tiers = sorted({"default_visibility", "visibility"} & self.model_fields_set)
+        if tiers:
+            # A quiz attempt shows each answered question's explanation at once (app.domain.quiz).
+            raise ValueError(f"a quiz takes no {' or '.join(tiers)}: its results show as soon as it is answered")
         return self
+
+    def visibility_rule(self) -> Visibility:
+        """Return the tiers ``[visibility]`` and ``default_visibility`` declare."""
+        return Visibility(default=self.default_visibility, tiers=dict(self.visibility))
 
 
 @dataclass
@@ -140,6 +172,11 @@ class ExerciseSpec:
     replicas: int = 1
     devices: DeviceMode = "auto"
     learner_process: LearnerProcess = "per-test"
+    test_visibility: Visibility = field(default_factory=Visibility)
+
+    def visibility(self, test_id: str) -> Tier:
+        """Return when a learner may see ``test_id``'s outcome and message: "now", "after_due" or "never"."""
+        return self.test_visibility.of(test_id)
 
     @property
     def prompt_md(self) -> str:
@@ -213,15 +250,19 @@ class ExerciseSpec:
             raise ExerciseFormatError(slug, "slug must be 3-64 characters of a-z, 0-9 and '-'")
         if "exercise.toml" not in files:
             raise ExerciseFormatError(slug, "exercise.toml is missing")
-        try:
-            raw = tomllib.loads(files["exercise.toml"])
-        except tomllib.TOMLDecodeError as exc:
-            raise ExerciseFormatError(slug, f"exercise.toml is not valid TOML: {exc}") from exc
-        try:
-            meta = ExerciseMeta.model_validate(raw)
-        except ValidationError as exc:
-            raise ExerciseFormatError(slug, readable_problem("exercise.toml", exc)) from exc
-        return _build(slug, meta, files)
+        return _build(slug, read_meta(slug, files["exercise.toml"]), files)
+
+
+def read_meta(slug: str, text: str) -> ExerciseMeta:
+    """Read ``exercise.toml`` alone (no check against the folder's other files); raise ``ExerciseFormatError``."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ExerciseFormatError(slug, f"exercise.toml is not valid TOML: {exc}") from exc
+    try:
+        return ExerciseMeta.model_validate(raw)
+    except ValidationError as exc:
+        raise ExerciseFormatError(slug, readable_problem("exercise.toml", exc)) from exc
 
 
 def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec:
@@ -240,6 +281,7 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
         replicas=meta.replicas,
         devices=meta.devices,
         learner_process=meta.learner_process,
+        test_visibility=meta.visibility_rule(),
     )
     if meta.kind == "code":
         for required in ("starter.py", "solution.py"):
@@ -262,9 +304,10 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
 
 def _check_references(slug: str, meta: ExerciseMeta, files: dict[str, str], ids: set[str]) -> None:
     """Check what ``exercise.toml`` names against the folder: tests that exist, ``wrong/`` files declared."""
-    unknown = sorted(set(meta.points) - ids)
-    if unknown:
-        raise ExerciseFormatError(slug, f"exercise.toml: points names unknown tests: {', '.join(unknown)}")
+    for table in ("points", "visibility"):
+        unknown = sorted(set(getattr(meta, table)) - ids)
+        if unknown:
+            raise ExerciseFormatError(slug, f"exercise.toml: {table} names unknown tests: {', '.join(unknown)}")
     for index, variant in enumerate(meta.wrong):
         if variant.path not in files:
             raise ExerciseFormatError(slug, f"exercise.toml: wrong[{index}].file {variant.path!r} does not exist")
