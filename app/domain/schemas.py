@@ -10,22 +10,32 @@ Contract:
   under older e-mail rules can still log in (a wrong address is the usual 401).
 - ``SubmissionOut`` has exactly the documented keys; datetimes are ISO-8601 in UTC (naive values from SQLite
   are taken as UTC); ``verdict`` and ``score`` stay null until the submission is graded or errored.
+- A learner's result withholds what their tests' visibility tiers hold back (``app.domain.visibility``, passed
+  to ``SubmissionOut.of`` as ``shown``): a withheld test keeps its ``name`` and ``max_points`` (its worth) and
+  reads ``visible: false``, ``outcome: "hidden"``, an empty ``message`` and ``points`` 0 (what it earned would
+  tell whether it passed). ``hidden_tests`` counts them, ``newly_visible`` names the tests shown because the
+  learner's deadline passed, ``reveals_at`` is when the waiting ones will show. The grade stays: ``score``,
+  ``verdict``, ``stdout``, ``stderr`` and ``message`` are as without tiers. Without ``shown`` everything is shown
+  (staff's views), and a visible test reads exactly as before tiers, plus ``visible: true``.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.domain.markdown import render_markdown
-from app.domain.models import Exercise, ExerciseVersion, Role, Submission, SubmissionStatus, User
+from app.domain.models import Exercise, ExerciseVersion, Role, Submission, SubmissionStatus, TestResult, User
 from app.domain.progress import DiffLine, Progress
 from app.domain.security import MAX_EMAIL_CHARS, check_email
 from worker.bank.quiz import QuizResult, parse_quiz
 from worker.core.errors import InvalidInput
 from worker.core.outcome import GradeOutcome
+
+if TYPE_CHECKING:
+    from app.domain.visibility import ShownTests  # imports this module (through assignments): a type only
 
 SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)
 
@@ -172,6 +182,9 @@ class SubmissionCreated(BaseModel):
     status: SubmissionStatus
 
 
+HIDDEN_OUTCOME = "hidden"
+
+
 class TestResultOut(BaseModel):
     __test__ = False  # not a pytest test class
     name: str
@@ -179,6 +192,21 @@ class TestResultOut(BaseModel):
     message: str
     points: float
     max_points: float
+    visible: bool = True  # false: name and max_points only (the test's visibility tier holds the rest back)
+
+    @classmethod
+    def of(cls, result: TestResult, *, visible: bool = True) -> TestResultOut:
+        """Return one test's result, or only its name and worth when it is not ``visible``."""
+        if visible:
+            return cls.model_validate(result, from_attributes=True)
+        return cls(
+            name=result.name,
+            outcome=HIDDEN_OUTCOME,
+            message="",
+            points=0.0,
+            max_points=result.max_points,
+            visible=False,
+        )
 
 
 class SubmissionOut(BaseModel):
@@ -197,11 +225,16 @@ class SubmissionOut(BaseModel):
     finished_at: UtcDatetime | None
     runtime_ms: int | None
     device: str
+    hidden_tests: int = 0
+    newly_visible: list[str] = Field(default_factory=list)
+    reveals_at: UtcDatetime | None = None
 
     @classmethod
-    def of(cls, submission: Submission) -> SubmissionOut:
+    def of(cls, submission: Submission, shown: ShownTests | None = None) -> SubmissionOut:
+        """Return ``submission`` as ``shown`` lets its viewer see it (``app.domain.visibility``); all of it without."""
         settled = submission.status in SETTLED
         version = submission.exercise_version
+        tests = [TestResultOut.of(t, visible=shown is None or shown.shows(t.name)) for t in submission.tests]
         return cls(
             id=submission.id,
             exercise=version.exercise.slug,
@@ -210,7 +243,7 @@ class SubmissionOut(BaseModel):
             verdict=submission.verdict.value if settled and submission.verdict else None,
             score=submission.score if settled else None,
             max_score=submission.max_score,
-            tests=[TestResultOut.model_validate(t, from_attributes=True) for t in submission.tests],
+            tests=tests,
             stdout=submission.stdout,
             stderr=submission.stderr,
             message=submission.message,
@@ -218,6 +251,9 @@ class SubmissionOut(BaseModel):
             finished_at=submission.finished_at,
             runtime_ms=submission.runtime_ms,
             device=submission.device,
+            hidden_tests=sum(not t.visible for t in tests),
+            newly_visible=list(shown.newly_visible) if shown else [],
+            reveals_at=shown.reveals_at if shown else None,
         )
 
 
@@ -227,8 +263,9 @@ class StaffSubmissionOut(SubmissionOut):
     user: str | None
 
     @classmethod
-    def of(cls, submission: Submission) -> StaffSubmissionOut:
-        return cls(**SubmissionOut.of(submission).model_dump(), user=submission.user.email if submission.user else None)
+    def of(cls, submission: Submission, shown: ShownTests | None = None) -> StaffSubmissionOut:
+        base = SubmissionOut.of(submission, shown).model_dump()
+        return cls(**base, user=submission.user.email if submission.user else None)
 
 
 # --- the learner's progress, attempts and example runs (app.domain.progress, app.domain.example_runs) ---------
