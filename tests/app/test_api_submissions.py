@@ -27,9 +27,9 @@ pytestmark = pytest.mark.postgres
 
 SUBMISSION_KEYS = {
     "id", "exercise", "exercise_version", "status", "verdict", "score", "max_score", "tests", "stdout", "stderr",
-    "message", "created_at", "finished_at", "runtime_ms", "device",
+    "message", "created_at", "finished_at", "runtime_ms", "device", "hidden_tests", "newly_visible", "reveals_at",
 }  # fmt: skip
-TEST_KEYS = {"name", "outcome", "message", "points", "max_points"}
+TEST_KEYS = {"name", "outcome", "message", "points", "max_points", "visible"}
 
 
 def _submit_row(
@@ -196,7 +196,7 @@ def test_submission_has_exactly_the_documented_shape(
     assert [set(t) for t in body["tests"]] == [TEST_KEYS, TEST_KEYS]
     assert body["tests"][1] == {
         "name": "test_add.py::test_negative", "outcome": "failed", "message": "assert -3 == 1", "points": 0.0,
-        "max_points": 3.0,
+        "max_points": 3.0, "visible": True,
     }  # fmt: skip
     assert body["stdout"] == "out <b>" and body["stderr"] == "err" and body["device"] == "cpu (unsafe sandbox)"
     assert body["runtime_ms"] == 1234 and body["message"] == ""

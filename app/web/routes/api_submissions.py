@@ -1,7 +1,9 @@
 """``/api/submissions`` and ``/api/me``: a submission's result, its live status stream and diff, my list and progress.
 
-Contract: learners see only their own submissions (others' are 404); staff see all. A submission's diff is
-against its author's previous attempt on the same exercise (``previous_id`` null and no lines for the first).
+Contract: learners see only their own submissions (others' are 404); staff see all. The detail, my list and
+every event show of each test what its visibility tier lets the viewer see (``app.domain.visibility``), read
+anew at each event. A submission's diff is against its author's previous attempt on the same exercise
+(``previous_id`` null and no lines for the first).
 The events stream is ``text/event-stream``, framed by FastAPI (``fastapi.sse``): an ``event: status`` whose data
 is the ``SubmissionOut`` JSON, sent first and then at every change of status or verdict (at once on news, see
 ``app.domain.news``: from this process, and from every process when a broker is set; else within
@@ -24,10 +26,11 @@ from starlette.concurrency import run_in_threadpool
 
 from app.domain import news
 from app.domain.exercises import list_published
-from app.domain.models import Submission
+from app.domain.models import Submission, User, utcnow
 from app.domain.progress import Progress, diff_lines, previous_attempt, progress_by_exercise
 from app.domain.schemas import SETTLED, AttemptDiffOut, ProgressOut, SubmissionOut
 from app.domain.submissions import list_for_user
+from app.domain.visibility import shown_for, shown_tests
 from app.web.deps import CurrentUser, SessionDep, SessionFactory, SessionFactoryDep, SubmissionDep
 from app.web.routes.preload import with_current_versions, with_submission_details
 
@@ -39,15 +42,17 @@ router = APIRouter(tags=["submissions"])
 
 
 @router.get("/api/submissions/{submission_id}")
-def submission_detail(submission: SubmissionDep) -> SubmissionOut:
-    """Return one submission with its verdict and per-test results."""
-    return SubmissionOut.of(submission)
+def submission_detail(submission: SubmissionDep, user: CurrentUser, session: SessionDep) -> SubmissionOut:
+    """Return one submission with its verdict and the per-test results its viewer may see."""
+    return SubmissionOut.of(submission, shown_tests(session=session, submission=submission, viewer=user, now=utcnow()))
 
 
 @router.get("/api/me/submissions")
 def my_submissions(user: CurrentUser, session: SessionDep) -> list[SubmissionOut]:
     """List my submissions, newest first."""
-    return [SubmissionOut.of(s) for s in with_submission_details(session, list_for_user(session=session, user=user))]
+    mine = with_submission_details(session, list_for_user(session=session, user=user))
+    shown = shown_for(session=session, submissions=mine, viewer=user, now=utcnow())
+    return [SubmissionOut.of(s, shown[s.id]) for s in mine]
 
 
 @router.get("/api/me/progress")
@@ -66,16 +71,21 @@ def submission_diff(submission: SubmissionDep, session: SessionDep) -> AttemptDi
     return AttemptDiffOut.of(submission, previous, lines)
 
 
-def _snapshot(factory: SessionFactory, submission_id: str) -> SubmissionOut | None:
-    """Read the submission in a short session of its own (runs in a worker thread)."""
+def _snapshot(factory: SessionFactory, submission_id: str, viewer_id: int) -> SubmissionOut | None:
+    """Read the submission as its viewer may see it, in a short session of its own (runs in a worker thread)."""
     with factory() as session:
         session.expire_all()  # a reused session must not answer from its identity map
         submission = session.get(Submission, submission_id)
-        return SubmissionOut.of(submission) if submission is not None else None
+        viewer = session.get(User, viewer_id)
+        if submission is None or viewer is None:
+            return None
+        return SubmissionOut.of(
+            submission, shown_tests(session=session, submission=submission, viewer=viewer, now=utcnow())
+        )
 
 
 async def _status_events(
-    request: Request, factory: SessionFactory, submission_id: str
+    request: Request, factory: SessionFactory, submission_id: str, viewer_id: int
 ) -> AsyncIterator[ServerSentEvent]:
     """Yield events until the submission settles, the client leaves, or the stream is too old."""
     started = last_frame = time.monotonic()
@@ -86,7 +96,7 @@ async def _status_events(
         while time.monotonic() - started < MAX_STREAM_S:
             if await request.is_disconnected():
                 return
-            out = await run_in_threadpool(_snapshot, factory, submission_id)
+            out = await run_in_threadpool(_snapshot, factory, submission_id, viewer_id)
             if out is None:
                 return
             key = (out.status.value, out.verdict)
@@ -144,9 +154,9 @@ async def no_transform(response: Response) -> None:
     dependencies=[Depends(no_transform)],
 )
 async def submission_events(
-    request: Request, submission_id: str, _visible: SubmissionDep, factory: SessionFactoryDep
+    request: Request, submission_id: str, _visible: SubmissionDep, user: CurrentUser, factory: SessionFactoryDep
 ) -> AsyncIterator[ServerSentEvent]:
     """Stream the submission's status as Server-Sent Events until it is graded."""
-    # The id from the path (SubmissionDep checked it): the row is detached once the request's session closes.
-    async for event in _status_events(request, factory, submission_id):
+    # Ids, not rows (SubmissionDep checked the path's): the rows are detached once the request's session closes.
+    async for event in _status_events(request, factory, submission_id, user.id):
         yield event

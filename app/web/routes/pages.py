@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks, highlight_python
-from app.domain.models import Exercise, Submission, User
+from app.domain.models import Exercise, Submission, User, utcnow
 from app.domain.progress import (
     Progress,
     attempts_for,
@@ -40,6 +40,7 @@ from app.domain.progress import (
 from app.domain.schemas import ExerciseDetail, ExerciseSummary, SubmissionOut
 from app.domain.security import authenticate, client_ip, end_session, start_session
 from app.domain.submissions import create_submission, get_for_user
+from app.domain.visibility import shown_for
 from app.web.deps import (
     CurrentUser,
     DispatcherDep,
@@ -209,13 +210,14 @@ def history_page(
     chosen = _chosen(attempts, attempt, session=session, user=user)
     previous = previous_attempt(session=session, submission=chosen) if chosen else None
     numbers = {s.id: len(attempts) - i for i, s in enumerate(attempts)}
+    shown = shown_for(session=session, submissions=attempts, viewer=user, now=utcnow())  # chosen is among them
     return render(
         request,
         "history.html",
         ex=ExerciseSummary.of(exercise),
-        attempts=[SubmissionOut.of(s) for s in attempts],
+        attempts=[SubmissionOut.of(s, shown[s.id]) for s in attempts],
         numbers=numbers,
-        chosen=SubmissionOut.of(chosen) if chosen else None,
+        chosen=SubmissionOut.of(chosen, shown[chosen.id]) if chosen else None,
         chosen_code=highlight_python(chosen.code) if chosen else "",
         previous_id=previous.id if previous else None,
         diff=diff_lines(previous.code, chosen.code) if chosen and previous else [],
