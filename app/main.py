@@ -199,7 +199,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         secret_key=settings.session_secret(),
         session_cookie=SESSION_COOKIE,
         max_age=settings.session_max_age_s,
-        same_site="lax",
+        same_site="none" if settings.frame_origins else "lax",  # framed by an LMS: the cookie must go in its frame
         https_only=settings.cookie_secure,
     )
     app.add_middleware(CSRFMiddleware)
@@ -208,5 +208,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES,
         path_limits=STAFF_BODY_LIMITS,  # exercise uploads and the authoring form carry whole folders
     )
-    app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(SecurityHeadersMiddleware, frame_origins=settings.frame_origins)
     return app

@@ -4,7 +4,8 @@ Contract: ``CSRFMiddleware`` answers 403 to a state-changing API call that ``app
 refuses; ``BodySizeLimitMiddleware`` answers 413 to a body over its limit (per path prefix) without handing any
 of it to the app. Both answer before any route or exception handler runs, in the one error format
 (``app.web.errors``: a problem on JSON paths; on page paths the sentence as plain text). ``SecurityHeadersMiddleware``
-adds a strict Content-Security-Policy and friends to every answer.
+adds a strict Content-Security-Policy and friends to every answer; framing is refused unless
+``GPULAB_FRAME_ANCESTORS`` names the LMS origins that may embed gpulab (then only those, by CSP).
 """
 
 from __future__ import annotations
@@ -103,11 +104,14 @@ class SecurityHeadersMiddleware:
 
     CSP = (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+        "object-src 'none'; base-uri 'none'; frame-ancestors {ancestors}; form-action 'self'"
     )
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, frame_origins: tuple[str, ...] = ()) -> None:
         self.app = app
+        # An LMS that embeds launches may frame every page (the launch lands on any of them); nobody else may.
+        self.csp = self.CSP.format(ancestors=" ".join(frame_origins) if frame_origins else "'none'").encode()
+        self.frame_headers = [] if frame_origins else [(b"x-frame-options", b"DENY")]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,13 +122,10 @@ class SecurityHeadersMiddleware:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
-                headers += [
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"referrer-policy", b"same-origin"),
-                    (b"x-frame-options", b"DENY"),
-                ]
+                headers += [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin")]
+                headers += self.frame_headers
                 if not docs:
-                    headers.append((b"content-security-policy", self.CSP.encode()))
+                    headers.append((b"content-security-policy", self.csp))
                 message = {**message, "headers": headers}
             await send(message)
 

@@ -62,3 +62,45 @@ def test_api_docs_are_served_without_a_cdn(settings: Settings) -> None:
         assert client.get("/static/build/swagger/swagger-ui.css").status_code == 200
         spec = client.get("/openapi.json").json()
         assert spec["openapi"].startswith("3.1") and "/api/auth/login" in spec["paths"]
+
+
+def test_only_the_named_lms_origins_may_frame_gpulab(settings: Settings) -> None:
+    application = create_app(settings)
+    application.state.recover_on_start = False
+    with make_test_client(application) as client:
+        closed = client.get("/login")
+        assert closed.headers["x-frame-options"] == "DENY" and "samesite=lax" in closed.headers["set-cookie"].lower()
+
+    framed = settings.model_copy(update={"frame_ancestors": "https://moodle.example.edu https://lms.example.org/"})
+    application = create_app(framed)
+    application.state.recover_on_start = False
+    with make_test_client(application) as client:
+        page = client.get("/login")
+        assert "x-frame-options" not in page.headers  # CSP's frame-ancestors names who may; XFO cannot list origins
+        csp = page.headers["content-security-policy"]
+        assert "frame-ancestors https://moodle.example.edu https://lms.example.org;" in csp
+        assert "samesite=none" in page.headers["set-cookie"].lower()  # the session works inside the LMS frame
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("moodle.example.edu", "give origins"), ("https://a.edu 'unsafe-inline'", "give origins"),
+     ("https://a.edu/x;y", "give origins")],
+)  # fmt: skip
+def test_frame_ancestors_must_be_origins(settings: Settings, value: str, problem: str) -> None:
+    from worker.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=problem):
+        Settings(**{**settings.model_dump(), "frame_ancestors": value})
+
+
+def test_framing_outside_dev_needs_secure_cookies(settings: Settings) -> None:
+    from worker.core.errors import ConfigError
+
+    fields = {
+        **settings.model_dump(), "mode": "production", "secret_key": "x" * 64, "sandbox": "local",
+        "frame_ancestors": "https://lms.example.edu",
+    }  # fmt: skip
+    with pytest.raises(ConfigError, match="GPULAB_COOKIE_SECURE"):
+        Settings(**{**fields, "cookie_secure": False})
+    assert Settings(**{**fields, "cookie_secure": True}).frame_origins == ("https://lms.example.edu",)

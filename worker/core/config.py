@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     lti_leeway_s: int = Field(default=60, ge=0, le=600)
     lti_key_grace_s: int = Field(default=3 * 24 * 3600, ge=0)
     lti_http_timeout_s: float = Field(default=10.0, gt=0, le=60)
+    # Origins allowed to show gpulab in a frame (an LMS that embeds LTI launches: "https://moodle.example.edu
+    # https://canvas.example.edu"). Empty: no site may frame gpulab. When set, the session cookie is sent in
+    # those frames too (SameSite=None), which browsers accept only over https: GPULAB_COOKIE_SECURE must be on.
+    frame_ancestors: str = ""
 
     @model_validator(mode="after")
     def _refuse_unsafe_defaults(self) -> Settings:
@@ -110,12 +114,23 @@ class Settings(BaseSettings):
         self.public_url = self.public_url.rstrip("/")
         if self.public_url and not self.public_url.startswith(("https://", "http://")):
             raise ConfigError("GPULAB_PUBLIC_URL must be an absolute http(s) address, e.g. https://gpulab.example.edu")
+        for origin in self.frame_origins:
+            scheme, _, host = origin.partition("://")
+            if scheme not in ("https", "http") or not host or any(c in host for c in "/;'\" *"):
+                raise ConfigError(f"GPULAB_FRAME_ANCESTORS holds {origin!r}: give origins, e.g. https://lms.example.edu")
+        if self.frame_origins and not self.cookie_secure and not relaxed:
+            raise ConfigError("GPULAB_FRAME_ANCESTORS needs GPULAB_COOKIE_SECURE=true: framed sessions need https")
         if not relaxed:
             if self.sandbox is SandboxKind.unsafe:
                 raise ConfigError("GPULAB_SANDBOX=unsafe runs learner code without isolation; only dev/demo allow it")
             if self.secret_key and self.secret_is_weak:
                 raise ConfigError(f"GPULAB_SECRET_KEY is weak: use at least {MIN_SECRET_LENGTH} random characters")
         return self
+
+    @property
+    def frame_origins(self) -> tuple[str, ...]:
+        """Return the origins of ``frame_ancestors``, one per space-separated word."""
+        return tuple(dict.fromkeys(o.rstrip("/") for o in self.frame_ancestors.split()))
 
     @property
     def relaxed(self) -> bool:
