@@ -56,13 +56,13 @@ def test_learner_launch_makes_account_course_and_enrollment_and_signs_in(
     response = flow.post(flow.authorise(started))
 
     assert response.status_code == 303, response.text
-    assert response.headers["location"] == "/exercises"  # no course pages yet: see provisioning.destination
     user = _user_of(db_session, registered.id, spec.sub)
     assert (user.email, user.name, user.role) == ("ada@example.com", "Ada Lovelace", Role.learner)
     member = _member(db_session, user)
     assert (member.role, member.source) == (CourseRole.learner, "lti")
     assert member.course.title == "GPU Programming 101"
     assert member.course.slug.startswith("gpu101-")
+    assert response.headers["location"] == f"/courses/{member.course.slug}"  # the launched course's page
     context = db_session.scalar(select(LtiContext).where(LtiContext.course_id == member.course.id))
     assert context is not None and spec.context is not None and context.context_id == spec.context["id"]
     link = db_session.scalar(select(LtiLink).where(LtiLink.resource_link_id == spec.resource_link["id"]))
@@ -74,6 +74,7 @@ def test_learner_launch_makes_account_course_and_enrollment_and_signs_in(
     me = client.get("/api/auth/me")
     assert me.status_code == 200 and me.json()["email"] == "ada@example.com"
     assert client.get("/exercises").status_code == 200
+    assert client.get(f"/courses/{member.course.slug}").status_code == 200  # the landing page opens for them
 
 
 def test_instructor_launch_gives_the_instructor_role_in_the_course_only(
