@@ -87,8 +87,10 @@
     body.replaceChildren();
     for (const test of sub.tests || []) {
       const row = document.createElement("tr");
-      row.className = "outcome-" + test.outcome;
-      for (const text of [test.name, test.outcome, formatPoints(test.points) + " / " + formatPoints(test.max_points)]) {
+      const shown = test.visible !== false; // a test held back by its visibility tier: name and worth only
+      row.className = "outcome-" + (shown ? test.outcome : "hidden");
+      const points = (shown ? formatPoints(test.points) : "\u2013") + " / " + formatPoints(test.max_points);
+      for (const text of [test.name, shown ? test.outcome : "held back", points]) {
         const cell = document.createElement("td");
         cell.textContent = text;
         row.appendChild(cell);

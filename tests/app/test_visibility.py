@@ -165,10 +165,14 @@ def test_a_never_test_never_reveals_its_message_to_the_learner(
     mine = learner_client.get("/api/me/submissions").json()
     assert {s["id"] for s in mine} == set(ids) and all(_withheld(s, NEGATIVE, 3.0) for s in mine)
     assert SECRET not in json.dumps(mine)
+    attempts = learner_client.get(f"/api/exercises/{exercise.slug}/attempts").json()
+    assert {s["id"] for s in attempts} == set(ids) and all(_withheld(s, NEGATIVE, 3.0) for s in attempts)
+    assert SECRET not in json.dumps(attempts)
 
     page = learner_client.get(f"/exercises/{exercise.slug}/history")
     assert page.status_code == 200 and NEGATIVE in page.text and SMALL in page.text
     assert "SECRET-INPUT" not in page.text
+    assert "held back" in page.text and "1 test shows only its name and points" in page.text
 
 
 def test_default_visibility_covers_the_tests_the_table_does_not_name(

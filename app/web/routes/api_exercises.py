@@ -33,6 +33,7 @@ from app.domain.schemas import (
     example_run_out,
 )
 from app.domain.submissions import create_submission
+from app.domain.visibility import shown_for
 from app.web.deps import CurrentUser, Dispatcher, DispatcherDep, ExerciseDep, SessionDep, SettingsDep
 from app.web.errors import problem_responses
 from app.web.routes.preload import with_current_versions, with_submission_details
@@ -196,5 +197,6 @@ def my_progress(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -
 @router.get("/{slug}/attempts")
 def my_attempts(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> list[SubmissionOut]:
     """List my submissions to this exercise (any version), newest first."""
-    attempts = attempts_for(session=session, user=user, exercise=exercise)
-    return [SubmissionOut.of(s) for s in with_submission_details(session, attempts)]
+    attempts = with_submission_details(session, attempts_for(session=session, user=user, exercise=exercise))
+    shown = shown_for(session=session, submissions=attempts, viewer=user, now=utcnow())  # visibility tiers
+    return [SubmissionOut.of(s, shown[s.id]) for s in attempts]
