@@ -23,6 +23,7 @@ from app.web.routes import (
     pages,
     pages_admin,
     pages_courses,
+    pages_gradebook,
     pages_instructor,
 )
 
@@ -41,5 +42,12 @@ for _router in (
     api_router.include_router(_router)
 
 page_router = APIRouter()
-for _router in (pages.router, pages_courses.router, pages_instructor.router, pages_admin.router, lti.router):
+for _router in (
+    pages.router,
+    pages_courses.router,
+    pages_gradebook.router,
+    pages_instructor.router,
+    pages_admin.router,
+    lti.router,
+):
     page_router.include_router(_router)
