@@ -10,8 +10,10 @@ raises, in this order:
   passed or ``iat`` in the future (beyond ``leeway_s`` either way; both are required); ``nonce`` not the one
   this browser's login made.
 - ``Forbidden``: the ``deployment_id`` is not one registered for the platform.
-- ``InvalidInput``: not an ``LtiResourceLinkRequest`` of version 1.3.0 (deep linking is not handled yet), no
-  ``sub`` (anonymous launch), no resource link id, no target link, malformed roles or context claims.
+- ``InvalidInput``: not an ``LtiResourceLinkRequest`` or ``LtiDeepLinkingRequest`` of version 1.3.0, no ``sub``
+  (anonymous launch), no resource link id or no target link (resource link launches; a deep linking request
+  has neither, ``resource_link_id`` is then empty), malformed roles or context claims. ``Launch.message_type``
+  says which; the deep linking settings claim is read by ``app.domain.lti.deep_linking``.
 - ``Unauthorized``: the nonce was used before (a replayed token). Only a launch that passed every other check
   spends its nonce: ``LtiNonce`` keeps it until the token expires (plus the leeway, at most a day: a replay also
   needs the state cookie, which lives an hour at most), and expired ones are purged.
@@ -61,6 +63,7 @@ class Launch:
     target_link_uri: str
     lineitem_url: str | None
     claims: dict[str, Any]
+    message_type: str = v.RESOURCE_LINK_REQUEST
 
 
 def _text(claims: dict[str, Any], name: str) -> str:
@@ -145,17 +148,19 @@ def _launch(claims: dict[str, Any], platform: LtiPlatform) -> Launch:
             "ask a gpulab admin to add it"
         )
     message_type = claims.get(v.MESSAGE_TYPE)
-    if message_type == v.DEEP_LINKING_REQUEST:
-        raise InvalidInput("gpulab does not handle deep linking yet: add gpulab links by hand for now")
-    if message_type != v.RESOURCE_LINK_REQUEST:
-        raise InvalidInput(f"gpulab handles resource link launches only, not {message_type!r}")
+    deep_linking = message_type == v.DEEP_LINKING_REQUEST
+    if message_type != v.RESOURCE_LINK_REQUEST and not deep_linking:
+        raise InvalidInput(f"gpulab handles resource link launches and deep linking only, not {message_type!r}")
     if claims.get(v.VERSION) != v.LTI_VERSION:
         raise InvalidInput(f"gpulab speaks LTI {v.LTI_VERSION}, the launch says {claims.get(v.VERSION)!r}")
     sub = _identifier(claims.get("sub"), what="user (sub): anonymous launches are not supported")
     link = claims.get(v.RESOURCE_LINK)
-    link_id = _identifier(link.get("id") if isinstance(link, dict) else None, what="resource link id")
     target = claims.get(v.TARGET_LINK_URI)
-    if not isinstance(target, str) or not target:
+    if deep_linking:  # no resource link yet: the instructor is about to pick what the links will be
+        link, link_id, target = None, "", target if isinstance(target, str) else ""
+    else:
+        link_id = _identifier(link.get("id") if isinstance(link, dict) else None, what="resource link id")
+    if not isinstance(target, str) or (not target and not deep_linking):
         raise InvalidInput("the launch has no target link")
     roles = claims.get(v.ROLES, [])
     if not isinstance(roles, list):
@@ -183,6 +188,7 @@ def _launch(claims: dict[str, Any], platform: LtiPlatform) -> Launch:
         target_link_uri=target,
         lineitem_url=lineitem if isinstance(lineitem, str) and lineitem else None,
         claims=claims,
+        message_type=v.DEEP_LINKING_REQUEST if deep_linking else v.RESOURCE_LINK_REQUEST,
     )
 
 

@@ -17,7 +17,10 @@ and signs the user in):
   except that the course's last instructor is not demoted (``courses`` refuses it; the launch goes on with the
   role kept); a membership made here by hand only ever gains a role (``courses``' never-lower rule).
 - Link: the ``LtiLink`` of (platform, deployment, resource link id), made at the first launch (an exercise when
-  its target is ``/exercises/<slug>`` on gpulab), its title and AGS line item URL kept current.
+  its target is ``/exercises/<slug>`` on gpulab), its title and AGS line item URL kept current. A link placed by
+  deep linking (``app.domain.lti.deep_linking``) carries a custom parameter (the ``custom`` claim) naming what
+  was picked: ``gpulab_exercise`` (a slug) or ``gpulab_assignment`` (an id, honoured only when the assignment
+  belongs to the launched course); a link that opens nothing yet takes it at its launch.
 - Landing (``destination``): the link's exercise; else the link's assignment's course page; else the target
   link when it is a page on gpulab outside ``/lti/``; else the launched course's page; else ``/exercises``.
   Course pages are used only where ``course_pages`` says the app has them (``/courses/{slug}``); without them
@@ -41,6 +44,7 @@ from app.domain.lti.launch import Launch
 from app.domain.lti.toolconfig import ToolUrls, is_on_tool
 from app.domain.lti.vocabulary import course_role
 from app.domain.models import (
+    Assignment,
     Course,
     CourseMember,
     CourseRole,
@@ -59,6 +63,9 @@ MAX_TITLE_CHARS = 200
 MAX_SLUG_CHARS = 64
 PLACEHOLDER_DOMAIN = "lti.invalid"  # RFC 2606: a name that can never be a real mailbox
 SOURCE = "lti"
+CUSTOM = "https://purl.imsglobal.org/spec/lti/claim/custom"
+CUSTOM_EXERCISE = "gpulab_exercise"
+CUSTOM_ASSIGNMENT = "gpulab_assignment"
 _EXERCISE_PATH = re.compile(r"^/exercises/([a-z0-9][a-z0-9-]{0,63})/?$")
 
 
@@ -163,7 +170,7 @@ def course_for(*, session: Session, launch: Launch) -> Course | None:
     return course
 
 
-def _enroll(*, session: Session, course: Course, user: User, role: CourseRole) -> None:
+def enroll_member(*, session: Session, course: Course, user: User, role: CourseRole) -> None:
     """Enroll ``user`` with the platform's ``role``: exactly it when LTI made the membership, else never lower."""
     member = session.scalar(
         select(CourseMember).where(CourseMember.course_id == course.id, CourseMember.user_id == user.id)
@@ -184,7 +191,21 @@ def _exercise_id(*, session: Session, target: str, tool: ToolUrls) -> int | None
     return session.scalar(select(Exercise.id).where(Exercise.slug == match.group(1))) if match else None
 
 
-def link_for(*, session: Session, launch: Launch, tool: ToolUrls) -> LtiLink:
+def _picked(*, session: Session, launch: Launch, link: LtiLink, course: Course | None) -> None:
+    """Point ``link`` at what deep linking picked for it (its custom parameters), when it opens nothing yet."""
+    custom = launch.claims.get(CUSTOM)
+    if not isinstance(custom, dict) or link.exercise_id is not None or link.assignment_id is not None:
+        return
+    slug, assignment_id = custom.get(CUSTOM_EXERCISE), custom.get(CUSTOM_ASSIGNMENT)
+    if isinstance(slug, str) and slug:
+        link.exercise_id = session.scalar(select(Exercise.id).where(Exercise.slug == slug))
+    elif isinstance(assignment_id, str) and assignment_id.isdigit() and course is not None:
+        assignment = session.get(Assignment, int(assignment_id))
+        if assignment is not None and assignment.course_id == course.id:
+            link.assignment = assignment
+
+
+def link_for(*, session: Session, launch: Launch, tool: ToolUrls, course: Course | None = None) -> LtiLink:
     """Return the resource link of the launch, making it at its first launch; keep its title and line item."""
     query = select(LtiLink).where(
         LtiLink.platform_id == launch.platform.id,
@@ -206,6 +227,7 @@ def link_for(*, session: Session, launch: Launch, tool: ToolUrls) -> LtiLink:
             link = session.scalar(query)
             if link is None:
                 raise
+    _picked(session=session, launch=launch, link=link, course=course)
     if launch.resource_link_title:
         link.title = launch.resource_link_title[:MAX_TITLE_CHARS]
     if launch.lineitem_url:
@@ -244,7 +266,7 @@ def provision(*, session: Session, launch: Launch, tool: ToolUrls, course_pages:
     course = course_for(session=session, launch=launch)
     role = course_role(launch.roles) if course is not None else None
     if course is not None and role is not None:
-        _enroll(session=session, course=course, user=user, role=role)
-    link = link_for(session=session, launch=launch, tool=tool)
+        enroll_member(session=session, course=course, user=user, role=role)
+    link = link_for(session=session, launch=launch, tool=tool, course=course)
     path = destination(link=link, course=course, target=launch.target_link_uri, tool=tool, course_pages=course_pages)
     return Landing(user=user, course=course, role=role, link=link, path=path)

@@ -13,13 +13,23 @@ Contract (the rules themselves live in ``app.domain.lti``; this is the HTTP side
   the token and provisions (``launch.verify``, ``provisioning.provision``), commits, signs the user in
   (``app.domain.security.start_session``) and redirects (303) to where the launch lands. The state cookie is
   deleted whatever the outcome: a state is good for one launch.
+- A deep linking request (``LtiDeepLinkingRequest``) posted to ``/lti/launch`` goes through the same checks,
+  then ``deep_linking.begin`` (instructors only: anyone else gets the refusal page, 403); the instructor is
+  signed in, the pending settings are kept in the new session, and the answer is a redirect (303) to
+  ``GET /lti/deep-link``, the picker page (``lti/pick.html``: the course's assignments and the published
+  exercises, checkboxes). ``POST /lti/deep-link`` (``FORM_CSRF``: it is gpulab's own form; field ``item``, once
+  per pick) signs the ``LtiDeepLinkingResponse`` (``deep_linking.respond``), forgets the pending settings and
+  answers ``lti/return.html``: a form posting ``JWT`` to the platform's ``deep_link_return_url``, submitted by
+  ``/static/lti-return.js`` (no inline script), with a Continue button for browsers without script. Both
+  need the session the request started (else the refusal page, 403).
 - Refusals: every domain error of these steps is the page ``lti/refused.html`` saying why, with 400 (malformed,
   or a message gpulab does not handle yet), 401 (``Unauthorized``: the token cannot be trusted), 403
   (``Forbidden``: this browser, platform, deployment or user may not), or 409 (``Conflict``). The session is
   rolled back first, so a refused registration, login or launch stores nothing. (The app's error page would
   answer a 401 on a GET with the log-in page, and a malformed request with 422.)
-- This router has no ``FORM_CSRF``: the login and launch posts come cross-site from the platform by design, and
-  the OIDC state cookie and nonce bind them to the browser instead.
+- This router has no ``FORM_CSRF`` (only ``POST /lti/deep-link``, gpulab's own form, carries it): the login and
+  launch posts come cross-site from the platform by design, and the OIDC state cookie and nonce bind them to the
+  browser instead.
 - The state cookie ``gpulab_lti_<state>`` (path ``/lti/launch``, HttpOnly, ``lti_state_max_age_s``): the launch
   is a cross-site POST from the platform, which browsers send only ``SameSite=None`` cookies with, and they
   keep those only when ``Secure``. So when gpulab is served over https (``GPULAB_PUBLIC_URL``, the request, or
@@ -42,13 +52,14 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.domain.lti import keys, launch, oidc, provisioning, registration
+from app.domain.lti import deep_linking, keys, launch, oidc, provisioning, registration
+from app.domain.lti import vocabulary as v
 from app.domain.lti.platform_keys import PlatformKeys
 from app.domain.lti.toolconfig import ToolUrls, tool_urls
-from app.domain.models import Role
+from app.domain.models import Course, Role
 from app.domain.security import start_session
 from app.web.deps import OptionalUser, SessionDep, SettingsDep
-from app.web.pages import render
+from app.web.pages import FORM_CSRF, render
 from worker.core.config import Settings
 from worker.core.errors import Conflict, Forbidden, GpulabError, InvalidInput, Unauthorized
 
@@ -56,6 +67,7 @@ router = APIRouter(prefix="/lti", include_in_schema=False)
 jwks_router = APIRouter(prefix="/lti", tags=["lti"])
 
 LAUNCH_PATH = "/lti/launch"
+DEEP_LINK_PATH = "/lti/deep-link"
 STATE_RE = re.compile(r"[A-Za-z0-9_-]{20,128}")  # what oidc.begin makes; anything else never had a cookie
 CLOSE_SCRIPT = '(window.opener || window.parent).postMessage({subject: "org.imsglobal.lti.close"}, "*");\n'
 ADVICE = {
@@ -218,16 +230,67 @@ def launch_endpoint(
             keys=_platform_keys(request, settings),
             leeway_s=settings.lti_leeway_s,
         )
-        landing = provisioning.provision(
-            session=session, launch=verified, tool=tool, course_pages=True  # /courses/{slug}: pages_courses
-        )
+        if verified.message_type == v.DEEP_LINKING_REQUEST:
+            picking = deep_linking.begin(session=session, launch=verified)
+            user, path = picking.user, DEEP_LINK_PATH
+        else:
+            landing = provisioning.provision(
+                session=session,
+                launch=verified,
+                tool=tool,
+                course_pages=True,  # /courses/{slug}: pages_courses
+            )
+            user, path, picking = landing.user, landing.path, None
         session.commit()
     except GpulabError as exc:
         response = _refused(request, session, exc, step="launch")
     else:
-        start_session(request, landing.user)
-        response = RedirectResponse(landing.path, status_code=303)
+        start_session(request, user)
+        if picking is not None:
+            request.session[deep_linking.SESSION_KEY] = picking.pending.as_session()
+        response = RedirectResponse(path, status_code=303)
     if state_ok:
         secure, same_site = _cookie_flags(settings, tool)
         response.delete_cookie(oidc.cookie_name(state), path=LAUNCH_PATH, secure=secure, samesite=same_site)
     return response
+
+
+# --- deep linking: the picker and the response -------------------------------------------------------------
+
+
+def _picking(request: Request, user: object) -> deep_linking.Pending:
+    """Return the deep linking request this signed-in browser has waiting, or raise ``Forbidden``."""
+    if user is None:
+        raise Forbidden("this browser is not signed in to gpulab; start again from the platform")
+    return deep_linking.Pending.from_session(request.session.get(deep_linking.SESSION_KEY))
+
+
+@router.get("/deep-link")
+def deep_link_picker(request: Request, session: SessionDep, user: OptionalUser) -> Response:
+    """Show the instructor what gpulab can place in the platform's course."""
+    try:
+        pending = _picking(request, user)
+        course = session.get(Course, pending.course_id) if pending.course_id is not None else None
+        offered = deep_linking.choices(session=session, course=course)
+    except GpulabError as exc:
+        return _refused(request, session, exc, step="launch")
+    return render(request, "lti/pick.html", pending=pending, course=course, choices=offered)
+
+
+@router.post("/deep-link", dependencies=[FORM_CSRF])
+def deep_link_respond(
+    request: Request,
+    session: SessionDep,
+    settings: SettingsDep,
+    user: OptionalUser,
+    item: Annotated[list[str] | None, Form(max_length=200)] = None,
+) -> Response:
+    """Sign the deep linking response for the instructor's picks and send the browser back to the platform."""
+    try:
+        pending = _picking(request, user)
+        token = deep_linking.respond(session=session, pending=pending, picked=item or [], tool=_tool(request, settings))
+        session.commit()  # the first signature may have made gpulab's first key
+    except GpulabError as exc:
+        return _refused(request, session, exc, step="launch")
+    request.session.pop(deep_linking.SESSION_KEY, None)
+    return render(request, "lti/return.html", return_url=pending.return_url, jwt=token)
