@@ -488,3 +488,21 @@ class LtiLink(Base):
 
     assignment: Mapped[Assignment | None] = relationship()
     exercise: Mapped[Exercise | None] = relationship()
+
+
+class LtiScoreOutbox(Base):
+    """A score gpulab owes a platform's gradebook (AGS): kept until the platform took it, retried with back-off."""
+
+    __tablename__ = "lti_score_outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    platform_id: Mapped[int] = mapped_column(ForeignKey("lti_platforms.id", ondelete="CASCADE"), index=True)
+    link_id: Mapped[int] = mapped_column(ForeignKey("lti_links.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    lineitem_url: Mapped[str] = mapped_column(String(1024))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)

@@ -16,6 +16,8 @@ Contract:
   broker outage is logged and tried again at the next interval, never raised.
 - ``extra_sweeps`` are callables run in each sweep after the submissions (checks use one); each returns how
   many jobs it sent again.
+- Each ``Sweeper`` interval also delivers the due LTI scores once (``app.domain.lti.scores.deliver_due``, with
+  ``SCORE_HTTP_TIMEOUT_S`` per call, in its own transaction); a failure there is logged, never raised.
 - ``Duties.start(dispatcher, settings, name=..., queues=...)`` is what every grading process (a Celery worker,
   the embedded server) runs beside its gradings: its ``ProcessBeat`` and a ``Sweeper`` that also sweeps
   instructor checks; ``stop()`` ends both.
@@ -31,11 +33,13 @@ from datetime import timedelta
 from functools import partial
 from typing import TYPE_CHECKING
 
+import httpx
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from app.domain import leases
 from app.domain.db import session_scope
+from app.domain.lti.scores import deliver_due
 from app.domain.models import ExerciseVersion, Submission, SubmissionStatus, utcnow
 from app.jobs.heartbeat import ProcessBeat, count_redispatched
 from worker.core.config import Settings
@@ -51,6 +55,7 @@ EXHAUSTED_MESSAGE = (
     "a fault of the platform, not of your code, and it does not count against you: submit the same code again. "
     "If it keeps happening, tell your instructor."
 )
+SCORE_HTTP_TIMEOUT_S = 5.0
 INTERRUPTED_MESSAGE = "a grading machine stopped while grading this submission; grading it again"
 
 
@@ -166,6 +171,16 @@ def sweep_once(
     return report
 
 
+def deliver_scores() -> int:
+    """Post the due LTI scores once (own transaction); return how many were sent, 0 when it failed."""
+    try:
+        with session_scope() as session, httpx.Client(timeout=SCORE_HTTP_TIMEOUT_S, follow_redirects=False) as http:
+            return len(deliver_due(session=session, now=utcnow(), http=http).sent)
+    except Exception:  # the database is away: the rows wait for the next interval
+        log.warning("delivering LTI scores failed; trying again next sweep", exc_info=True)
+        return 0
+
+
 class Sweeper:
     """Run ``sweep_once`` every ``settings.sweep_interval_s`` in a daemon thread."""
 
@@ -197,6 +212,7 @@ class Sweeper:
                 continue
             if self.on_report is not None:
                 self.on_report(report)
+            deliver_scores()
 
     def stop(self) -> None:
         self._stop.set()

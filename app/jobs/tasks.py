@@ -15,6 +15,7 @@ Contract:
   for longer gives the message back to the queue (``Reject(requeue=True)``) instead of acknowledging it.
 - Only platform errors (``internal_error``) are retried, up to ``settings.max_attempts`` tries in all;
   then the submission settles as ``error``. Learner verdicts are final.
+- A stored result queues the learner's LTI score in its transaction (``app.domain.lti.scores.queue_score``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from app.domain import news
 from app.domain.db import session_scope
 from app.domain.exercises import spec_of
 from app.domain.leases import LeaseKeeper, renew
+from app.domain.lti.scores import queue_score
 from app.domain.models import Submission
 from app.domain.submissions import claim, held, record_outcome, record_platform_failure
 from app.jobs.celery_app import GRADE_TASK, celery_app
@@ -90,6 +92,7 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
                     session=session, submission=stored, message=outcome.message, max_attempts=settings.max_attempts
                 )
             record_outcome(session=session, submission=stored, outcome=outcome)
+            queue_score(session=session, submission=stored)  # the LMS gradebook's score, in this transaction
             return True
 
     settled = with_database_retry(store, what=f"record {submission_id}")

@@ -16,6 +16,7 @@ from app.web.routes import (
     api_courses,
     api_exercises,
     api_instructor,
+    api_lti,
     api_quiz,
     api_submissions,
     health,
@@ -36,6 +37,7 @@ for _router in (
     api_courses.router,
     api_instructor.router,
     api_admin.router,
+    api_lti.router,  # /api/admin/lti/outbox: the LTI scores still owed
     health.router,  # /healthz, /readyz, /metrics: no login, no session
     lti.jwks_router,  # /lti/jwks: gpulab's public keys, JSON for the platforms
 ):

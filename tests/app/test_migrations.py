@@ -15,7 +15,7 @@ from tests.support import fresh_postgres_db, require_service
 TABLES = {
     "users", "exercises", "exercise_versions", "submissions", "test_results", "alembic_version",
     "courses", "course_members", "assignments", "assignment_items", "extensions", "grade_overrides",
-    "lti_platforms", "lti_tool_keys", "lti_nonces", "lti_users", "lti_contexts", "lti_links",
+    "lti_platforms", "lti_tool_keys", "lti_nonces", "lti_users", "lti_contexts", "lti_links", "lti_score_outbox",
 }  # fmt: skip
 
 

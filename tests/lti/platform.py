@@ -7,7 +7,13 @@ Contract:
   answers the body with ``client_id`` and the ``deployment_id``; refuses a wrong ``registration_token``),
   ``/jwks`` (the published keys; ``jwks_fetches`` counts calls), ``/auth`` (the OIDC authorisation endpoint:
   checks the request as a platform would and answers an auto-posting form with a signed id_token for the
-  launch ``prepare(spec)`` registered under the login hint) and ``/token`` (not used yet: always 400).
+  launch ``prepare(spec)`` registered under the login hint), ``/token`` (the OAuth 2 client-credentials grant
+  with a JWT client assertion: verified against ``tool_jwks()``, gpulab's JWKS, which a test sets; ``iss`` =
+  ``sub`` = the client id, ``aud`` the token URL, unexpired, ``jti`` never seen; each call is recorded in
+  ``token_requests`` with its verdict; a good one answers a fresh bearer token for the asked scopes) and
+  ``POST /ags/lineitems/{item}/scores`` (AGS scores: needs a bearer token this platform issued with the score
+  scope and the score media type; answers 503 while ``scores_down``; every call lands in ``score_calls``, the
+  accepted ones in ``scores`` with their line item and query string).
 - ``rotate()`` makes a new signing key and, unless ``keep_old``, stops publishing the old one.
 - ``id_token(nonce=..., spec=...)`` signs a token directly, for the refusal tests: ``claims`` overrides claims
   (a value of None removes one), ``header`` the JOSE header, ``key``/``alg`` the signature; ``unsigned_token``
@@ -22,12 +28,14 @@ import json
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from joserfc import jwt
-from joserfc.jwk import OctKey, RSAKey
+from joserfc.errors import JoseError
+from joserfc.jwk import KeySet, OctKey, RSAKey
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -84,6 +92,13 @@ class LoopbackPlatform:
         self.auth_requests: list[dict[str, str]] = []
         self.redirect_uris = ["http://testserver/lti/launch"]
         self._prepared: dict[str, LaunchSpec] = {}
+        self.tool_jwks: Callable[[], dict[str, Any]] | None = None  # gpulab's public keys, for client assertions
+        self.token_requests: list[dict[str, Any]] = []
+        self.issued_tokens: dict[str, list[str]] = {}  # access token -> its scopes
+        self._seen_jti: set[str] = set()
+        self.scores_down = False
+        self.score_calls: list[dict[str, Any]] = []
+        self.scores: list[dict[str, Any]] = []
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -98,6 +113,7 @@ class LoopbackPlatform:
                 Route("/jwks", self._jwks),
                 Route("/auth", self._auth, methods=["GET", "POST"]),
                 Route("/token", self._token, methods=["POST"]),
+                Route("/ags/lineitems/{item}/scores", self._score, methods=["POST"]),
             ]
         )
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", access_log=False)
@@ -266,5 +282,59 @@ class LoopbackPlatform:
         )
         return HTMLResponse(page)
 
+    def _check_assertion(self, form: dict[str, str]) -> str | None:
+        """Return why the client-credentials request in ``form`` is refused, or None when it is good."""
+        if form.get("grant_type") != "client_credentials":
+            return "grant_type"
+        if form.get("client_assertion_type") != "urn:ietf:params:oauth:client-assertion-type:jwt-bearer":
+            return "client_assertion_type"
+        if self.tool_jwks is None:
+            return "no tool JWKS"
+        try:
+            published = KeySet.import_key_set(self.tool_jwks())  # type: ignore[arg-type]
+            token = jwt.decode(form.get("client_assertion", ""), published, ["RS256"])
+        except (JoseError, ValueError) as exc:
+            return f"signature: {exc}"
+        claims = token.claims
+        now = time.time()
+        if claims.get("iss") != self.client_id or claims.get("sub") != self.client_id:
+            return "iss/sub"
+        if claims.get("aud") != self.token_url:
+            return "aud"
+        if not isinstance(claims.get("exp"), int) or claims["exp"] < now or claims.get("iat", now + 60) > now + 5:
+            return "exp/iat"
+        jti = claims.get("jti")
+        if not jti or jti in self._seen_jti:
+            return "jti"
+        self._seen_jti.add(jti)
+        return None
+
     async def _token(self, request: Request) -> Response:
-        return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
+        form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+        refused = self._check_assertion(form)
+        self.token_requests.append({"form": form, "refused": refused})
+        if refused is not None:
+            return JSONResponse({"error": "invalid_client", "error_description": refused}, status_code=401)
+        token = "at-" + secrets.token_hex(12)
+        self.issued_tokens[token] = form.get("scope", "").split()
+        return JSONResponse({"access_token": token, "token_type": "Bearer", "expires_in": 3600})
+
+    async def _score(self, request: Request) -> Response:
+        authorization = request.headers.get("authorization", "")
+        call = {
+            "item": request.path_params["item"],
+            "query": request.url.query,
+            "authorization": authorization,
+            "content_type": request.headers.get("content-type", ""),
+            "body": json.loads(await request.body() or b"null"),
+        }
+        self.score_calls.append(call)
+        if self.scores_down:
+            return JSONResponse({"error": "down for maintenance"}, status_code=503)
+        token = authorization.removeprefix("Bearer ")
+        if "https://purl.imsglobal.org/spec/lti-ags/scope/score" not in self.issued_tokens.get(token, []):
+            return JSONResponse({"error": "invalid_token"}, status_code=401)
+        if call["content_type"] != "application/vnd.ims.lis.v1.score+json":
+            return JSONResponse({"error": "unsupported media type"}, status_code=415)
+        self.scores.append(call)
+        return Response(status_code=204)

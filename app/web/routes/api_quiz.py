@@ -5,7 +5,8 @@ the request, stored as a graded submission and committed before the answer is re
 422 with a message naming the question or option. Explanations come back only in this response, for the
 questions this attempt answered. Retries are unlimited in practice; under an assignment (``assignment_id``)
 its gate applies first (dates, attempt limit, rate: 403/429 with the sentence the page shows, 404 for an
-assignment this user is not in). ``best_score`` is the best over all attempts.
+assignment this user is not in). ``best_score`` is the best over all attempts. An attempt under an assignment an
+LMS links queues the learner's score for it (``app.domain.lti.scores``) in the same commit.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.domain import coursework
+from app.domain.lti.scores import queue_score
 from app.domain.quiz import answer_quiz, progress
 from app.domain.schemas import QuizAnswersIn, QuizAttemptOut
 from app.web.deps import CurrentUser, ExerciseDep, SessionDep
@@ -40,6 +42,7 @@ def answer(body: QuizAnswersIn, exercise: ExerciseDep, user: CurrentUser, sessio
     submission, result = answer_quiz(
         session=session, user=user, exercise=exercise, answers=body.answers, assignment_id=under
     )
+    queue_score(session=session, submission=submission)  # the LMS gradebook's score, committed with it
     standing = progress(session=session, user=user, exercise=exercise)
     session.commit()
     return QuizAttemptOut.of(submission, result, best_score=standing.best_score, attempts=standing.attempts)

@@ -1,0 +1,271 @@
+"""Assignment and Grade Services (AGS) scores: gpulab posts each learner's counted score to the platform's gradebook.
+
+Contract:
+- ``queue_score(session=..., submission=...)`` is called where a grading or quiz attempt settles, in the same
+  transaction as the result (the caller commits both, so a score is queued exactly when the result is stored).
+  For every ``LtiLink`` of the submission's assignment (``Submission.assignment_id``) that has a line item URL
+  and whose platform knows the learner (an ``LtiUser`` on that platform), it computes the learner's counted
+  grade on the assignment (``assignments.assignment_pct``: ``scoreGiven`` out of ``scoreMaximum`` 100) and
+  upserts the outbox row of (link, user): an unsent row gets the new payload (one pending row per pair is
+  enough: the platform only needs the newest score); otherwise a new row is added, unless the newest row sent
+  already carried the same ``scoreGiven`` (the counted score did not change: nothing to post). Exercise links
+  (a link to one exercise, no assignment) and practice submissions post nothing: there is no counted score.
+  The payload is the IMS score: ``scoreGiven``, ``scoreMaximum``, ``activityProgress`` ``Completed``,
+  ``gradingProgress`` ``FullyGraded``, ``userId`` (the platform's ``sub``), ``timestamp`` (ISO 8601, UTC).
+- ``deliver_due(session=..., now=..., http=...)`` posts the due unsent rows (``next_attempt_at <= now``,
+  oldest first, at most ``DELIVERY_BATCH``), claimed with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL so the
+  sweepers of several workers never post one row twice at once. Per platform it gets an access token by the
+  OAuth 2 client-credentials grant with a JWT client assertion (RFC 7523) signed by gpulab's current key
+  (``keys.sign``: ``iss`` = ``sub`` = client id, ``aud`` = the platform's token audience or token URL, ``iat``,
+  ``exp``, ``jti``) for the score scope; the token is cached per process until shortly before it expires (a
+  401 from the scores endpoint drops it). The score is posted as ``application/vnd.ims.lis.v1.score+json`` to
+  ``{lineitem}/scores`` (``/scores`` goes before the line item URL's query string, which is kept). A 2xx marks
+  the row sent (``sent_at``); anything else (a refused token, an unreachable platform, a non-2xx) adds one to
+  ``attempts``, keeps the reason in ``last_error`` and postpones ``next_attempt_at`` by
+  ``BACKOFF_BASE_S * 2**(attempts-1)``, at most ``BACKOFF_MAX_S``. Rows are never deleted: sent ones are the
+  record of what the platform got, unsent ones wait however long the platform is down (``outbox``
+  lists them for staff). The caller commits; ``http`` is the ``httpx.Client`` to post with (its timeout).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.domain import assignments
+from app.domain.lti import keys
+from app.domain.models import (
+    Assignment,
+    LtiLink,
+    LtiPlatform,
+    LtiScoreOutbox,
+    LtiUser,
+    Submission,
+    User,
+    utcnow,
+)
+from worker.core.errors import InvalidInput
+
+SCORE_SCOPE = "https://purl.imsglobal.org/spec/lti-ags/scope/score"
+SCORE_MEDIA_TYPE = "application/vnd.ims.lis.v1.score+json"
+ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+SCORE_MAXIMUM = 100.0
+ASSERTION_LIFETIME_S = 300
+TOKEN_MARGIN_S = 30  # a cached token is renewed this long before it expires
+DEFAULT_TOKEN_LIFETIME_S = 3600  # when the token answer has no expires_in
+BACKOFF_BASE_S = 30
+BACKOFF_MAX_S = 3600
+DELIVERY_BATCH = 50
+MAX_ERROR_CHARS = 500
+
+_tokens: dict[tuple[int, str, str], tuple[str, float]] = {}  # (platform, client, token URL) -> (token, expiry)
+
+
+@dataclass
+class Delivery:
+    """What one ``deliver_due`` did: the ids of the rows sent and of those that failed (and wait)."""
+
+    sent: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+
+
+def _timestamp(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _payload(*, pct: float, sub: str, at: datetime) -> dict[str, Any]:
+    return {
+        "scoreGiven": round(min(SCORE_MAXIMUM, max(0.0, pct)), 4),
+        "scoreMaximum": SCORE_MAXIMUM,
+        "activityProgress": "Completed",
+        "gradingProgress": "FullyGraded",
+        "userId": sub,
+        "timestamp": _timestamp(at),
+    }
+
+
+def queue_score(*, session: Session, submission: Submission) -> list[LtiScoreOutbox]:
+    """Queue the learner's counted score for every platform link of the submission's assignment; return the rows."""
+    if submission.assignment_id is None:
+        return []
+    found = session.execute(
+        select(LtiLink, LtiUser.sub)
+        .join(LtiUser, LtiUser.platform_id == LtiLink.platform_id)
+        .where(
+            LtiLink.assignment_id == submission.assignment_id,
+            LtiLink.lineitem_url.is_not(None),
+            LtiUser.user_id == submission.user_id,
+        )
+        .order_by(LtiLink.id)
+    ).all()
+    if not found:
+        return []
+    assignment = session.get(Assignment, submission.assignment_id)
+    user = session.get(User, submission.user_id)
+    if assignment is None or user is None:
+        return []
+    pct = assignments.assignment_pct(session=session, assignment=assignment, user=user)
+    now = utcnow()
+    queued: list[LtiScoreOutbox] = []
+    for link, sub in found:
+        payload = _payload(pct=pct, sub=sub, at=now)
+        newest = session.scalar(
+            select(LtiScoreOutbox)
+            .where(LtiScoreOutbox.link_id == link.id, LtiScoreOutbox.user_id == user.id)
+            .order_by(LtiScoreOutbox.id.desc())
+            .limit(1)
+        )
+        if newest is not None and newest.sent_at is None:
+            newest.payload = payload  # a new dict: the JSON column notices assignment only
+            newest.lineitem_url = str(link.lineitem_url)
+            queued.append(newest)
+            continue
+        if newest is not None and newest.payload.get("scoreGiven") == payload["scoreGiven"]:
+            continue  # the platform has this score already
+        row = LtiScoreOutbox(
+            platform_id=link.platform_id,
+            link_id=link.id,
+            user_id=user.id,
+            lineitem_url=str(link.lineitem_url),
+            payload=payload,
+            created_at=now,
+            attempts=0,
+            next_attempt_at=now,
+        )
+        session.add(row)
+        queued.append(row)
+    session.flush()
+    return queued
+
+
+def scores_url(lineitem_url: str) -> str:
+    """Return the scores endpoint of a line item: ``/scores`` after its path, its query string kept."""
+    parts = urlsplit(lineitem_url)
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/scores", parts.query, ""))
+
+
+def _token_key(platform: LtiPlatform) -> tuple[int, str, str]:
+    return (platform.id, platform.client_id, platform.auth_token_url)
+
+
+def access_token(*, session: Session, platform: LtiPlatform, http: httpx.Client) -> str:
+    """Return an access token for the score scope (cached), or raise ``InvalidInput`` saying why there is none."""
+    cached = _tokens.get(_token_key(platform))
+    if cached is not None and cached[1] > time.monotonic():
+        return cached[0]
+    issued = int(time.time())
+    assertion = keys.sign(
+        session=session,
+        claims={
+            "iss": platform.client_id,
+            "sub": platform.client_id,
+            "aud": platform.audience or platform.auth_token_url,
+            "iat": issued,
+            "exp": issued + ASSERTION_LIFETIME_S,
+            "jti": secrets.token_urlsafe(16),
+        },
+    )
+    form = {
+        "grant_type": "client_credentials",
+        "client_assertion_type": ASSERTION_TYPE,
+        "client_assertion": assertion,
+        "scope": SCORE_SCOPE,
+    }
+    try:
+        response = http.post(platform.auth_token_url, data=form, headers={"Accept": "application/json"})
+    except httpx.HTTPError as exc:
+        raise InvalidInput(f"could not reach the token endpoint: {exc.__class__.__name__}: {exc}") from exc
+    if not 200 <= response.status_code < 300:
+        raise InvalidInput(f"the token endpoint answered HTTP {response.status_code}: {response.text[:200]}")
+    try:
+        answer = response.json()
+    except ValueError as exc:
+        raise InvalidInput("the token endpoint did not answer JSON") from exc
+    token = answer.get("access_token") if isinstance(answer, dict) else None
+    if not isinstance(token, str) or not token:
+        raise InvalidInput("the token endpoint answered no access_token")
+    lifetime = answer.get("expires_in", DEFAULT_TOKEN_LIFETIME_S)
+    lifetime_s = float(lifetime) if isinstance(lifetime, int | float) else float(DEFAULT_TOKEN_LIFETIME_S)
+    _tokens[_token_key(platform)] = (token, time.monotonic() + max(0.0, lifetime_s - TOKEN_MARGIN_S))
+    return token
+
+
+def forget_tokens() -> None:
+    """Drop every cached access token (the next delivery asks again)."""
+    _tokens.clear()
+
+
+def _post(*, session: Session, row: LtiScoreOutbox, platform: LtiPlatform, http: httpx.Client) -> None:
+    """Post ``row``'s score, or raise ``InvalidInput`` saying why the platform did not take it."""
+    token = access_token(session=session, platform=platform, http=http)
+    url = scores_url(row.lineitem_url)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": SCORE_MEDIA_TYPE}
+    try:
+        response = http.post(url, json=row.payload, headers=headers)
+    except httpx.HTTPError as exc:
+        raise InvalidInput(f"could not reach {url}: {exc.__class__.__name__}: {exc}") from exc
+    if response.status_code == 401:
+        _tokens.pop(_token_key(platform), None)
+    if not 200 <= response.status_code < 300:
+        raise InvalidInput(f"{url} answered HTTP {response.status_code}")
+
+
+def backoff_s(attempts: int) -> int:
+    """Return the wait after the ``attempts``-th failure: ``BACKOFF_BASE_S * 2**(attempts-1)``, capped."""
+    return int(min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** max(0, min(attempts - 1, 20))))
+
+
+def deliver_due(*, session: Session, now: datetime, http: httpx.Client) -> Delivery:
+    """Post the due unsent scores; mark each sent or postpone it with back-off (the caller commits)."""
+    rows = session.scalars(
+        select(LtiScoreOutbox)
+        .where(LtiScoreOutbox.sent_at.is_(None), LtiScoreOutbox.next_attempt_at <= now)
+        .order_by(LtiScoreOutbox.id)
+        .limit(DELIVERY_BATCH)
+        .with_for_update(skip_locked=True)
+    ).all()
+    delivery = Delivery()
+    refused: dict[int, str] = {}  # platform id -> why its token was refused in this delivery
+    for row in rows:
+        platform = session.get(LtiPlatform, row.platform_id)
+        try:
+            if platform is None:
+                raise InvalidInput("the platform is no longer registered")
+            if platform.id in refused:
+                raise InvalidInput(refused[platform.id])
+            try:
+                access_token(session=session, platform=platform, http=http)
+            except InvalidInput as exc:
+                refused[platform.id] = exc.message
+                raise
+            _post(session=session, row=row, platform=platform, http=http)
+        except InvalidInput as exc:
+            row.attempts += 1
+            row.last_error = exc.message[:MAX_ERROR_CHARS]
+            row.next_attempt_at = now + timedelta(seconds=backoff_s(row.attempts))
+            delivery.failed.append(row.id)
+        else:
+            row.sent_at = now
+            row.last_error = None
+            delivery.sent.append(row.id)
+    session.flush()
+    return delivery
+
+
+def outbox(*, session: Session, limit: int = 200) -> list[LtiScoreOutbox]:
+    """Return the unsent rows, the ones waiting longest first (for staff: attempts, last error, next try)."""
+    stmt = (
+        select(LtiScoreOutbox)
+        .where(LtiScoreOutbox.sent_at.is_(None))
+        .order_by(LtiScoreOutbox.next_attempt_at, LtiScoreOutbox.id)
+        .limit(limit)
+    )
+    return list(session.scalars(stmt))
