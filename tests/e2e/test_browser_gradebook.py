@@ -1,0 +1,141 @@
+"""The gradebook in a real headless Chromium: an instructor opens the gradebook of a course with one learner's late,
+graded submission, overrides the cell with a comment, sees the "O" mark and the new score, reverts it; the learner
+saw the override on their grades page in between. Screenshot: ``docs/screenshots/gradebook.png``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+
+from app.domain.models import Exercise, Submission, SubmissionStatus, User, utcnow
+from tests.e2e.conftest import PASSWORD, SCREENSHOTS, serve_gpulab
+from worker.core.outcome import Verdict
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+USERS = (("gina@example.com", "instructor"), ("leo@example.com", "learner"))
+SLUG = "python-split-batch"
+COURSE = "gb-course"
+
+
+@pytest.fixture(scope="module")
+def gradebook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """Serve the real bank on SQLite with an instructor and a learner; yield the base URL and the database file."""
+    data = tmp_path_factory.mktemp("gradebook")
+    with serve_gpulab(data, USERS) as base:
+        yield base, data / "gpulab.db"
+
+
+def _page(browser: Any) -> Any:
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, timezone_id="UTC", locale="en-US")
+    page = context.new_page()
+    page.problems = []  # console errors (CSP violations included) and uncaught exceptions
+    page.on("console", lambda m: page.problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.problems.append(str(e)))
+    return page
+
+
+def _login(page: Any, base: str, email: str) -> None:
+    page.goto(f"{base}/login?next=/courses")
+    page.get_by_label("E-mail").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{base}/courses")
+
+
+def _api(page: Any, base: str, path: str, body: dict[str, Any]) -> Any:
+    answer = page.request.post(f"{base}{path}", data=body, headers={"Origin": base})
+    assert answer.ok, answer.text()
+    return answer.json()
+
+
+def _late_submission(db_file: Path, assignment_id: int) -> None:
+    """Store leo's fully passing submission, made after the due date (in the late period)."""
+    engine = create_engine(f"sqlite:///{db_file}")
+    try:
+        with Session(engine) as db:
+            exercise = db.scalars(select(Exercise).where(Exercise.slug == SLUG)).one()
+            learner = db.scalars(select(User).where(User.email == "leo@example.com")).one()
+            assert exercise.current_version is not None
+            db.add(
+                Submission(
+                    user_id=learner.id, exercise_version_id=exercise.current_version.id, assignment_id=assignment_id,
+                    code="pass", status=SubmissionStatus.graded, verdict=Verdict.passed, score=4.0, max_score=4.0,
+                    created_at=utcnow() - timedelta(days=1), finished_at=utcnow() - timedelta(days=1),
+                )
+            )  # fmt: skip
+            db.commit()
+    finally:
+        engine.dispose()
+
+
+def test_override_and_revert_a_cell_and_the_learner_sees_it(
+    gradebook_server: tuple[str, Path], browser: Any
+) -> None:  # fmt: skip
+    from playwright.sync_api import expect
+
+    base, db_file = gradebook_server
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    staff = _page(browser)
+    _login(staff, base, "gina@example.com")
+    _api(staff, base, "/api/courses", {"slug": COURSE, "title": "GPU grading"})
+    _api(staff, base, f"/api/courses/{COURSE}/members", {"csv": "leo@example.com\n"})
+    now = utcnow()
+    made = _api(staff, base, f"/api/courses/{COURSE}/assignments", {
+        "title": "Week 1", "items": [{"exercise": SLUG, "weight": 1}], "due_at": (now - timedelta(days=2)).isoformat(),
+        "late_until": (now + timedelta(days=2)).isoformat(), "late_credit_pct": 50,
+    })  # fmt: skip
+    _late_submission(db_file, made["id"])
+
+    staff.goto(f"{base}/courses/{COURSE}")
+    staff.get_by_role("link", name="Gradebook").click()
+    staff.wait_for_url(f"{base}/courses/{COURSE}/gradebook")
+    cell = staff.locator("td.grade-cell").first
+    expect(cell.locator(".score")).to_have_text("50.0")
+    expect(cell.locator("abbr.mark-late")).to_have_text("L")
+    expect(staff.get_by_role("link", name="Download CSV")).to_have_attribute(
+        "href", f"/api/courses/{COURSE}/gradebook.csv"
+    )
+
+    # Override: the form refuses an empty comment in the browser (required), then takes one.
+    cell.locator("summary").click()
+    cell.get_by_label("Score (0 to 100)").fill("92")
+    cell.get_by_label("Why").fill("Oral exam showed full understanding")
+    cell.get_by_role("button", name="Set score").click()
+    expect(staff.locator(".flash-ok")).to_contain_text("set to 92.0")
+    cell = staff.locator("td.grade-cell").first
+    expect(cell.locator(".score")).to_have_text("92.0")
+    mark = cell.locator("abbr.mark-override")
+    expect(mark).to_have_text("O")
+    expect(mark).to_have_attribute("title", "Overridden by gina@example.com: Oral exam showed full understanding "
+                                            "(computed 50.0)")  # fmt: skip
+    expect(staff.locator("#override-rows tr.in-force")).to_contain_text("Oral exam showed full understanding")
+    staff.screenshot(path=str(SCREENSHOTS / "gradebook.png"), full_page=True)
+
+    # The learner sees the override and its comment on their grades page.
+    learner = _page(browser)
+    _login(learner, base, "leo@example.com")
+    learner.goto(f"{base}/courses/{COURSE}")
+    learner.get_by_role("link", name="My grades").click()
+    row = learner.locator("#my-grades tr.grade-line").first
+    expect(row.locator(".score")).to_have_text("92.0%")
+    expect(row).to_contain_text("set by staff")
+    expect(row).to_contain_text("Oral exam showed full understanding")
+    assert learner.request.get(f"{base}/courses/{COURSE}/gradebook").status == 403
+
+    # Revert: the computed score is back, the audit list keeps the override as reverted.
+    staff.get_by_role("button", name="Revert the override of leo@example.com").click()
+    expect(staff.locator(".flash-ok")).to_contain_text("reverted")
+    cell = staff.locator("td.grade-cell").first
+    expect(cell.locator(".score")).to_have_text("50.0")
+    expect(cell.locator("abbr.mark-override")).to_have_count(0)
+    expect(staff.locator("#override-rows tr.reverted")).to_contain_text("by gina@example.com")
+    learner.goto(f"{base}/courses/{COURSE}/grades")
+    expect(learner.locator("#my-grades tr.grade-line").first.locator(".score")).to_have_text("50.0%")
+    assert staff.problems == [] and learner.problems == []
