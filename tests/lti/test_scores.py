@@ -242,3 +242,30 @@ def test_a_quiz_attempt_under_a_linked_assignment_queues_its_score(
     [row] = rows(db_session)
     assert row.user_id == learner.id and row.payload["userId"] == "sub-quiz"
     assert row.payload["scoreGiven"] == 100.0
+
+
+def test_the_sweeper_delivers_and_survives_a_failure(
+    db_session: Session, linked: Linked, tiny_exercise: TinyExercise, platform: LoopbackPlatform,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    from contextlib import contextmanager
+
+    from app.jobs import sweeper
+
+    @contextmanager
+    def the_test_session() -> Iterator[Session]:
+        yield db_session
+        db_session.commit()
+
+    submission = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=5)
+    scores.queue_score(session=db_session, submission=submission)
+    db_session.commit()
+    monkeypatch.setattr(sweeper, "session_scope", the_test_session)
+    assert sweeper.deliver_scores() == 1
+    assert [call["body"]["scoreGiven"] for call in platform.scores] == [100.0]
+
+    def away() -> Iterator[Session]:
+        raise ConnectionError("database away")
+
+    monkeypatch.setattr(sweeper, "session_scope", contextmanager(away))
+    assert sweeper.deliver_scores() == 0  # logged, never raised: the rows wait for the next sweep
