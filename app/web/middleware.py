@@ -10,6 +10,8 @@ adds a strict Content-Security-Policy and friends to every answer; framing is re
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.domain.security import UNSAFE_METHODS, csrf_problem, header
@@ -98,19 +100,34 @@ class BodySizeLimitMiddleware:
         await self.app(scope, replay, send)
 
 
+def origin_of(url: str) -> str:
+    """Return the ``scheme://host[:port]`` of ``url``."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def page_policy(*, form_action: str = "", frame_origins: tuple[str, ...] = ()) -> str:
+    """Return gpulab's Content-Security-Policy, with ``form_action`` allowed as a form target besides itself."""
+    return SecurityHeadersMiddleware.CSP.format(
+        ancestors=" ".join(frame_origins) if frame_origins else "'none'",
+        form_action=f"'self' {form_action}" if form_action else "'self'",
+    )
+
+
 class SecurityHeadersMiddleware:
     """Add a strict Content-Security-Policy and friends to every response (not to the API docs page, whose
     Swagger UI starts from an inline script)."""
 
     CSP = (
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-        "object-src 'none'; base-uri 'none'; frame-ancestors {ancestors}; form-action 'self'"
+        "object-src 'none'; base-uri 'none'; frame-ancestors {ancestors}; form-action {form_action}"
     )
 
     def __init__(self, app: ASGIApp, frame_origins: tuple[str, ...] = ()) -> None:
         self.app = app
         # An LMS that embeds launches may frame every page (the launch lands on any of them); nobody else may.
-        self.csp = self.CSP.format(ancestors=" ".join(frame_origins) if frame_origins else "'none'").encode()
+        self.frame_origins = frame_origins
+        self.csp = page_policy(frame_origins=frame_origins).encode()
         self.frame_headers = [] if frame_origins else [(b"x-frame-options", b"DENY")]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -124,9 +141,24 @@ class SecurityHeadersMiddleware:
                 headers = list(message.get("headers", []))
                 headers += [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin")]
                 headers += self.frame_headers
-                if not docs:
+                own = next((v for k, v in headers if k.lower() == b"content-security-policy"), None)
+                if own is not None:  # a route's own policy (one extra form target) keeps the framing rule
+                    headers = [(k, v) for k, v in headers if k.lower() != b"content-security-policy"]
+                    extra = _form_targets(own.decode("latin-1"))
+                    headers.append((b"content-security-policy", page_policy(
+                        form_action=extra, frame_origins=self.frame_origins).encode()))
+                elif not docs:
                     headers.append((b"content-security-policy", self.csp))
                 message = {**message, "headers": headers}
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def _form_targets(policy: str) -> str:
+    """Return the form targets other than ``'self'`` that a route's own policy allows."""
+    for directive in policy.split(";"):
+        name, _, values = directive.strip().partition(" ")
+        if name == "form-action":
+            return " ".join(v for v in values.split() if v != "'self'")
+    return ""

@@ -77,6 +77,10 @@ def test_instructor_picks_two_items_and_gets_a_signed_response_with_line_items(
     assert '<script src="/static/lti-return.js"' in answer.text and "<script>" not in answer.text
     action, fields = return_form(answer.text)
     assert action == RETURN_URL and set(fields) == {"JWT"}
+    # Browsers enforce form-action: this one page may post to the platform, every other only to gpulab.
+    policy = answer.headers["content-security-policy"]
+    assert policy.endswith("form-action 'self' http://127.0.0.1:9") and "frame-ancestors 'none'" in policy
+    assert client.get("/lti/jwks").headers["content-security-policy"].endswith("form-action 'self'")
 
     jwks = client.get("/lti/jwks")
     assert jwks.status_code == 200

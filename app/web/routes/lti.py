@@ -59,6 +59,7 @@ from app.domain.lti.toolconfig import ToolUrls, tool_urls
 from app.domain.models import Course, Role
 from app.domain.security import start_session
 from app.web.deps import OptionalUser, SessionDep, SettingsDep
+from app.web.middleware import origin_of, page_policy
 from app.web.pages import FORM_CSRF, render
 from worker.core.config import Settings
 from worker.core.errors import Conflict, Forbidden, GpulabError, InvalidInput, Unauthorized
@@ -293,4 +294,7 @@ def deep_link_respond(
     except GpulabError as exc:
         return _refused(request, session, exc, step="launch")
     request.session.pop(deep_linking.SESSION_KEY, None)
-    return render(request, "lti/return.html", return_url=pending.return_url, jwt=token)
+    answer = render(request, "lti/return.html", return_url=pending.return_url, jwt=token)
+    # The one form of gpulab that posts to another site: its own policy lets it post to the platform's return URL.
+    answer.headers["content-security-policy"] = page_policy(form_action=origin_of(pending.return_url))
+    return answer
