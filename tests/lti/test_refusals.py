@@ -245,7 +245,7 @@ def test_a_deployment_the_platform_did_not_register(checked: Checked) -> None:
     checked.refused(_forged(checked, LaunchSpec(), claims=claims), 403, "rogue-deployment")
 
 
-def test_a_deep_linking_request_is_not_handled_yet(checked: Checked) -> None:
+def test_a_deep_linking_request_without_its_settings_claim(checked: Checked) -> None:
     checked.refused(_forged(checked, LaunchSpec(message_type="LtiDeepLinkingRequest")), 400, "deep linking")
 
 
