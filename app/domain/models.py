@@ -462,6 +462,8 @@ class LtiContext(Base):
     context_id: Mapped[str] = mapped_column(String(255))
     course_id: Mapped[int] = mapped_column(ForeignKey("courses.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # NRPS: the context's memberships service (``context_memberships_url`` of the newest launch that gave one).
+    memberships_url: Mapped[str | None] = mapped_column(String(1024), nullable=True)
 
     course: Mapped[Course] = relationship()
 

@@ -18,6 +18,7 @@ from app.web.routes import (
     api_instructor,
     api_lti,
     api_quiz,
+    api_roster,
     api_submissions,
     health,
     lti,
@@ -35,6 +36,7 @@ for _router in (
     api_quiz.router,
     api_submissions.router,
     api_courses.router,
+    api_roster.router,  # /api/courses/{slug}/roster/sync: the LMS roster (NRPS)
     api_instructor.router,
     api_admin.router,
     api_lti.router,  # /api/admin/lti/outbox: the LTI scores still owed

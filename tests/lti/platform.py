@@ -13,7 +13,12 @@ Contract:
   ``token_requests`` with its verdict; a good one answers a fresh bearer token for the asked scopes) and
   ``POST /ags/lineitems/{item}/scores`` (AGS scores: needs a bearer token this platform issued with the score
   scope and the score media type; answers 503 while ``scores_down``; every call lands in ``score_calls``, the
-  accepted ones in ``scores`` with their line item and query string).
+  accepted ones in ``scores`` with their line item and query string), and
+  ``GET /nrps/contexts/{context}/memberships`` (NRPS 2.0: needs a bearer token this platform issued with the
+  context membership scope; pages from number ``roster_down_from`` on answer 503 (None: none do); serves
+  ``roster_pages`` (a list of member lists) as membership containers, one page per ``?page=N``, each but the
+  last with a ``Link: <...>; rel="next"`` to the following one; every call lands in ``roster_calls``).
+  ``nrps_claim(context_id)`` is the launch claim naming that service, for ``LaunchSpec.claims``.
 - ``rotate()`` makes a new signing key and, unless ``keep_old``, stops publishing the old one.
 - ``id_token(nonce=..., spec=...)`` signs a token directly, for the refusal tests: ``claims`` overrides claims
   (a value of None removes one), ``header`` the JOSE header, ``key``/``alg`` the signature; ``unsigned_token``
@@ -47,6 +52,9 @@ LEARNER = "http://purl.imsglobal.org/vocab/lis/v2/membership#Learner"
 INSTRUCTOR = "http://purl.imsglobal.org/vocab/lis/v2/membership#Instructor"
 TEACHING_ASSISTANT = "http://purl.imsglobal.org/vocab/lis/v2/membership/Instructor#TeachingAssistant"
 INSTITUTION_INSTRUCTOR = "http://purl.imsglobal.org/vocab/lis/v2/institution/person#Instructor"
+NRPS_CLAIM = "https://purl.imsglobal.org/spec/lti-nrps/claim/namesroleservice"
+NRPS_SCOPE = "https://purl.imsglobal.org/spec/lti-nrps/scope/contextmembership.readonly"
+NRPS_MEDIA_TYPE = "application/vnd.ims.lti-nrps.v2.membershipcontainer+json"
 
 
 def new_key() -> RSAKey:
@@ -99,6 +107,9 @@ class LoopbackPlatform:
         self.scores_down = False
         self.score_calls: list[dict[str, Any]] = []
         self.scores: list[dict[str, Any]] = []
+        self.roster_pages: list[list[dict[str, Any]]] = [[]]
+        self.roster_down_from: int | None = None
+        self.roster_calls: list[dict[str, Any]] = []
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -114,6 +125,7 @@ class LoopbackPlatform:
                 Route("/auth", self._auth, methods=["GET", "POST"]),
                 Route("/token", self._token, methods=["POST"]),
                 Route("/ags/lineitems/{item}/scores", self._score, methods=["POST"]),
+                Route("/nrps/contexts/{context}/memberships", self._memberships),
             ]
         )
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", access_log=False)
@@ -152,6 +164,13 @@ class LoopbackPlatform:
     @property
     def jwks_url(self) -> str:
         return self.issuer + "/jwks"
+
+    def memberships_url(self, context_id: str) -> str:
+        return f"{self.issuer}/nrps/contexts/{context_id}/memberships"
+
+    def nrps_claim(self, context_id: str) -> dict[str, Any]:
+        """The ``namesroleservice`` launch claim naming this platform's memberships service of a context."""
+        return {NRPS_CLAIM: {"context_memberships_url": self.memberships_url(context_id), "service_versions": ["2.0"]}}
 
     # --- keys and tokens -------------------------------------------------------------------------------------
 
@@ -338,3 +357,32 @@ class LoopbackPlatform:
             return JSONResponse({"error": "unsupported media type"}, status_code=415)
         self.scores.append(call)
         return Response(status_code=204)
+
+    async def _memberships(self, request: Request) -> Response:
+        authorization = request.headers.get("authorization", "")
+        context = request.path_params["context"]
+        call = {
+            "context": context,
+            "query": request.url.query,
+            "authorization": authorization,
+            "accept": request.headers.get("accept", ""),
+        }
+        self.roster_calls.append(call)
+        page = int(request.query_params.get("page", "1"))
+        if self.roster_down_from is not None and page >= self.roster_down_from:
+            return JSONResponse({"error": "down for maintenance"}, status_code=503)
+        if NRPS_SCOPE not in self.issued_tokens.get(authorization.removeprefix("Bearer "), []):
+            return JSONResponse({"error": "invalid_token"}, status_code=401)
+        if NRPS_MEDIA_TYPE not in call["accept"]:
+            return JSONResponse({"error": "not acceptable"}, status_code=406)
+        if not 1 <= page <= len(self.roster_pages):
+            return JSONResponse({"error": "no such page"}, status_code=404)
+        body = {
+            "id": str(request.url),
+            "context": {"id": context, "label": "GPU101", "title": "GPU Programming 101"},
+            "members": self.roster_pages[page - 1],
+        }
+        headers = {"Content-Type": NRPS_MEDIA_TYPE}
+        if page < len(self.roster_pages):
+            headers["Link"] = f'<{self.memberships_url(context)}?page={page + 1}>; rel="next"'
+        return Response(json.dumps(body), headers=headers)

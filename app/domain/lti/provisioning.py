@@ -11,7 +11,9 @@ and signs the user in):
   the platform at each launch.
 - Course: the course mapped to (platform, deployment, context id) in ``LtiContext``, made at the first launch
   from the context's title (or label) with a slug from its label and a digest of the mapping. A launch without
-  a context (from outside any course) enrolls nowhere.
+  a context (from outside any course) enrolls nowhere. The context keeps the NRPS memberships service URL
+  (``context_memberships_url`` of the ``namesroleservice`` claim, an http(s) URL) of the newest launch that
+  gave one, for roster sync (``app.domain.lti.roster``); a launch without it leaves the stored one.
 - Enrollment (``app.domain.courses.enroll``): the course role ``vocabulary.course_role`` reads from the roles
   claim, source ``lti``. A membership LTI made follows the platform's role at each launch (``update_role``),
   except that the course's last instructor is not demoted (``courses`` refuses it; the launch goes on with the
@@ -42,7 +44,7 @@ from sqlalchemy.orm import Session
 from app.domain import courses
 from app.domain.lti.launch import Launch
 from app.domain.lti.toolconfig import ToolUrls, is_on_tool
-from app.domain.lti.vocabulary import course_role
+from app.domain.lti.vocabulary import NRPS_SERVICE, course_role
 from app.domain.models import (
     Assignment,
     Course,
@@ -61,6 +63,7 @@ from worker.core.errors import Conflict, Forbidden, InvalidInput
 MAX_NAME_CHARS = 200
 MAX_TITLE_CHARS = 200
 MAX_SLUG_CHARS = 64
+MAX_URL_CHARS = 1024
 PLACEHOLDER_DOMAIN = "lti.invalid"  # RFC 2606: a name that can never be a real mailbox
 SOURCE = "lti"
 CUSTOM = "https://purl.imsglobal.org/spec/lti/claim/custom"
@@ -136,6 +139,16 @@ def _slug(*, session: Session, launch: Launch, title: str) -> str:
     return slug[:MAX_SLUG_CHARS]
 
 
+def memberships_url(launch: Launch) -> str | None:
+    """Return the NRPS memberships service URL the launch gives (an http(s) URL), else None."""
+    service = launch.claims.get(NRPS_SERVICE)
+    url = service.get("context_memberships_url") if isinstance(service, dict) else None
+    if not isinstance(url, str) or len(url) > MAX_URL_CHARS:
+        return None
+    parts = urlsplit(url)
+    return url if parts.scheme in ("http", "https") and parts.netloc else None
+
+
 def course_for(*, session: Session, launch: Launch) -> Course | None:
     """Return the course of the launch's context, making it at its first launch; None without a context."""
     if launch.context_id is None:
@@ -146,7 +159,10 @@ def course_for(*, session: Session, launch: Launch) -> Course | None:
         LtiContext.context_id == launch.context_id,
     )
     found = session.scalar(query)
+    roster = memberships_url(launch)
     if found is not None:
+        if roster is not None and found.memberships_url != roster:
+            found.memberships_url = roster
         return found.course
     title = (launch.context_title or f"Course from {launch.platform.name}")[:MAX_TITLE_CHARS]
     course = Course(slug=_slug(session=session, launch=launch, title=title), title=title)
@@ -160,6 +176,7 @@ def course_for(*, session: Session, launch: Launch) -> Course | None:
                     deployment_id=launch.deployment_id,
                     context_id=launch.context_id,
                     course_id=course.id,
+                    memberships_url=roster,
                 )
             )
     except IntegrityError as exc:

@@ -14,11 +14,10 @@ Contract:
   ``gradingProgress`` ``FullyGraded``, ``userId`` (the platform's ``sub``), ``timestamp`` (ISO 8601, UTC).
 - ``deliver_due(session=..., now=..., http=...)`` posts the due unsent rows (``next_attempt_at <= now``,
   oldest first, at most ``DELIVERY_BATCH``), claimed with ``FOR UPDATE SKIP LOCKED`` on PostgreSQL so the
-  sweepers of several workers never post one row twice at once. Per platform it gets an access token by the
-  OAuth 2 client-credentials grant with a JWT client assertion (RFC 7523) signed by gpulab's current key
-  (``keys.sign``: ``iss`` = ``sub`` = client id, ``aud`` = the platform's token audience or token URL, ``iat``,
-  ``exp``, ``jti``) for the score scope; the token is cached per process until shortly before it expires (a
-  401 from the scores endpoint drops it). The score is posted as ``application/vnd.ims.lis.v1.score+json`` to
+  sweepers of several workers never post one row twice at once. Per platform it gets an access token for the
+  score scope from ``app.domain.lti.tokens`` (the client-credentials grant with a JWT client assertion signed
+  by gpulab's key, cached per process until shortly before it expires; a 401 from the scores endpoint drops
+  it). The score is posted as ``application/vnd.ims.lis.v1.score+json`` to
   ``{lineitem}/scores`` (``/scores`` goes before the line item URL's query string, which is kept). A 2xx marks
   the row sent (``sent_at``); anything else (a refused token, an unreachable platform, a non-2xx) adds one to
   ``attempts``, keeps the reason in ``last_error`` and postpones ``next_attempt_at`` by
@@ -29,8 +28,6 @@ Contract:
 
 from __future__ import annotations
 
-import secrets
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -41,7 +38,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain import assignments
-from app.domain.lti import keys
+from app.domain.lti import tokens
 from app.domain.models import (
     Assignment,
     LtiLink,
@@ -56,17 +53,11 @@ from worker.core.errors import InvalidInput
 
 SCORE_SCOPE = "https://purl.imsglobal.org/spec/lti-ags/scope/score"
 SCORE_MEDIA_TYPE = "application/vnd.ims.lis.v1.score+json"
-ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
 SCORE_MAXIMUM = 100.0
-ASSERTION_LIFETIME_S = 300
-TOKEN_MARGIN_S = 30  # a cached token is renewed this long before it expires
-DEFAULT_TOKEN_LIFETIME_S = 3600  # when the token answer has no expires_in
 BACKOFF_BASE_S = 30
 BACKOFF_MAX_S = 3600
 DELIVERY_BATCH = 50
 MAX_ERROR_CHARS = 500
-
-_tokens: dict[tuple[int, str, str], tuple[str, float]] = {}  # (platform, client, token URL) -> (token, expiry)
 
 
 @dataclass
@@ -152,55 +143,12 @@ def scores_url(lineitem_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/") + "/scores", parts.query, ""))
 
 
-def _token_key(platform: LtiPlatform) -> tuple[int, str, str]:
-    return (platform.id, platform.client_id, platform.auth_token_url)
-
-
 def access_token(*, session: Session, platform: LtiPlatform, http: httpx.Client) -> str:
-    """Return an access token for the score scope (cached), or raise ``InvalidInput`` saying why there is none."""
-    cached = _tokens.get(_token_key(platform))
-    if cached is not None and cached[1] > time.monotonic():
-        return cached[0]
-    issued = int(time.time())
-    assertion = keys.sign(
-        session=session,
-        claims={
-            "iss": platform.client_id,
-            "sub": platform.client_id,
-            "aud": platform.audience or platform.auth_token_url,
-            "iat": issued,
-            "exp": issued + ASSERTION_LIFETIME_S,
-            "jti": secrets.token_urlsafe(16),
-        },
-    )
-    form = {
-        "grant_type": "client_credentials",
-        "client_assertion_type": ASSERTION_TYPE,
-        "client_assertion": assertion,
-        "scope": SCORE_SCOPE,
-    }
-    try:
-        response = http.post(platform.auth_token_url, data=form, headers={"Accept": "application/json"})
-    except httpx.HTTPError as exc:
-        raise InvalidInput(f"could not reach the token endpoint: {exc.__class__.__name__}: {exc}") from exc
-    if not 200 <= response.status_code < 300:
-        raise InvalidInput(f"the token endpoint answered HTTP {response.status_code}: {response.text[:200]}")
-    try:
-        answer = response.json()
-    except ValueError as exc:
-        raise InvalidInput("the token endpoint did not answer JSON") from exc
-    token = answer.get("access_token") if isinstance(answer, dict) else None
-    if not isinstance(token, str) or not token:
-        raise InvalidInput("the token endpoint answered no access_token")
-    lifetime = answer.get("expires_in", DEFAULT_TOKEN_LIFETIME_S)
-    lifetime_s = float(lifetime) if isinstance(lifetime, int | float) else float(DEFAULT_TOKEN_LIFETIME_S)
-    _tokens[_token_key(platform)] = (token, time.monotonic() + max(0.0, lifetime_s - TOKEN_MARGIN_S))
-    return token
+    """Return an access token for the score scope (``tokens``: cached), or raise ``InvalidInput`` saying why not."""
+    return tokens.access_token(session=session, platform=platform, http=http, scope=SCORE_SCOPE)
 
 
-def forget_tokens() -> None:
-    """Drop every cached access token (the next delivery asks again)."""
-    _tokens.clear()
+forget_tokens = tokens.forget_tokens  # drop every cached access token (the next delivery asks again)
 
 
 def _post(*, session: Session, row: LtiScoreOutbox, platform: LtiPlatform, http: httpx.Client) -> None:
@@ -213,7 +161,7 @@ def _post(*, session: Session, row: LtiScoreOutbox, platform: LtiPlatform, http:
     except httpx.HTTPError as exc:
         raise InvalidInput(f"could not reach {url}: {exc.__class__.__name__}: {exc}") from exc
     if response.status_code == 401:
-        _tokens.pop(_token_key(platform), None)
+        tokens.forget(platform=platform, scope=SCORE_SCOPE)
     if not 200 <= response.status_code < 300:
         raise InvalidInput(f"{url} answered HTTP {response.status_code}")
 
