@@ -14,6 +14,12 @@ Contract, by module (each owns one step; the web side is ``app.web.routes.lti``)
 - ``launch``: verifying the id_token a platform posts (signature, issuer, audience, times, nonce, deployment,
   message type, version) into a ``Launch``; used nonces are refused.
 - ``provisioning``: what a verified launch does here: the account, the course, the enrollment, the link.
+- ``deep_linking``: an instructor's Deep Linking request, the picker's choices and the signed response.
+- ``tokens``: OAuth 2 client-credentials tokens for the services, asked for with a JWT client assertion signed by
+  gpulab's key, cached per platform and scope.
+- ``scores``: Assignment and Grade Services: the score outbox, filled in a grading's transaction and delivered
+  with back-off by every grading process's sweeper.
+- ``roster``: Names and Role Provisioning Services: staff sync a course's members from the platform.
 Functions that take a session take it keyword-only and never commit: the caller commits. Refusals raise the
 shared errors of ``worker.core.errors``: ``Unauthorized`` (the token cannot be trusted), ``Forbidden`` (this
 browser, platform or deployment may not do this), ``InvalidInput`` (a malformed request), ``Conflict``.
