@@ -21,10 +21,12 @@ def test_learner_answers_a_quiz_sees_explanations_and_retries(live_server: str, 
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Log in").click()
         expect(page).to_have_url(f"{live_server}/exercises/{SLUG}")
-        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), "no sideways scrolling"
 
         purpose = page.locator("fieldset[data-question=purpose]")
         expect(purpose.locator("legend")).to_contain_text("Question 1")
+        # Measured once the page and its stylesheets have loaded: before that a loaded machine shows raw layout.
+        page.wait_for_load_state("load")
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), "no sideways scrolling"
         purpose.locator("input[value=a]").check()  # wrong on purpose
         page.locator("fieldset[data-question=wrap] input[value=a]").check()
         page.get_by_role("button", name="Check my answers").click()

@@ -268,14 +268,16 @@ def test_run_gives_up_on_a_hung_daemon(hung_daemon: str, tmp_path: Path) -> None
     sandbox = DockerSandbox(url=hung_daemon, api_timeout_s=1)
     judge, subject = sandbox.container_specs(job, spec.limits)
     api = APIClient(base_url=hung_daemon, version=API_VERSION, timeout=1)
+    # Past create (1 s) and the removal of whatever it may have made (1 s per container): never the job's 30 s
+    # limit. The bound is the limit's, not a speed target: a loaded 2-core machine may take several seconds.
     started = time.monotonic()
-    # Past create (1 s) and the removal of whatever it may have made (1 s per container): never the 30 s limit.
     with pytest.raises(PlatformError, match="docker engine"):
         run_job(api, judge, subject, timeout_s=30, output_bytes=4096, hard_cap_bytes=1 << 20)
-    assert time.monotonic() - started < 6
+    assert time.monotonic() - started < 20
+    started = time.monotonic()
     with pytest.raises(SandboxUnavailable):
         sandbox.run(job, spec.limits)
-    assert time.monotonic() - started < 9
+    assert time.monotonic() - started < 20
 
 
 # --- container configuration, no engine needed -----------------------------------------------------------
