@@ -60,6 +60,25 @@ def serve_gpulab(data: Path, users: Sequence[tuple[str, str]], *, sync: bool = T
         proc.wait(timeout=20)
 
 
+def watched_page(browser: Any, *, timezone_id: str = "UTC") -> Any:
+    """Open a 1280x800 page in its own context (``timezone_id``) that records console errors in ``page.problems``."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, timezone_id=timezone_id, locale="en-US")
+    page = context.new_page()
+    page.problems = []  # console errors (CSP violations included) and uncaught exceptions
+    page.on("console", lambda m: page.problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.problems.append(str(e)))
+    return page
+
+
+def log_in(page: Any, base: str, email: str, *, landing: str = "/courses") -> None:
+    """Log ``email`` in through the log-in form and wait for ``landing``."""
+    page.goto(f"{base}/login?next={landing}")
+    page.get_by_label("E-mail").fill(email)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{base}{landing}")
+
+
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Serve the real bank with two learners; yield the base URL."""

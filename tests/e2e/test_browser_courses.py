@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.e2e.conftest import PASSWORD, SCREENSHOTS, serve_gpulab
+from tests.e2e.conftest import SCREENSHOTS, log_in, serve_gpulab, watched_page
 from tests.support import bank_file
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -32,23 +32,6 @@ def course_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     data = tmp_path_factory.mktemp("courses")
     with serve_gpulab(data, USERS) as base:
         yield base, data / "gpulab.db"
-
-
-def _page(browser: Any, timezone_id: str) -> Any:
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, timezone_id=timezone_id, locale="en-US")
-    page = context.new_page()
-    page.problems = []  # console errors (CSP violations included) and uncaught exceptions
-    page.on("console", lambda m: page.problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: page.problems.append(str(e)))
-    return page
-
-
-def _login(page: Any, base: str, email: str) -> None:
-    page.goto(f"{base}/login?next=/courses")
-    page.get_by_label("E-mail").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{base}/courses")
 
 
 def _local(day: datetime) -> str:
@@ -75,8 +58,8 @@ def test_course_assignment_extension_and_gated_submission(
     extended = next_week + timedelta(days=2)
 
     # The instructor (in Berlin) creates the course and enrolls the learner from CSV.
-    staff = _page(browser, "Europe/Berlin")
-    _login(staff, base, "ina@example.com")
+    staff = watched_page(browser, timezone_id="Europe/Berlin")
+    log_in(staff, base, "ina@example.com")
     staff.get_by_label("Title").fill("GPU 101")
     staff.get_by_label("Short name").fill("gpu-101")
     staff.get_by_role("button", name="Create course").click()
@@ -116,8 +99,8 @@ def test_course_assignment_extension_and_gated_submission(
     assert staff.problems == []
 
     # The learner (in New York) sees their extended due date on their own clock and the attempts left.
-    learner = _page(browser, "America/New_York")
-    _login(learner, base, "lea@example.com")
+    learner = watched_page(browser, timezone_id="America/New_York")
+    log_in(learner, base, "lea@example.com")
     learner.get_by_role("link", name="GPU 101").click()
     expect(learner).to_have_url(f"{base}/courses/gpu-101")
     expect(learner.locator(".dates-title")).to_have_text("Your dates (extended)")

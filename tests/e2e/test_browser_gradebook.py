@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 from app.domain.models import Exercise, Submission, SubmissionStatus, User, utcnow
-from tests.e2e.conftest import PASSWORD, SCREENSHOTS, serve_gpulab
+from tests.e2e.conftest import SCREENSHOTS, log_in, serve_gpulab, watched_page
 from worker.core.outcome import Verdict
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -30,23 +30,6 @@ def gradebook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
     data = tmp_path_factory.mktemp("gradebook")
     with serve_gpulab(data, USERS) as base:
         yield base, data / "gpulab.db"
-
-
-def _page(browser: Any) -> Any:
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, timezone_id="UTC", locale="en-US")
-    page = context.new_page()
-    page.problems = []  # console errors (CSP violations included) and uncaught exceptions
-    page.on("console", lambda m: page.problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: page.problems.append(str(e)))
-    return page
-
-
-def _login(page: Any, base: str, email: str) -> None:
-    page.goto(f"{base}/login?next=/courses")
-    page.get_by_label("E-mail").fill(email)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(f"{base}/courses")
 
 
 def _api(page: Any, base: str, path: str, body: dict[str, Any]) -> Any:
@@ -82,8 +65,8 @@ def test_override_and_revert_a_cell_and_the_learner_sees_it(
 
     base, db_file = gradebook_server
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    staff = _page(browser)
-    _login(staff, base, "gina@example.com")
+    staff = watched_page(browser)
+    log_in(staff, base, "gina@example.com")
     _api(staff, base, "/api/courses", {"slug": COURSE, "title": "GPU grading"})
     _api(staff, base, f"/api/courses/{COURSE}/members", {"csv": "leo@example.com\n"})
     now = utcnow()
@@ -119,8 +102,8 @@ def test_override_and_revert_a_cell_and_the_learner_sees_it(
     staff.screenshot(path=str(SCREENSHOTS / "gradebook.png"), full_page=True)
 
     # The learner sees the override and its comment on their grades page.
-    learner = _page(browser)
-    _login(learner, base, "leo@example.com")
+    learner = watched_page(browser)
+    log_in(learner, base, "leo@example.com")
     learner.goto(f"{base}/courses/{COURSE}")
     learner.get_by_role("link", name="My grades").click()
     row = learner.locator("#my-grades tr.grade-line").first
