@@ -53,8 +53,8 @@ from linux import (
     MS_REC,
     check,
     die_with_parent,
-    exit_code,
     libc,
+    reap,
 )
 
 MS_RDONLY = 1
@@ -239,20 +239,6 @@ def _die_with_parent() -> None:
         os._exit(EXIT_LAUNCH_FAILED)
 
 
-def _wait_for(child: int) -> int:
-    """Reap everything until ``child`` ends; return the exit code to pass on (``linux.exit_code``)."""
-    code = EXIT_LAUNCH_FAILED
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return code
-        except InterruptedError:
-            continue
-        if pid == child:
-            return exit_code(status)
-
-
 def _fail(stage_fd: int | None, name: str, exc: BaseException) -> None:
     """Report a failure before the sandbox was complete (root-only file in the stage) and exit 125."""
     try:
@@ -294,7 +280,7 @@ def enter(spec: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
     init = os.fork()
     if init != 0:
         # Outside the new namespaces: wait for pid 1 and pass its status on (the template reads it).
-        os._exit(_wait_for(init))
+        os._exit(reap(init, every=False))
     try:
         _die_with_parent()
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -330,6 +316,6 @@ def enter(spec: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
         _fail(stage_fd, error_name, exc)
     subject = os.fork()
     if subject != 0:
-        os._exit(_wait_for(subject))
+        os._exit(reap(subject, every=False))
     _die_with_parent()
     sys.argv = [f"{spec['runner_root']}/runner/{spec.get('role', 'subject')}.py", spec["chdir"]]

@@ -37,8 +37,8 @@ from linux import (
     MS_REC,
     check,
     die_with_parent,
-    exit_code,
     libc,
+    reap,
 )
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -79,16 +79,7 @@ def main(argv: list[str]) -> int:
             with open(argv[2], "w") as report:
                 report.write(f"{type(exc).__name__}: {exc}")
         os._exit(EXIT_LAUNCH_FAILED)
-    code = EXIT_LAUNCH_FAILED
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return code
-        except InterruptedError:
-            continue
-        if pid == child:
-            code = exit_code(status)
+    return reap(child, every=True)
 
 
 if __name__ == "__main__":

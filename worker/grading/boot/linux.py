@@ -69,3 +69,23 @@ def returncode(code: int | None) -> int | None:
     if code is not None and SIGNAL_EXIT_BASE < code <= SIGNAL_EXIT_BASE + MAX_SIGNAL:
         return SIGNAL_EXIT_BASE - code
     return code
+
+
+def reap(child: int, *, every: bool) -> int:
+    """Reap children until ``child`` ends (``every``: until none is left); return its exit code to pass on.
+
+    A subreaper (``launch``) keeps reaping what its child left behind; pid 1 of a sandbox (``entry``) may stop at
+    its child, because the kernel kills the rest of the namespace when pid 1 exits.
+    """
+    code = EXIT_LAUNCH_FAILED
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return code
+        except InterruptedError:
+            continue
+        if pid == child:
+            code = exit_code(status)
+            if not every:
+                return code
