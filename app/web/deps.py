@@ -310,17 +310,10 @@ CourseStaffDep = Annotated[CourseAccess, Depends(get_course_staff)]
 
 
 @dataclass(frozen=True)
-class AssignmentAccess:
-    """An assignment the current user may see, its course and their role there."""
+class AssignmentAccess(CourseAccess):
+    """An assignment the current user may see, with its course and their role there."""
 
     assignment: Assignment
-    course: Course
-    role: CourseRole
-    user: User
-
-    @property
-    def is_staff(self) -> bool:
-        return courses.is_staff(self.role)
 
 
 def get_assignment_access(assignment_id: RowId, session: SessionDep, user: CurrentUser) -> AssignmentAccess:
