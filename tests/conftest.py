@@ -1,10 +1,12 @@
 """Shared fixtures: a real PostgreSQL test database, per-test rollback sessions, settings, the API client.
 
 Contract:
-- ``GPULAB_TEST_DATABASE_URL`` (default ``postgresql://postgres@127.0.0.1:5432/gpulab_test``) is created if
-  missing and its tables made with ``Base.metadata.create_all`` (migrations are tested on their own); a database
-  whose tables lack a column the models declare is emptied and made afresh. The practice course (the open
-  catalogue, which migration 0004 creates) is there too.
+- The test database is ``gpulab_test_<schema>`` on ``postgresql://postgres@127.0.0.1:5432``, where ``<schema>``
+  is a hash of the models' DDL: checkouts whose models differ use different databases, so a run in one never
+  empties the database a concurrent run in another is using. ``GPULAB_TEST_DATABASE_URL`` names one explicitly.
+  It is created if missing and its tables made with ``Base.metadata.create_all`` (migrations are tested on
+  their own); an explicitly named database whose tables lack a column the models declare is emptied and made
+  afresh. The practice course (the open catalogue, which migration 0004 creates) is there too.
   Unreachable PostgreSQL skips the tests that need it, or fails them when ``CI=true``.
 - ``db_session`` runs inside an outer transaction that is rolled back after the test; ``session.commit()``
   only releases a savepoint, so nothing a test writes is ever visible to another. Tests ``commit()`` their
@@ -48,8 +50,29 @@ if TYPE_CHECKING:
 
     from worker.grading.sandbox.fake import FakeSandbox
 
-TEST_DATABASE_URL = os.environ.get("GPULAB_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/gpulab_test")
 PASSWORD = "correct horse battery staple"
+
+
+def _schema_tag() -> str:
+    """Return a short hash of the DDL the models declare for PostgreSQL."""
+    import hashlib
+
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    import app.domain.models  # noqa: F401  (registers the tables on Base.metadata)
+
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    ddl = []
+    for table in Base.metadata.sorted_tables:
+        ddl.append(str(CreateTable(table).compile(dialect=dialect)))
+        ddl.extend(str(CreateIndex(index).compile(dialect=dialect)) for index in sorted(table.indexes, key=str))
+    return hashlib.sha256("\n".join(ddl).encode()).hexdigest()[:12]
+
+
+TEST_DATABASE_URL = os.environ.get("GPULAB_TEST_DATABASE_URL") or (
+    f"postgresql://postgres@127.0.0.1:5432/gpulab_test_{_schema_tag()}"
+)
 
 
 def _psycopg_url(url: str) -> str:

@@ -40,5 +40,44 @@ function localTimes(root) {
   }
 }
 
-window.gpulab = { postJson, errorText, showError, localTimes };
+// A sentence of ours with "YYYY-MM-DD HH:MM UTC" times in it (a gate's "closed on ..."): written as text, each time a
+// <time> element shown in the reader's zone, as the server's `timed` filter does.
+const UTC_TIME = /(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}) UTC/g;
+function timedText(element, sentence) {
+  element.textContent = "";
+  let last = 0;
+  for (const match of sentence.matchAll(UTC_TIME)) {
+    element.append(sentence.slice(last, match.index));
+    const time = document.createElement("time");
+    time.setAttribute("datetime", match[1] + "T" + match[2] + ":00Z");
+    time.dataset.format = "long";
+    time.textContent = match[0];
+    element.append(time);
+    last = match.index + match[0].length;
+  }
+  element.append(sentence.slice(last));
+  localTimes(element);
+}
+
+// Under an assignment, the gate above Submit (#gate, #gate-text, #gate-score): asked for again after each try, so
+// "2 attempts left; next in 3 min" stays true. The counted score is news only once an attempt settled.
+async function refreshGate(assignmentId, slug, settled) {
+  const gate = document.getElementById("gate-text");
+  if (!assignmentId || !gate) return;
+  try {
+    const response = await fetch("/api/assignments/" + encodeURIComponent(assignmentId), { credentials: "same-origin" });
+    if (!response.ok) return;
+    const assignment = await response.json();
+    const item = (assignment.items || []).find((i) => i.exercise === slug);
+    if (!item || !item.gate) return;
+    timedText(gate, item.gate.reason);
+    document.getElementById("gate").classList.toggle("gate-refused", !item.gate.allowed);
+    const score = document.getElementById("gate-score");
+    if (settled && score && item.score_pct !== null) {
+      score.textContent = "Counted score: " + String(Math.round(item.score_pct * 100) / 100) + "%" + (item.late ? " (late)" : "");
+    }
+  } catch (_) { /* the sentence is a convenience; submitting says the same */ }
+}
+
+window.gpulab = { postJson, errorText, showError, localTimes, timedText, refreshGate };
 document.addEventListener("DOMContentLoaded", () => localTimes(document));

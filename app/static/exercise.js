@@ -142,23 +142,8 @@
     } catch (_) { /* the standing is a convenience; the history page has it all */ }
   }
 
-  // --- the assignment's gate (attempts left, next submission) ----------------------------------------------
-
-  async function refreshGate(form, settled) {
-    const gate = byId("gate-text");
-    if (!form.dataset.assignment || !gate) return;
-    try {
-      const response = await fetch("/api/assignments/" + encodeURIComponent(form.dataset.assignment), { credentials: "same-origin" });
-      if (!response.ok) return;
-      const assignment = await response.json();
-      const item = (assignment.items || []).find((i) => i.exercise === form.dataset.slug);
-      if (!item || !item.gate) return;
-      gate.textContent = item.gate.reason;
-      byId("gate").classList.toggle("gate-refused", !item.gate.allowed);
-      const score = byId("gate-score");
-      // The counted score is news only once a submission settled (a queued one counts as an attempt, not yet a score).
-      if (settled && score && item.score_pct !== null) score.textContent = "Counted score: " + formatPoints(item.score_pct) + "%" + (item.late ? " (late)" : "");
-    } catch (_) { /* the sentence is a convenience; submitting says the same */ }
+  function refreshGate(form, settled) {
+    return window.gpulab.refreshGate(form.dataset.assignment, form.dataset.slug, settled);
   }
 
   // --- following a submission -----------------------------------------------------------------------------

@@ -78,10 +78,16 @@
       button.disabled = true;
       try {
         const response = await window.gpulab.postJson(
-          "/api/exercises/" + encodeURIComponent(form.dataset.slug) + "/quiz", { answers: answers },
+          "/api/exercises/" + encodeURIComponent(form.dataset.slug) + "/quiz",
+          // Under an assignment its gate applies (dates, attempts, rate) and the attempt counts there.
+          form.dataset.assignment ? { answers: answers, assignment_id: Number(form.dataset.assignment) } : { answers: answers },
         );
         if (response.status === 401) { window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname)); return; }
-        if (!response.ok) { window.gpulab.showError(error, await window.gpulab.errorText(response)); return; }
+        if (!response.ok) {
+          window.gpulab.showError(error, await window.gpulab.errorText(response));  // under an assignment: the gate's sentence
+          window.gpulab.refreshGate(form.dataset.assignment, form.dataset.slug, false);
+          return;
+        }
         const attempt = await response.json();
         clearFeedback(form);
         for (const result of attempt.questions) showQuestion(result);
@@ -93,6 +99,7 @@
         score.hidden = false;
         reset.hidden = false;
         score.scrollIntoView({ block: "nearest" });
+        window.gpulab.refreshGate(form.dataset.assignment, form.dataset.slug, true);
       } catch (_) {
         window.gpulab.showError(error, "Could not reach the server; try again.");
       } finally {

@@ -3,7 +3,10 @@
 Contract:
 - ``templates`` loads ``app/web/templates`` with autoescape and ``StrictUndefined``. Filters: ``utc`` (a datetime as
   ``YYYY-MM-DD HH:MM UTC``; the page script shows ``time`` elements in the viewer's zone) and ``num`` (``-``
-  for none, else 3 significant digits). Learner text (code, e-mails, messages) is never marked safe.
+  for none, else 3 significant digits), ``timed`` (a sentence of ours, escaped, whose ``YYYY-MM-DD HH:MM UTC``
+  times become ``time`` elements, so a gate's "closed on ..." shows in the viewer's zone too; ``app.js``'s
+  ``timedText`` does the same for sentences a script writes). Learner text (code, e-mails, messages) is never
+  marked safe.
 - ``render(request, name, status_code=200, **context)``: ``user`` defaults to the request's user (the
   detached copy ``app.web.deps`` keeps), ``csrf`` to the session's form token (every form posts it as
   ``csrf_token``), ``flashes`` to the messages ``flash`` queued for this page.
@@ -16,11 +19,13 @@ Contract:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import jinja2
+import markupsafe
 from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
@@ -45,6 +50,18 @@ def number_text(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
+UTC_TIME_RE = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}) UTC")  # what utc_text writes
+
+
+def timed_text(value: str) -> markupsafe.Markup:
+    """Escape ``value`` and wrap each UTC time ``utc_text`` wrote in it in a ``time`` element."""
+    escaped = str(markupsafe.escape(value))
+    # Safe: the sentence is escaped first and the pattern adds only digits, dashes and colons it matched.
+    return markupsafe.Markup(  # noqa: S704
+        UTC_TIME_RE.sub(r'<time datetime="\1T\2:00Z" data-format="long">\1 \2 UTC</time>', escaped)
+    )
+
+
 templates = Jinja2Templates(
     env=jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=True, undefined=jinja2.StrictUndefined
@@ -52,6 +69,7 @@ templates = Jinja2Templates(
 )
 templates.env.filters["utc"] = utc_text
 templates.env.filters["num"] = number_text
+templates.env.filters["timed"] = timed_text
 
 
 async def verify_form_csrf(request: Request) -> None:
@@ -118,4 +136,3 @@ def error_page(request: Request, status: int, message: str, exc: Exception) -> R
 def redirect_to_login(request: Request) -> RedirectResponse:
     """Send the visitor to the log-in page, coming back to this page afterwards."""
     return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
-

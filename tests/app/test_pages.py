@@ -261,3 +261,15 @@ def test_exercise_page_offers_the_editor_actions(learner_client: TestClient, tin
     assert 'id="run-button"' in html and 'id="reset-button"' in html and 'aria-live="polite"' in html
     assert f'action="/exercises/{tiny_exercise.slug}/submissions"' in html
     assert 'id="starter-code">"# STARTER-' in html  # JSON for "reset to starter"
+
+
+def test_timed_escapes_the_sentence_and_makes_its_utc_times_time_elements() -> None:
+    from app.web.pages import timed_text
+
+    html = str(timed_text("closed on 2026-12-08 17:00 UTC for <b>'x'</b>; again 2027-01-02 03:04 UTC"))
+    assert html == (
+        'closed on <time datetime="2026-12-08T17:00:00Z" data-format="long">2026-12-08 17:00 UTC</time> for '
+        "&lt;b&gt;&#39;x&#39;&lt;/b&gt;; again "
+        '<time datetime="2027-01-02T03:04:00Z" data-format="long">2027-01-02 03:04 UTC</time>'
+    )
+    assert str(timed_text("open")) == "open"

@@ -336,3 +336,61 @@ def test_submitting_without_javascript_passes_the_gate(
     assert "no attempts left (1 used)" in client.get(page).text
     refused = client.post(f"{page}/submissions", data={"csrf_token": token, "code": CODE})
     assert _is_html_page(refused, 403) and "no attempts left" in refused.text
+
+
+def test_an_assignment_has_a_page_of_its_own_that_learners_of_the_course_may_open(
+    client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,
+    other_learner: User, tiny_exercise: TinyExercise,
+) -> None:  # fmt: skip
+    login(client, instructor)
+    made = _assignment(client, tiny_exercise.slug, title="Week 3", max_attempts=1)
+    draft = _assignment(client, tiny_exercise.slug, title="Draft week", is_published=False)
+    assert f'href="/courses/gpu-101/assignments/{made["id"]}">Week 3</a>' in client.get("/courses/gpu-101").text
+    assert _is_html_page(client.get(f"/courses/gpu-101/assignments/{draft['id']}"), 200)  # staff see drafts
+    logout(client)
+
+    login(client, learner)
+    page = client.get(f"/courses/gpu-101/assignments/{made['id']}")
+    assert _is_html_page(page, 200)
+    assert '<span aria-current="page">Week 3</span>' in page.text and "1 attempt left" in page.text
+    assert "Draft week" not in page.text
+    assert _is_html_page(client.get(f"/courses/gpu-101/assignments/{draft['id']}"), 404)  # a draft is not there
+    logout(client)
+    login(client, other_learner)
+    assert _is_html_page(client.get(f"/courses/gpu-101/assignments/{made['id']}"), 404)  # not their course
+
+
+def test_a_quiz_under_an_assignment_has_its_page_with_the_gate(
+    client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,
+    db_session: Session,
+) -> None:  # fmt: skip
+    from app.domain.exercises import upsert_exercise
+    from tests.app.test_quiz_api import QUIZ
+    from worker.bank.spec import ExerciseSpec
+
+    files = {"exercise.toml": 'title = "Week quiz"\nkind = "quiz"\ntopic = "Quizzes"\n', "prompt.md": "Go.",
+             "quiz.toml": QUIZ}  # fmt: skip
+    quiz, _ = upsert_exercise(session=db_session, spec=ExerciseSpec.from_files("week-quiz", files))
+    db_session.commit()
+    login(client, instructor)
+    closes = (utcnow() + timedelta(days=2)).replace(microsecond=0)
+    made = _assignment(client, quiz.slug, title="Quiz week", max_attempts=1, due_at=closes.isoformat())
+    logout(client)
+
+    login(client, learner)
+    link = f"/courses/gpu-101/assignments/{made['id']}/exercises/week-quiz"
+    assert f'href="{link}">Week quiz</a> <span class="meta">(quiz)</span>' in client.get("/courses/gpu-101").text
+    page = client.get(link).text
+    assert f'data-assignment="{made["id"]}"' in page and 'id="quiz-form"' in page
+    assert page.index('id="gate-text"') < page.index('id="quiz-form"')
+    stamp = f'<time datetime="{closes:%Y-%m-%dT%H:%M}:00Z" data-format="long">{closes:%Y-%m-%d %H:%M} UTC</time>'
+    assert f"due on {stamp}; 1 attempt left" in page  # the gate's date is a time element, shown in the viewer's zone
+    assert "Your best attempt counts for Quiz week" in page
+
+    answered = client.post(
+        "/api/exercises/week-quiz/quiz", json={"answers": {"q1": ["b"]}, "assignment_id": made["id"]}
+    )
+    assert answered.status_code == 200, answered.text
+    assert "no attempts left (1 used)" in client.get(link).text
+    again = client.post("/api/exercises/week-quiz/quiz", json={"answers": {"q1": ["b"]}, "assignment_id": made["id"]})
+    assert again.status_code == 403 and "no attempts left" in again.json()["detail"]

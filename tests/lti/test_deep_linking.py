@@ -158,9 +158,12 @@ def test_a_later_resource_link_launch_lands_on_the_chosen_item(
 
     assignment_link = LaunchSpec(context=context, claims={CUSTOM: {"gpulab_assignment": str(assignment.id)}})
     response = flow.launch(assignment_link)
-    assert response.status_code == 303 and response.headers["location"] == f"/courses/{course.slug}"
+    landing = f"/courses/{course.slug}/assignments/{assignment.id}"  # the assignment's own page
+    assert response.status_code == 303 and response.headers["location"] == landing
     link = db_session.scalar(select(LtiLink).where(LtiLink.resource_link_id == assignment_link.resource_link["id"]))
     assert link is not None and link.assignment_id == assignment.id
+    page = client.get(landing)  # the learner the launch signed in may open it
+    assert page.status_code == 200 and "Week 2" in page.text
 
 
 def test_an_assignment_of_another_course_is_not_mapped(flow: Flow, registered, db_session: Session) -> None:

@@ -23,8 +23,9 @@ and signs the user in):
   deep linking (``app.domain.lti.deep_linking``) carries a custom parameter (the ``custom`` claim) naming what
   was picked: ``gpulab_exercise`` (a slug) or ``gpulab_assignment`` (an id, honoured only when the assignment
   belongs to the launched course); a link that opens nothing yet takes it at its launch.
-- Landing (``destination``): the link's exercise; else the link's assignment's course page; else the target
-  link when it is a page on gpulab outside ``/lti/``; else the launched course's page; else ``/exercises``.
+- Landing (``destination``): the link's exercise; else the link's assignment's page
+  (``/courses/{slug}/assignments/{id}``); else the target link when it is a page on gpulab outside ``/lti/``;
+  else the launched course's page; else ``/exercises``.
   Course pages are used only where ``course_pages`` says the app has them (``/courses/{slug}``); without them
   every course landing is ``/exercises``.
 """
@@ -268,7 +269,8 @@ def destination(*, link: LtiLink, course: Course | None, target: str, tool: Tool
     if link.exercise is not None:
         return f"/exercises/{link.exercise.slug}"
     if link.assignment is not None:
-        return f"/courses/{link.assignment.course.slug}" if course_pages else "/exercises"
+        course_of = link.assignment.course
+        return f"/courses/{course_of.slug}/assignments/{link.assignment.id}" if course_pages else "/exercises"
     page = _page_on_tool(target, tool)
     if page is not None:
         return page

@@ -47,7 +47,9 @@ from sqlalchemy.orm import Session
 
 from app.domain import accounts, assignments, courses, coursework
 from app.domain.exercises import list_published
+from app.domain.highlight import highlight_blocks
 from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Exercise, User, utcnow
+from app.domain.progress import progress_for
 from app.domain.schemas import ExerciseDetail, as_utc
 from app.domain.submissions import create_submission
 from app.web.deps import (
@@ -283,6 +285,15 @@ class AssignmentView:
     grade_pct: float | None = None  # learners only
 
 
+def _assignment_view(session: Session, assignment: Assignment, access: CourseAccess, now: datetime) -> AssignmentView:
+    out = assignment_out(session=session, assignment=assignment, user=access.user, staff=access.is_staff)
+    where = assignments.window(assignments.Dates(out.opens_at, out.due_at, out.late_until, None), now)
+    grade = None if access.is_staff else assignments.assignment_pct(
+        session=session, assignment=assignment, user=access.user
+    )  # fmt: skip
+    return AssignmentView(out=out, window=where, grade_pct=grade)
+
+
 def _courses_page(
     request: Request, session: Session, user: User, status_code: int = 200, **extra: Any
 ) -> Response:  # fmt: skip
@@ -318,14 +329,8 @@ def create_course(
 @router.get("/courses/{slug}")
 def course_page(request: Request, access: CourseDep, session: SessionDep) -> Response:
     now = utcnow()
-    views = []
-    for assignment in courses.visible_assignments(session=session, course=access.course, user=access.user):
-        out = assignment_out(session=session, assignment=assignment, user=access.user, staff=access.is_staff)
-        where = assignments.window(assignments.Dates(out.opens_at, out.due_at, out.late_until, None), now)
-        grade = None if access.is_staff else assignments.assignment_pct(
-            session=session, assignment=assignment, user=access.user
-        )  # fmt: skip
-        views.append(AssignmentView(out=out, window=where, grade_pct=grade))
+    listed = courses.visible_assignments(session=session, course=access.course, user=access.user)
+    views = [_assignment_view(session, assignment, access, now) for assignment in listed]
     return render(request, "courses/course.html", course=access.course, role=access.role, staff=access.is_staff,
                   assignments=views)  # fmt: skip
 
@@ -366,19 +371,22 @@ def assignment_exercise_page(
     assignment = here.assignment
     item = _item_of(assignment, exercise)
     detail = ExerciseDetail.of(exercise)
-    if detail.kind != "code":
-        raise NotFound(f"{exercise.slug!r} is a {detail.kind}; only code exercises have a page under an assignment")
     learner = here.role is CourseRole.learner
     dates = assignments.effective_dates(session=session, assignment=assignment, user=user)
     gate = counted = None
     if learner:
         gate = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=utcnow())
         counted = assignments.counted(session=session, assignment=assignment, item=item, user=user, dates=dates)
+    under = {
+        "assignment": assignment, "course": here.course, "learner": learner, "gate": gate, "counted": counted,
+        "dates": dates, "assignment_url": _assignment_url(assignment),
+    }  # fmt: skip
+    if detail.kind == "quiz":  # answered through quiz.js, which sends the assignment id
+        prompt = highlight_blocks(detail.prompt_html)
+        progress = progress_for(session=session, user=user, exercise=exercise)
+        return render(request, "courses/quiz.html", ex=detail, prompt=prompt, progress=progress, **under)
     page = exercise_context(session=session, user=user, exercise=exercise, detail=detail)
-    return render(
-        request, "courses/exercise.html", **page, assignment=assignment, course=here.course, learner=learner,
-        gate=gate, counted=counted, dates=dates, assignment_url=_assignment_url(assignment),
-    )  # fmt: skip
+    return render(request, "courses/exercise.html", **page, **under)
 
 
 @router.post("/courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/submissions")
@@ -625,3 +633,13 @@ def revoke_form(
     session.commit()
     flash(request, "It was already revoked." if was_revoked else f"Extension of {extension.user.email} revoked.")
     return redirect(f"{_assignment_url(here.assignment)}/extensions")
+
+
+# --- an assignment's own page (last: "/courses/{slug}/assignments/new" must match before it) -------------------
+
+
+@router.get("/courses/{course_slug}/assignments/{assignment_id}")
+def assignment_page(request: Request, here: HereDep, session: SessionDep) -> Response:
+    """Show one assignment as the course page shows it: where an LMS link to it lands."""
+    view = _assignment_view(session, here.assignment, here, utcnow())
+    return render(request, "courses/assignment.html", course=here.course, role=here.role, staff=here.is_staff, v=view)
