@@ -1,4 +1,5 @@
-"""NRPS roster sync (``app.domain.lti.roster``, ``POST /api/courses/{slug}/roster/sync``) over real HTTP.
+"""NRPS roster sync (``app.domain.lti.roster``, ``POST /api/courses/{slug}/roster/sync`` and the manage page's
+button) over real HTTP.
 
 Covers: a launch stores the context's memberships URL; staff sync reads both pages of the loopback platform's
 roster with a verified client-credentials token for the NRPS scope, adds a new learner and a TA, updates a role,
@@ -159,3 +160,46 @@ def test_a_platform_error_writes_nothing_and_the_next_sync_works(
     retried = client.post(f"/api/courses/{course.slug}/roster/sync", headers=JSON)
     assert retried.status_code == 200, retried.text
     assert {entry["sub"] for entry in retried.json()["added"]} == {"dan", "eve"}
+
+
+def _form_token(client: TestClient, path: str) -> str:
+    import re
+
+    match = re.search(r'name="csrf_token" value="([^"]+)"', client.get(path).text)
+    assert match, f"{path} has no form token"
+    return match.group(1)
+
+
+def test_the_manage_page_syncs_the_roster_with_a_button(
+    client: TestClient, course: Course, platform: LoopbackPlatform, registered: LtiPlatform, db_session: Session
+) -> None:
+    manage = f"/courses/{course.slug}/manage"
+    page = client.get(manage).text
+    assert 'id="sync-roster"' in page and "linked to 1 LMS course that shares its roster" in page
+    token = _form_token(client, manage)
+    platform.roster_down_from = 2
+
+    failed = client.post(f"/courses/{course.slug}/roster/sync", data={"csrf_token": token})
+
+    assert failed.status_code == 422 and 'id="lms-error"' in failed.text and "HTTP 503" in failed.text
+    db_session.expire_all()
+    assert _user(db_session, registered, "dan") is None
+    platform.roster_down_from = None
+
+    synced = client.post(f"/courses/{course.slug}/roster/sync", data={"csrf_token": token})
+
+    assert synced.status_code == 200, synced.text
+    assert "2 added · 1 updated · 1 unchanged · 1 skipped" in synced.text
+    assert '<tr class="outcome-added"><td>Dan Brown</td><td>dan@example.com</td><td>added</td><td>learner</td>' in (
+        synced.text
+    )
+    db_session.expire_all()
+    assert _role(db_session, registered, "eve") is CourseRole.ta
+    refused = client.post(f"/courses/{course.slug}/roster/sync", data={})
+    assert refused.status_code == 403  # the form's CSRF token is required
+
+
+def test_a_course_without_an_lms_roster_shows_no_sync(client: TestClient, instructor: User, login: Any) -> None:
+    login(client, instructor)
+    assert client.post("/api/courses", json={"slug": "hand-made", "title": "By hand"}).status_code == 201
+    assert 'id="sync-roster"' not in client.get("/courses/hand-made/manage").text

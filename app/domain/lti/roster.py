@@ -238,16 +238,20 @@ def _apply(*, session: Session, course: Course, member: _Member, report: RosterR
         report.unchanged.append(entry)
 
 
+def roster_contexts(*, session: Session, course: Course) -> list[LtiContext]:
+    """Return the LMS contexts of ``course`` that offer their roster (an NRPS memberships URL)."""
+    query = (
+        select(LtiContext)
+        .where(LtiContext.course_id == course.id, LtiContext.memberships_url.is_not(None))
+        .order_by(LtiContext.id)
+    )
+    return list(session.scalars(query))
+
+
 def sync_roster(*, session: Session, course: Course, actor: User, http: httpx.Client) -> RosterReport:
     """Read the course's roster from its LMS contexts and enroll it (see the module contract); the caller commits."""
     courses.require_course_role(session=session, course=course, user=actor, roles=courses.STAFF)
-    contexts = list(
-        session.scalars(
-            select(LtiContext)
-            .where(LtiContext.course_id == course.id, LtiContext.memberships_url.is_not(None))
-            .order_by(LtiContext.id)
-        )
-    )
+    contexts = roster_contexts(session=session, course=course)
     if not contexts:
         raise InvalidInput(
             f"{course.title!r} has no LMS course offering its roster (NRPS): launch gpulab from the LMS course first"

@@ -1,6 +1,6 @@
 """Course pages: my courses, a course's assignments as they stand for me, joining by invite link, an exercise
 worked on under an assignment, and the staff pages (members and CSV enrollment, the invite link, assignments and
-their extensions).
+their extensions, the roster sync from the LMS).
 
 Contract:
 - Every page needs a login (``CurrentUser``: the log-in redirect otherwise). What a user may not see is the 404
@@ -27,7 +27,9 @@ Contract:
 - Every POST is a form with the session's CSRF token (``FORM_CSRF``). Success flashes and redirects
   (POST-redirect-GET); refused input shows the same form again (422) with the message and the input kept, and
   writes nothing. CSV enrollment answers with its per-row report on the page (one-time passwords are shown
-  once, never kept in a cookie or a URL). Routes commit; nothing here grades.
+  once, never kept in a cookie or a URL); so does the roster sync (``app.domain.lti.roster``: shown when the
+  course has an LMS context offering its roster; a platform that fails is the manage page again, 422, with the
+  reason, and nothing enrolled). Routes commit; nothing here grades.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from sqlalchemy.orm import Session
 from app.domain import accounts, assignments, courses, coursework
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks
+from app.domain.lti import roster
 from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Exercise, User, utcnow
 from app.domain.progress import progress_for
 from app.domain.schemas import ExerciseDetail, as_utc
@@ -69,6 +72,7 @@ from app.web.deps import (
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from app.web.routes.api_courses import AssignmentIn, AssignmentOut, ExtensionIn, ExtensionOut, assignment_out
 from app.web.routes.api_exercises import dispatch_committed
+from app.web.routes.api_roster import RosterHttpDep
 from app.web.routes.pages import exercise_context
 from worker.core.errors import GpulabError, InvalidInput, NotFound
 
@@ -422,6 +426,8 @@ class ManageExtras:
     counts: dict[str, int] = field(default_factory=dict)
     csv_text: str = ""
     csv_error: str = ""
+    lms_report: roster.RosterReport | None = None
+    lms_error: str = ""
 
 
 def _manage_page(
@@ -436,6 +442,7 @@ def _manage_page(
         request, "courses/manage.html", status_code=status_code, course=course, role=access.role,
         can_edit=courses.can_edit(access.role), members=courses.members(session=session, course=course),
         invite=invite, assignments=listed, extras=extras or ManageExtras(),
+        lms_contexts=len(roster.roster_contexts(session=session, course=course)),
     )  # fmt: skip
 
 
@@ -466,6 +473,18 @@ def enroll_form(
         return _manage_page(request, access, session, ManageExtras(csv_text=csv, csv_error=exc.message), 422)
     counts = {outcome.value: report.count(outcome) for outcome in courses.Outcome if report.count(outcome)}
     return _manage_page(request, access, session, ManageExtras(report=report.rows, counts=counts))
+
+
+@router.post("/courses/{slug}/roster/sync")
+def roster_sync_form(request: Request, access: CourseStaffDep, session: SessionDep, http: RosterHttpDep) -> Response:
+    """Read the roster from the course's LMS (NRPS) and enroll it; the page shows what happened to each member."""
+    try:
+        report = roster.sync_roster(session=session, course=access.course, actor=access.user, http=http)
+        session.commit()
+    except GpulabError as exc:
+        session.rollback()
+        return _manage_page(request, access, session, ManageExtras(lms_error=exc.message), 422)
+    return _manage_page(request, access, session, ManageExtras(lms_report=report))
 
 
 @router.post("/courses/{slug}/invite")
