@@ -34,7 +34,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.domain.db import Base
@@ -496,6 +496,13 @@ class LtiScoreOutbox(Base):
     """A score gpulab owes a platform's gradebook (AGS): kept until the platform took it, retried with back-off."""
 
     __tablename__ = "lti_score_outbox"
+    __table_args__ = (
+        # At most one unsent row per link and learner, even when two gradings settle at once.
+        Index(
+            "uq_lti_score_outbox_pending", "link_id", "user_id", unique=True,
+            postgresql_where=text("sent_at IS NULL"), sqlite_where=text("sent_at IS NULL"),
+        ),
+    )  # fmt: skip
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     platform_id: Mapped[int] = mapped_column(ForeignKey("lti_platforms.id", ondelete="CASCADE"), index=True)

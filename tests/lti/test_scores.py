@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.domain.lti import keys, scores
@@ -182,6 +184,47 @@ def test_a_newer_score_replaces_the_unsent_payload(
     # The counted score did not change (best counts): nothing new to post.
     worse = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=1)
     assert scores.queue_score(session=db_session, submission=worse) == []
+
+
+def test_the_database_holds_one_unsent_row_per_link_and_learner(
+    db_session: Session, linked: Linked, tiny_exercise: TinyExercise
+) -> None:
+    first = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=2)
+    [row] = scores.queue_score(session=db_session, submission=first)
+    twin = LtiScoreOutbox(
+        platform_id=row.platform_id, link_id=row.link_id, user_id=row.user_id, lineitem_url=row.lineitem_url,
+        payload=dict(row.payload),
+    )  # fmt: skip
+    with pytest.raises(IntegrityError), db_session.begin_nested():
+        db_session.add(twin)
+    row.sent_at = utcnow()  # once sent, the next score may queue a new row
+    db_session.flush()
+    with db_session.begin_nested():
+        db_session.add(twin)
+    assert len(rows(db_session)) == 2
+
+
+def test_a_score_queued_at_the_same_time_joins_the_other_gradings_row(
+    db_session: Session, linked: Linked, tiny_exercise: TinyExercise, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=2)
+    [pending] = scores.queue_score(session=db_session, submission=first)
+    db_session.commit()
+    second = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=5)
+    real_newest = scores._newest
+    reads: list[int] = []
+
+    def raced(**kwargs: Any) -> LtiScoreOutbox | None:
+        reads.append(1)  # the first read missed the other grading's row, which had not committed yet
+        return None if len(reads) == 1 else real_newest(**kwargs)
+
+    monkeypatch.setattr(scores, "_newest", raced)
+    [queued] = scores.queue_score(session=db_session, submission=second)
+    db_session.commit()
+
+    assert queued.id == pending.id and len(reads) == 2  # the index refused a second row; the first one carries it
+    [row] = rows(db_session)
+    assert row.payload["scoreGiven"] == 100.0 and row.sent_at is None
 
 
 def test_nothing_is_queued_without_a_link_or_an_lti_account(

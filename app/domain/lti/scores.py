@@ -7,7 +7,9 @@ Contract:
   and whose platform knows the learner (an ``LtiUser`` on that platform), it computes the learner's counted
   grade on the assignment (``assignments.assignment_pct``: ``scoreGiven`` out of ``scoreMaximum`` 100) and
   upserts the outbox row of (link, user): an unsent row gets the new payload (one pending row per pair is
-  enough: the platform only needs the newest score); otherwise a new row is added, unless the newest row sent
+  enough: the platform only needs the newest score; a partial unique index holds that when two gradings
+  settle at once, and the newest row is read ``FOR UPDATE`` so a sweeper posting it is waited for, and a new
+  row made once it is sent); otherwise a new row is added, unless the newest row sent
   already carried the same ``scoreGiven`` (the counted score did not change: nothing to post). Exercise links
   (a link to one exercise, no assignment) and practice submissions post nothing: there is no counted score.
   The payload is the IMS score: ``scoreGiven``, ``scoreMaximum``, ``activityProgress`` ``Completed``,
@@ -35,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.domain import assignments
@@ -108,16 +111,9 @@ def queue_score(*, session: Session, submission: Submission) -> list[LtiScoreOut
     queued: list[LtiScoreOutbox] = []
     for link, sub in found:
         payload = _payload(pct=pct, sub=sub, at=now)
-        newest = session.scalar(
-            select(LtiScoreOutbox)
-            .where(LtiScoreOutbox.link_id == link.id, LtiScoreOutbox.user_id == user.id)
-            .order_by(LtiScoreOutbox.id.desc())
-            .limit(1)
-        )
+        newest = _newest(session=session, link_id=link.id, user_id=user.id)
         if newest is not None and newest.sent_at is None:
-            newest.payload = payload  # a new dict: the JSON column notices assignment only
-            newest.lineitem_url = str(link.lineitem_url)
-            queued.append(newest)
+            queued.append(_refresh(newest, payload=payload, link=link))
             continue
         if newest is not None and newest.payload.get("scoreGiven") == payload["scoreGiven"]:
             continue  # the platform has this score already
@@ -131,10 +127,36 @@ def queue_score(*, session: Session, submission: Submission) -> list[LtiScoreOut
             attempts=0,
             next_attempt_at=now,
         )
-        session.add(row)
+        try:
+            with session.begin_nested():
+                session.add(row)
+        except IntegrityError:
+            # Another grading of this learner queued a row first (the partial unique index allows one unsent
+            # row per pair): carry the newer score in that one.
+            pending = _newest(session=session, link_id=link.id, user_id=user.id)
+            if pending is None or pending.sent_at is not None:
+                raise
+            row = _refresh(pending, payload=payload, link=link)
         queued.append(row)
     session.flush()
     return queued
+
+
+def _newest(*, session: Session, link_id: int, user_id: int) -> LtiScoreOutbox | None:
+    """Return the newest outbox row of the pair, locked: a sweeper posting it is waited for, then seen sent."""
+    return session.scalar(
+        select(LtiScoreOutbox)
+        .where(LtiScoreOutbox.link_id == link_id, LtiScoreOutbox.user_id == user_id)
+        .order_by(LtiScoreOutbox.id.desc())
+        .limit(1)
+        .with_for_update()
+    )
+
+
+def _refresh(row: LtiScoreOutbox, *, payload: dict[str, Any], link: LtiLink) -> LtiScoreOutbox:
+    row.payload = payload  # a new dict: the JSON column notices assignment only
+    row.lineitem_url = str(link.lineitem_url)
+    return row
 
 
 def scores_url(lineitem_url: str) -> str:
