@@ -48,6 +48,7 @@ from app.web.errors import document_problems, install_error_handlers
 from app.web.middleware import BodySizeLimitMiddleware, CSRFMiddleware, SecurityHeadersMiddleware
 from app.web.pages import error_page
 from app.web.routers import api_router, page_router
+from app.web.routes import api_lti
 from worker.core.config import Settings, get_settings
 
 log = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ DEPENDENCY_PROBLEMS: dict[Callable[..., object], tuple[int, ...]] = {
         for loader in (
             deps.get_exercise, deps.get_submission, deps.get_staff_exercise, deps.get_staff_version,
             deps.get_staff_submission, deps.get_check, deps.get_regrade, deps.get_user, deps.get_course_access,
-            deps.get_assignment_access, deps.get_extension,
+            deps.get_assignment_access, deps.get_extension, api_lti.get_platform, api_lti.get_outbox_row,
         )
     },
 }  # fmt: skip
@@ -201,6 +202,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_age=settings.session_max_age_s,
         same_site="none" if settings.frame_origins else "lax",  # framed by an LMS: the cookie must go in its frame
         https_only=settings.cookie_secure,
+        # CHIPS: a framed session keeps working in browsers that block unpartitioned third-party cookies.
+        partitioned=bool(settings.frame_origins) and settings.cookie_secure,
     )
     app.add_middleware(CSRFMiddleware)
     app.add_middleware(

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.domain.models import CourseMember, CourseRole, LtiContext, LtiLink, LtiNonce, LtiUser, Role, User
 from tests.conftest import TinyExercise
-from tests.lti.conftest import Flow
+from tests.lti.conftest import Flow, Started
 from tests.lti.platform import (
     INSTITUTION_INSTRUCTOR,
     INSTRUCTOR,
@@ -215,3 +218,67 @@ def test_over_https_the_state_cookie_is_samesite_none_and_secure(
     assert started.params["redirect_uri"] == "https://gpulab.example.edu/lti/launch"
     cookie = started.response.headers["set-cookie"].lower()
     assert "samesite=none" in cookie and "secure" in cookie
+    assert "partitioned" in cookie  # CHIPS: kept in an LMS frame where third-party cookies are blocked
+
+
+FRAMED = {"Sec-Fetch-Dest": "iframe"}
+
+
+def _hidden_probe(response: Any) -> str:
+    cookies = response.headers.get_list("set-cookie")
+    [probe] = [c for c in cookies if c.startswith("gpulab_lti_probe=")]
+    return str(probe)
+
+
+def test_a_login_inside_a_frame_checks_the_cookies_before_going_to_the_platform(
+    flow: Flow, client: TestClient, registered, platform: LoopbackPlatform
+) -> None:
+    params = flow.login_params(LaunchSpec())
+    page = client.get("/lti/login", params=params, headers=FRAMED, follow_redirects=False)
+
+    assert page.status_code == 200 and 'id="lti-login"' in page.text and "/static/lti-login.js" in page.text
+    auth_url = html.unescape(re.search(r'data-auth-url="([^"]+)"', page.text).group(1))  # type: ignore[union-attr]
+    assert auth_url.startswith(platform.auth_url + "?")
+    window = html.unescape(re.search(r'id="lti-login-blocked".*?href="([^"]+)"', page.text, re.S).group(1))  # type: ignore[union-attr]
+    assert window.startswith("/lti/login?") and parse_qs(urlsplit(window).query)["login_hint"] == [params["login_hint"]]
+    assert "Path=/lti/cookie-check" in _hidden_probe(page)
+    state = parse_qs(urlsplit(auth_url).query)["state"][0]
+    assert any(c.startswith(f"gpulab_lti_{state}=") for c in page.headers.get_list("set-cookie"))
+
+    assert client.get("/lti/cookie-check").json() == {"cookies": True}  # this client kept the probe
+    client.cookies.delete("gpulab_lti_probe", path="/lti/cookie-check")
+    blocked = client.get("/lti/cookie-check")
+    assert blocked.json() == {"cookies": False} and blocked.headers["cache-control"] == "no-store"
+
+    # The page goes on to the platform with the state its cookie holds: the launch works as an unframed one.
+    started = Started(page, auth_url, {k: v[0] for k, v in parse_qs(urlsplit(auth_url).query).items()})
+    assert flow.post(flow.authorise(started)).status_code == 303
+
+
+def test_the_new_window_login_redirects_at_once(flow: Flow, client: TestClient, registered) -> None:
+    framed = client.get("/lti/login", params=flow.login_params(LaunchSpec()), headers=FRAMED, follow_redirects=False)
+    window = html.unescape(re.search(r'id="lti-login-blocked".*?href="([^"]+)"', framed.text, re.S).group(1))  # type: ignore[union-attr]
+    again = client.get(window, headers={"Sec-Fetch-Dest": "document"}, follow_redirects=False)
+    assert again.status_code == 302 and "gpulab_lti_probe" not in again.headers.get("set-cookie", "")
+
+
+def test_a_refused_login_in_a_frame_is_the_refusal_page(flow: Flow, client: TestClient) -> None:
+    response = client.get("/lti/login", params={"iss": "https://nobody.example"}, headers=FRAMED)
+    assert response.status_code == 400 and "lacks login_hint" in response.text
+
+
+def test_framed_sessions_are_partitioned_over_https(monkeypatch: Any, database_url: str, tmp_path: Any) -> None:
+    from fastapi.testclient import TestClient as Client
+
+    from app.main import create_app
+    from tests.support import configure
+
+    configure(
+        monkeypatch, mode="dev", database_url=database_url, data_dir=str(tmp_path), secret_key="s" * 48,
+        frame_ancestors="https://lms.example.edu", cookie_secure="true",
+    )  # fmt: skip
+    with Client(create_app(), base_url="https://testserver") as https_client:
+        page = https_client.get("/login")  # its form token starts the session
+        session_cookie = [c for c in page.headers.get_list("set-cookie") if c.startswith("gpulab_session=")]
+        assert session_cookie and "partitioned" in session_cookie[0].lower()
+        assert "samesite=none" in session_cookie[0].lower() and "secure" in session_cookie[0].lower()

@@ -9,6 +9,12 @@ Contract (the rules themselves live in ``app.domain.lti``; this is the HTTP side
   ``{subject: "org.imsglobal.lti.close"}`` to the window that opened it (or its parent frame), as the spec asks.
 - ``GET|POST /lti/login``: the third-party initiated login. It answers a redirect to the platform's
   authorisation endpoint and sets the state cookie (below); an unknown platform or deployment is refused.
+  Loaded into a frame (``Sec-Fetch-Dest: iframe``: the LMS shows gpulab inside its page) it answers instead
+  ``lti/login_check.html`` (200) with both cookies it needs, the state and a probe (``gpulab_lti_probe``, path
+  ``/lti/cookie-check``): ``/static/lti-login.js`` asks ``GET /lti/cookie-check`` (``{"cookies": bool}``)
+  whether the probe came back, and goes on to the platform if it did; if the browser dropped it (third-party
+  cookies blocked) the page says so and offers the same login in a new window, where gpulab's cookies are
+  first-party and the launch opens there.
 - ``POST /lti/launch`` (``id_token``, ``state``, or the platform's ``error``): checks the state cookie, verifies
   the token and provisions (``launch.verify``, ``provisioning.provision``), commits, signs the user in
   (``app.domain.security.start_session``) and redirects (303) to where the launch lands. The state cookie is
@@ -37,8 +43,11 @@ Contract (the rules themselves live in ``app.domain.lti``; this is the HTTP side
   a ``SameSite=None`` cookie without ``Secure`` would be dropped, so it is ``SameSite=Lax``: launches then work
   from a platform on the same site (Moodle on localhost:8080 and gpulab on localhost:8000), and a test client
   sends it like any cookie.
-- gpulab's pages refuse to be framed (``SecurityHeadersMiddleware``), and its session cookie is SameSite=Lax:
-  platforms must open gpulab in a new window, for launches and for registration (docs/lti.md).
+- Over https the state and probe cookies are ``Partitioned`` (CHIPS), and so is the session cookie when
+  ``GPULAB_FRAME_ANCESTORS`` lets an LMS frame gpulab (``SameSite=None``): browsers that block third-party
+  cookies keep partitioned ones for the frame's top-level site, so a framed launch and the pages after it work.
+  Without ``GPULAB_FRAME_ANCESTORS`` gpulab's pages refuse to be framed (``SecurityHeadersMiddleware``) and the
+  platform must open gpulab in a new window (docs/lti.md).
 """
 
 from __future__ import annotations
@@ -48,7 +57,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Form, Query, Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -68,6 +77,9 @@ router = APIRouter(prefix="/lti", include_in_schema=False)
 jwks_router = APIRouter(prefix="/lti", tags=["lti"])
 
 LAUNCH_PATH = "/lti/launch"
+LOGIN_PATH = "/lti/login"
+PROBE_PATH = "/lti/cookie-check"
+PROBE_COOKIE = "gpulab_lti_probe"
 DEEP_LINK_PATH = "/lti/deep-link"
 STATE_RE = re.compile(r"[A-Za-z0-9_-]{20,128}")  # what oidc.begin makes; anything else never had a cookie
 CLOSE_SCRIPT = '(window.opener || window.parent).postMessage({subject: "org.imsglobal.lti.close"}, "*");\n'
@@ -173,24 +185,61 @@ async def close_script() -> Response:
 # --- the OIDC login and the launch -------------------------------------------------------------------------
 
 
+def _set_cookie(
+    response: Response, name: str, value: str, *, max_age_s: int, path: str, secure: bool,
+    same_site: Literal["none", "lax"], partitioned: bool,
+) -> None:  # fmt: skip
+    """Set an HttpOnly cookie (``max_age_s`` 0 deletes it), ``Partitioned`` when asked.
+
+    By hand for ``Partitioned`` alone: Starlette builds cookies with ``http.cookies``, which learns that
+    attribute only in Python 3.14; the attribute is appended to the header Starlette made.
+    """
+    response.set_cookie(name, value, max_age=max_age_s, path=path, httponly=True, secure=secure, samesite=same_site)
+    if partitioned:
+        header, made = response.raw_headers[-1]
+        assert header == b"set-cookie"  # set_cookie appends its header last
+        response.raw_headers[-1] = (header, made + b"; Partitioned")
+
+
+def _framed(request: Request) -> bool:
+    """Say whether the browser loads this request into a frame (an LMS that shows gpulab inside its page)."""
+    return request.headers.get("sec-fetch-dest", "").lower() in ("iframe", "frame")
+
+
 def _begin(request: Request, session: Session, settings: Settings, params: dict[str, str]) -> Response:
     tool = _tool(request, settings)
     try:
-        pending, url = oidc.begin(session=session, login=oidc.login_request(params), tool=tool)
+        login_request = oidc.login_request(params)
+        pending, url = oidc.begin(session=session, login=login_request, tool=tool)
     except GpulabError as exc:
         return _refused(request, session, exc, step="launch")
     secure, same_site = _cookie_flags(settings, tool)
-    response = RedirectResponse(url, status_code=302)
-    response.set_cookie(
-        oidc.cookie_name(pending.state),
-        oidc.seal(pending, secret=settings.session_secret()),
-        max_age=settings.lti_state_max_age_s,
-        path=LAUNCH_PATH,
-        httponly=True,
-        secure=secure,
-        samesite=same_site,
-    )
+    partitioned = secure  # CHIPS: a framed gpulab keeps its cookies where third-party ones are blocked
+    response: Response
+    if _framed(request):
+        # Inside a frame the browser may refuse gpulab's cookies: lti-login.js asks /lti/cookie-check whether the
+        # probe came back before going on, and offers the same login in a window of its own when it did not.
+        again = f"{LOGIN_PATH}?{urlencode({k: v for k, v in vars(login_request).items() if v is not None})}"
+        response = render(request, "lti/login_check.html", auth_url=url, window_url=again)
+        _set_cookie(
+            response, PROBE_COOKIE, "1", max_age_s=settings.lti_state_max_age_s, path=PROBE_PATH, secure=secure,
+            same_site=same_site, partitioned=partitioned,
+        )  # fmt: skip
+    else:
+        response = RedirectResponse(url, status_code=302)
+    _set_cookie(
+        response, oidc.cookie_name(pending.state), oidc.seal(pending, secret=settings.session_secret()),
+        max_age_s=settings.lti_state_max_age_s, path=LAUNCH_PATH, secure=secure, same_site=same_site,
+        partitioned=partitioned,
+    )  # fmt: skip
     return response
+
+
+@router.get("/cookie-check")
+async def cookie_check(request: Request) -> Response:
+    """Say whether this browser sent back the probe cookie the framed login set (JSON ``{"cookies": bool}``)."""
+    kept = request.cookies.get(PROBE_COOKIE) == "1"
+    return JSONResponse({"cookies": kept}, headers={"Cache-Control": "no-store"})
 
 
 @router.api_route("/login", methods=["GET", "POST"])
@@ -252,7 +301,10 @@ def launch_endpoint(
         response = RedirectResponse(path, status_code=303)
     if state_ok:
         secure, same_site = _cookie_flags(settings, tool)
-        response.delete_cookie(oidc.cookie_name(state), path=LAUNCH_PATH, secure=secure, samesite=same_site)
+        _set_cookie(
+            response, oidc.cookie_name(state), "", max_age_s=0, path=LAUNCH_PATH, secure=secure, same_site=same_site,
+            partitioned=secure,
+        )  # fmt: skip
     return response
 
 
