@@ -27,6 +27,7 @@ from app.web.routes import (
     pages_courses,
     pages_gradebook,
     pages_instructor,
+    pages_lti_admin,
 )
 
 api_router = APIRouter()
@@ -39,7 +40,7 @@ for _router in (
     api_roster.router,  # /api/courses/{slug}/roster/sync: the LMS roster (NRPS)
     api_instructor.router,
     api_admin.router,
-    api_lti.router,  # /api/admin/lti/outbox: the LTI scores still owed
+    api_lti.router,  # /api/admin/lti: platforms, gpulab's keys, the LTI scores still owed
     health.router,  # /healthz, /readyz, /metrics: no login, no session
     lti.jwks_router,  # /lti/jwks: gpulab's public keys, JSON for the platforms
 ):
@@ -52,6 +53,7 @@ for _router in (
     pages_gradebook.router,
     pages_instructor.router,
     pages_admin.router,
+    pages_lti_admin.router,  # /admin/lti: platforms, keys, the score outbox
     lti.router,
 ):
     page_router.include_router(_router)

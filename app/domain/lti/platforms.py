@@ -3,41 +3,67 @@
 Contract:
 - ``register`` stores a platform from the fields an admin copies out of the platform (manual registration) or
   that Dynamic Registration got (``app.domain.lti.registration``): every URL passes ``outbound.check_url``, the
-  issuer has no query either, and an (issuer, client id) already registered is a ``Conflict``.
+  issuer has no query either, and an (issuer, client id) already registered is a ``Conflict``. An empty name
+  is the issuer's host; an empty audience is none (the token URL is the audience).
 - ``add_deployment`` adds a deployment id the platform gave (idempotent). Launches from a deployment that is
   not listed are refused (``app.domain.lti.launch``).
+- ``remove_deployment`` takes a deployment id off the list (``NotFound`` if it is not listed); launches from it
+  are refused from then on, and the courses and links it made stay (adding it again lets them in again).
 - ``find(issuer, client_id)`` is the platform a login names: by both, or by the issuer alone when it has only
   one client here (the login initiation may leave ``client_id`` out). Unknown is ``Forbidden``: gpulab refuses
   launches from platforms nobody registered.
+- ``get(platform_id)`` is the platform by id (``NotFound``); ``listing`` is every platform, by issuer and client
+  id, each with what it launched here (``Usage``: accounts, courses, links).
+- ``delete(platform)`` removes a platform nobody launched from yet (a mistyped registration): one that has
+  launched anyone or made a course or a link is a ``Conflict`` and stays, because deleting it would delete its
+  people's sign-in, its course mappings, its links and the scores still owed with it (the database cascades).
+  Remove its deployments instead to stop its launches.
+Every text is checked before anything is written: no control character (PostgreSQL text cannot hold NUL),
+URLs as ``outbound.check_url`` says (a URL that does not parse is ``InvalidInput`` too). Nothing here commits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.domain.lti.outbound import check_url
-from app.domain.models import LtiPlatform
-from worker.core.errors import Conflict, Forbidden, InvalidInput
+from app.domain.models import LtiContext, LtiLink, LtiPlatform, LtiUser
+from worker.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 
 MAX_ID_CHARS = 255
 MAX_NAME_CHARS = 200
 
 
+def _check_text(value: str, *, what: str) -> str:
+    if any(ord(char) < 32 or ord(char) == 127 for char in value):
+        raise InvalidInput(f"the {what} must not contain control characters (tabs, line breaks, NUL...)")
+    return value
+
+
 def _check_id(value: str, *, what: str) -> str:
-    value = value.strip()
+    value = _check_text(value.strip(), what=what)
     if not value or len(value) > MAX_ID_CHARS:
         raise InvalidInput(f"the {what} must be 1 to {MAX_ID_CHARS} characters")
     return value
 
 
+def _check_url(url: str, *, what: str, allow_http: bool) -> str:
+    _check_text(url, what=what)
+    try:
+        return check_url(url, what=what, allow_http=allow_http)
+    except ValueError as exc:  # urlsplit: an unbalanced [IPv6] host
+        raise InvalidInput(f"the {what} is not a URL: {exc}") from exc
+
+
 def check_issuer(issuer: str, *, allow_http: bool) -> str:
     """Return ``issuer`` if it is a platform issuer (an https URL without query or fragment)."""
-    check_url(issuer, what="issuer", allow_http=allow_http)
+    _check_url(issuer, what="issuer", allow_http=allow_http)
     if urlsplit(issuer).query:
         raise InvalidInput(f"the issuer must have no ?query, not {issuer!r}")
     return _check_id(issuer, what="issuer")
@@ -60,9 +86,9 @@ def register(
     issuer = check_issuer(issuer, allow_http=allow_http)
     client_id = _check_id(client_id, what="client id")
     for url, what in ((auth_login_url, "authorisation URL"), (auth_token_url, "token URL"), (jwks_url, "JWKS URL")):
-        check_url(url, what=what, allow_http=allow_http)
-    if audience is not None:
-        audience = _check_id(audience, what="token audience")
+        _check_url(url, what=what, allow_http=allow_http)
+    name = _check_text(name.strip(), what="name")
+    audience = _check_id(audience, what="token audience") if audience and audience.strip() else None
     deployments = list(dict.fromkeys(_check_id(d, what="deployment id") for d in deployment_ids))
     exists = select(LtiPlatform.id).where(LtiPlatform.issuer == issuer, LtiPlatform.client_id == client_id)
     if session.scalar(exists) is not None:
@@ -70,7 +96,7 @@ def register(
     platform = LtiPlatform(
         issuer=issuer,
         client_id=client_id,
-        name=(name.strip() or urlsplit(issuer).netloc)[:MAX_NAME_CHARS],
+        name=(name or urlsplit(issuer).netloc)[:MAX_NAME_CHARS],
         auth_login_url=auth_login_url,
         auth_token_url=auth_token_url,
         jwks_url=jwks_url,
@@ -105,3 +131,73 @@ def find(*, session: Session, issuer: str, client_id: str | None) -> LtiPlatform
     if len(found) > 1:
         raise InvalidInput(f"{issuer} has several clients here: the login must say which one (client_id)")
     return found[0]
+
+
+def remove_deployment(*, platform: LtiPlatform, deployment_id: str) -> None:
+    """Refuse launches from ``deployment_id`` of ``platform`` from now on; ``NotFound`` if it is not listed."""
+    deployment_id = deployment_id.strip()
+    if deployment_id not in platform.deployment_ids:
+        raise NotFound(f"{platform.name or platform.issuer} has no deployment {deployment_id!r}")
+    platform.deployment_ids = [known for known in platform.deployment_ids if known != deployment_id]
+
+
+def get(*, session: Session, platform_id: int) -> LtiPlatform:
+    """Return the platform with this id, or raise ``NotFound``."""
+    platform = session.get(LtiPlatform, platform_id)
+    if platform is None:
+        raise NotFound(f"no LTI platform {platform_id}")
+    return platform
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a platform launched here: accounts that sign in through it, courses and links it made."""
+
+    users: int = 0
+    contexts: int = 0
+    links: int = 0
+
+    @property
+    def used(self) -> bool:
+        return bool(self.users or self.contexts or self.links)
+
+
+@dataclass(frozen=True)
+class Listed:
+    platform: LtiPlatform
+    usage: Usage
+
+
+def _counts(session: Session, model: type[LtiUser | LtiContext | LtiLink], ids: Sequence[int]) -> dict[int, int]:
+    rows = session.execute(
+        select(model.platform_id, func.count()).where(model.platform_id.in_(ids)).group_by(model.platform_id)
+    )
+    return {platform_id: count for platform_id, count in rows}
+
+
+def usage_of(*, session: Session, platform_ids: Sequence[int]) -> dict[int, Usage]:
+    """Return the ``Usage`` of each platform id (all zero for one that launched nothing)."""
+    users, contexts, links = (_counts(session, model, platform_ids) for model in (LtiUser, LtiContext, LtiLink))
+    return {
+        pid: Usage(users=users.get(pid, 0), contexts=contexts.get(pid, 0), links=links.get(pid, 0))
+        for pid in platform_ids
+    }
+
+
+def listing(*, session: Session) -> list[Listed]:
+    """Return every registered platform (by issuer, client id) with its ``Usage``."""
+    found = list(session.scalars(select(LtiPlatform).order_by(LtiPlatform.issuer, LtiPlatform.client_id)))
+    usage = usage_of(session=session, platform_ids=[platform.id for platform in found])
+    return [Listed(platform, usage[platform.id]) for platform in found]
+
+
+def delete(*, session: Session, platform: LtiPlatform) -> None:
+    """Delete ``platform`` if it never launched anyone, made no course and no link; else raise ``Conflict``."""
+    usage = usage_of(session=session, platform_ids=[platform.id])[platform.id]
+    if usage.used:
+        raise Conflict(
+            f"{platform.name or platform.issuer} has {usage.users} account(s), {usage.contexts} course(s) and "
+            f"{usage.links} link(s) here: deleting it would delete them; remove its deployments to stop launches"
+        )
+    session.delete(platform)
+    session.flush()

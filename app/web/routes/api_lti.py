@@ -1,24 +1,120 @@
-"""``GET /api/admin/lti/outbox``: the LTI scores gpulab still owes platforms' gradebooks, for staff.
+"""``/api/admin/lti``: LTI 1.3 administration for admins: the platforms, gpulab's keys and the score outbox.
 
-Contract: admins only (``AdminDep``: 401 logged out, 403 for everyone else). Lists the unsent rows of
-``app.domain.lti.scores`` (pending and failing alike), the ones waiting longest first, with their attempts, the
-last error and when the next try is; an empty list means every platform has every score.
+Contract: admins only (``AdminDep``: 401 logged out, 403 for everyone else). State changes are JSON bodies (or
+none), so the API's CSRF rule covers them; each commits what ``app.domain.lti`` did or, refused, writes nothing.
+- Platforms (``app.domain.lti.platforms``): ``GET /platforms`` lists them with their deployments and what they
+  launched here (accounts, courses, links); ``POST /platforms`` registers one by hand (201; 409 for an issuer and
+  client id registered already, 422 for a malformed field: http URLs only in dev and demo mode);
+  ``GET``/``DELETE /platforms/{id}`` (404 unknown; a delete is refused with 409 once the platform launched
+  anyone or made a course or a link); ``POST /platforms/{id}/deployments`` adds a deployment id (idempotent),
+  ``DELETE /platforms/{id}/deployments/{deployment_id}`` removes one (404 if not listed).
+- Keys (``app.domain.lti.keys``): ``GET /keys`` lists gpulab's signing keys, newest first, with whether each is
+  current (signs) and published (in ``/lti/jwks``: current, or retired within ``lti_key_grace_s``); the first
+  call makes the first key, as ``/lti/jwks`` does. ``POST /keys/rotate`` retires the current key (it stays
+  published for the grace period) and answers the new one.
+- Outbox (``app.domain.lti.scores``): ``GET /outbox`` lists the unsent rows (pending and failing alike), the
+  ones waiting longest first, with their attempts, the last error and when the next try is; an empty list means
+  every platform has every score. ``POST /outbox/{id}/retry`` makes an unsent row due now (``next_attempt_at``),
+  so the next sweeper pass posts it; attempts and the back-off are kept. A sent or unknown row is 404.
+``PlatformDep``, ``OutboxRowDep`` and the ``*_out`` views are shared with the admin page
+(``app.web.routes.pages_lti_admin``).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
-from pydantic import BaseModel
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from app.domain.lti import scores
-from app.domain.models import LtiScoreOutbox
-from app.web.deps import AdminDep, SessionDep
+from app.domain.lti import keys, platforms, scores
+from app.domain.models import LtiPlatform, LtiScoreOutbox, LtiToolKey, utcnow
+from app.web.deps import AdminDep, RowId, SessionDep, SettingsDep
 from app.web.errors import problem_responses
+from worker.core.errors import NotFound
 
 router = APIRouter(prefix="/api/admin/lti", tags=["admin"])
+KEYS_LISTED = 50
+
+
+# --- shared with the admin page ------------------------------------------------------------------------------
+
+
+def get_platform(platform_id: RowId, session: SessionDep, _admin: AdminDep) -> LtiPlatform:
+    return platforms.get(session=session, platform_id=platform_id)
+
+
+PlatformDep = Annotated[LtiPlatform, Depends(get_platform)]
+
+
+def get_outbox_row(row_id: RowId, session: SessionDep, _admin: AdminDep) -> LtiScoreOutbox:
+    row = session.get(LtiScoreOutbox, row_id)
+    if row is None or row.sent_at is not None:
+        raise NotFound(f"no unsent score {row_id} in the outbox")
+    return row
+
+
+OutboxRowDep = Annotated[LtiScoreOutbox, Depends(get_outbox_row)]
+
+
+class PlatformOut(BaseModel):
+    id: int
+    issuer: str
+    client_id: str
+    name: str
+    auth_login_url: str
+    auth_token_url: str
+    jwks_url: str
+    audience: str | None
+    deployment_ids: list[str]
+    created_at: datetime
+    users: int = Field(description="accounts that sign in through this platform")
+    contexts: int = Field(description="platform courses mapped to gpulab courses")
+    links: int = Field(description="resource links placed in the platform's courses")
+    deletable: bool = Field(description="nothing launched from it yet: DELETE removes it")
+
+
+def _platform_out(listed: platforms.Listed) -> PlatformOut:
+    p, usage = listed.platform, listed.usage
+    return PlatformOut(
+        id=p.id, issuer=p.issuer, client_id=p.client_id, name=p.name, auth_login_url=p.auth_login_url,
+        auth_token_url=p.auth_token_url, jwks_url=p.jwks_url, audience=p.audience,
+        deployment_ids=list(p.deployment_ids), created_at=p.created_at, users=usage.users, contexts=usage.contexts,
+        links=usage.links, deletable=not usage.used,
+    )  # fmt: skip
+
+
+def platform_out(*, session: Session, platform: LtiPlatform) -> PlatformOut:
+    usage = platforms.usage_of(session=session, platform_ids=[platform.id])[platform.id]
+    return _platform_out(platforms.Listed(platform, usage))
+
+
+def platform_listing(*, session: Session) -> list[PlatformOut]:
+    return [_platform_out(listed) for listed in platforms.listing(session=session)]
+
+
+class KeyOut(BaseModel):
+    kid: str
+    created_at: datetime
+    retired_at: datetime | None
+    current: bool = Field(description="this key signs gpulab's messages now")
+    published: bool = Field(description="in /lti/jwks: the current key, or retired within the grace period")
+
+
+def key_listing(*, session: Session, grace_s: int) -> list[KeyOut]:
+    """gpulab's keys, newest first (makes the first key if there is none: the caller commits)."""
+    published = {str(key["kid"]) for key in keys.jwks(session=session, grace_s=grace_s)["keys"]}
+    signing = keys.current(session=session).kid
+    rows = session.scalars(select(LtiToolKey).order_by(LtiToolKey.id.desc()).limit(KEYS_LISTED))
+    return [
+        KeyOut(kid=row.kid, created_at=row.created_at, retired_at=row.retired_at, current=row.kid == signing,
+               published=row.kid in published)
+        for row in rows
+    ]  # fmt: skip
 
 
 class OutboxRowOut(BaseModel):
@@ -35,7 +131,7 @@ class OutboxRowOut(BaseModel):
     state: str  # "pending" (never tried) or "failed" (tried, waiting for its next attempt)
 
 
-def _row_out(row: LtiScoreOutbox) -> OutboxRowOut:
+def outbox_row_out(row: LtiScoreOutbox) -> OutboxRowOut:
     return OutboxRowOut(
         id=row.id, platform_id=row.platform_id, link_id=row.link_id, user_id=row.user_id,
         lineitem_url=row.lineitem_url, payload=dict(row.payload), created_at=row.created_at,
@@ -44,7 +140,126 @@ def _row_out(row: LtiScoreOutbox) -> OutboxRowOut:
     )  # fmt: skip
 
 
+def retry_now(row: LtiScoreOutbox) -> None:
+    """Make ``row`` due now: the next sweeper pass posts it (its attempts and back-off stay)."""
+    row.next_attempt_at = utcnow()
+
+
+# --- platforms -----------------------------------------------------------------------------------------------
+
+
+class PlatformIn(BaseModel):
+    """The platform's details as it shows them after gpulab was registered in it (docs/lti.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    issuer: str = Field(max_length=1024, description="Moodle: Platform ID; Canvas: https://canvas.instructure.com")
+    client_id: str = Field(max_length=255)
+    name: str = Field(default="", max_length=200, description="shown to admins; empty: the issuer's host")
+    auth_login_url: str = Field(max_length=1024, description="the OIDC authentication request URL")
+    auth_token_url: str = Field(max_length=1024, description="the OAuth 2 access token URL")
+    jwks_url: str = Field(max_length=1024, description="the platform's public keyset URL")
+    deployment_ids: list[str] = Field(default_factory=list, max_length=100)
+    audience: str | None = Field(default=None, max_length=255, description="token audience, when not the token URL")
+
+
+class DeploymentIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    deployment_id: str = Field(max_length=255)
+
+
+REGISTER_ERRORS = problem_responses(
+    409, 422,
+    described={
+        409: "A platform with this issuer and client id is registered already",
+        422: "The request does not match the schema, or a field is malformed (https URLs only outside dev mode)",
+    },
+)  # fmt: skip
+
+
+@router.get("/platforms", responses=problem_responses(401, 403))
+def list_platforms(_admin: AdminDep, session: SessionDep) -> list[PlatformOut]:
+    """List the registered platforms with their deployments and what they launched here."""
+    return platform_listing(session=session)
+
+
+@router.post("/platforms", status_code=201, responses=REGISTER_ERRORS)
+def register_platform(body: PlatformIn, _admin: AdminDep, session: SessionDep, settings: SettingsDep) -> PlatformOut:
+    """Register a platform by hand (manual registration) from the details it shows."""
+    platform = platforms.register(
+        session=session, issuer=body.issuer, client_id=body.client_id, name=body.name,
+        auth_login_url=body.auth_login_url, auth_token_url=body.auth_token_url, jwks_url=body.jwks_url,
+        deployment_ids=body.deployment_ids, audience=body.audience, allow_http=settings.relaxed,
+    )  # fmt: skip
+    session.commit()
+    return platform_out(session=session, platform=platform)
+
+
+@router.get("/platforms/{platform_id}", responses=problem_responses(404))
+def show_platform(platform: PlatformDep, session: SessionDep) -> PlatformOut:
+    """Return one platform."""
+    return platform_out(session=session, platform=platform)
+
+
+@router.delete(
+    "/platforms/{platform_id}",
+    status_code=204,
+    response_class=Response,
+    responses=problem_responses(404, 409, described={409: "The platform has launched people, courses or links"}),
+)
+def delete_platform(platform: PlatformDep, session: SessionDep) -> Response:
+    """Delete a platform nothing was launched from yet (else remove its deployments to stop its launches)."""
+    platforms.delete(session=session, platform=platform)
+    session.commit()
+    return Response(status_code=204)
+
+
+@router.post("/platforms/{platform_id}/deployments", responses=problem_responses(404, 422))
+def add_deployment(body: DeploymentIn, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+    """Let launches from another deployment of this platform in (no change if it is listed)."""
+    platforms.add_deployment(platform=platform, deployment_id=body.deployment_id)
+    session.commit()
+    return platform_out(session=session, platform=platform)
+
+
+@router.delete("/platforms/{platform_id}/deployments/{deployment_id:path}", responses=problem_responses(404))
+def remove_deployment(deployment_id: str, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+    """Refuse launches from this deployment from now on (its courses and links stay)."""
+    platforms.remove_deployment(platform=platform, deployment_id=deployment_id)
+    session.commit()
+    return platform_out(session=session, platform=platform)
+
+
+# --- gpulab's keys -------------------------------------------------------------------------------------------
+
+
+@router.get("/keys", responses=problem_responses(401, 403))
+def list_keys(_admin: AdminDep, session: SessionDep, settings: SettingsDep) -> list[KeyOut]:
+    """List gpulab's signing keys, newest first: which one signs, which are published."""
+    listed = key_listing(session=session, grace_s=settings.lti_key_grace_s)
+    session.commit()  # the first call made the first key
+    return listed
+
+
+@router.post("/keys/rotate", responses=problem_responses(401, 403))
+def rotate_key(_admin: AdminDep, session: SessionDep) -> KeyOut:
+    """Make a new signing key; the old one stays published for the grace period (``lti_key_grace_s``)."""
+    new = keys.rotate(session=session)
+    session.commit()
+    return KeyOut(kid=new.kid, created_at=new.created_at, retired_at=None, current=True, published=True)
+
+
+# --- the score outbox ----------------------------------------------------------------------------------------
+
+
 @router.get("/outbox", responses=problem_responses(401, 403))
 def outbox(_admin: AdminDep, session: SessionDep) -> list[OutboxRowOut]:
     """List the scores not yet taken by their platform, with attempts, last error and next attempt."""
-    return [_row_out(row) for row in scores.outbox(session=session)]
+    return [outbox_row_out(row) for row in scores.outbox(session=session)]
+
+
+@router.post("/outbox/{row_id}/retry", responses=problem_responses(404))
+def retry_score(row: OutboxRowDep, session: SessionDep) -> OutboxRowOut:
+    """Make an unsent score due now: the sweeper's next pass posts it."""
+    retry_now(row)
+    session.commit()
+    return outbox_row_out(row)

@@ -1,0 +1,167 @@
+"""``/admin/lti``: the LTI 1.3 admin page: what to paste into the platform, the platforms, gpulab's keys, the outbox.
+
+Contract: admins only (``AdminDep``); every POST is an HTML form carrying the session's CSRF token and answers
+with a redirect back to ``/admin/lti`` and a flash (POST-redirect-GET), except a refused registration, which
+shows the page again with status 422, the reason and the fields as typed. The page shows gpulab's endpoints under
+``Settings.public_url`` (else the address of this request), the registered platforms with their deployments
+(add and remove forms; delete for a platform nothing launched from), the manual registration form (the fields
+of docs/lti.md; several deployment ids separated by spaces or commas), gpulab's keys with the rotate button,
+and the scores still owed (``scores.outbox``) with a "Retry now" button each. The rules are those of the JSON
+API (``app.web.routes.api_lti``), whose dependencies and views this module shares.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import Response
+from sqlalchemy import select
+
+from app.domain.lti import keys, platforms, scores
+from app.domain.lti.toolconfig import tool_urls
+from app.domain.models import User
+from app.web.deps import AdminDep, SessionDep, SettingsDep
+from app.web.pages import FORM_CSRF, flash, redirect, render
+from app.web.routes.api_lti import (
+    OutboxRowDep,
+    PlatformDep,
+    key_listing,
+    outbox_row_out,
+    platform_listing,
+    retry_now,
+)
+from worker.core.config import Settings
+from worker.core.errors import GpulabError
+
+router = APIRouter(prefix="/admin/lti", include_in_schema=False, dependencies=[FORM_CSRF])
+PAGE = "/admin/lti"
+REGISTER_FIELDS = ("issuer", "client_id", "name", "auth_login_url", "auth_token_url", "jwks_url", "deployment_ids",
+                   "audience")  # fmt: skip
+_SEPARATORS = re.compile(r"[\s,]+")
+
+
+def _page(
+    request: Request,
+    user: User,
+    session: SessionDep,
+    settings: Settings,
+    status_code: int = 200,
+    form: dict[str, str] | None = None,
+    error: str = "",
+) -> Response:
+    outbox = [outbox_row_out(row) for row in scores.outbox(session=session)]
+    owed_to = {row.user_id for row in outbox}
+    emails = {uid: email for uid, email in session.execute(select(User.id, User.email).where(User.id.in_(owed_to)))}
+    listed = platform_listing(session=session)
+    context = {
+        "tool": tool_urls(settings.public_url or str(request.base_url)),
+        "platforms": listed,
+        "platform_names": {p.id: p.name or p.issuer for p in listed},
+        "keys": key_listing(session=session, grace_s=settings.lti_key_grace_s),
+        "grace_days": round(settings.lti_key_grace_s / 86400, 1),
+        "outbox": outbox,
+        "emails": emails,
+        "form": form or dict.fromkeys(REGISTER_FIELDS, ""),
+        "error": error,
+        "allow_http": settings.relaxed,
+    }
+    session.commit()  # the key listing made gpulab's first key if there was none
+    return render(request, "admin/lti.html", status_code=status_code, user=user, **context)
+
+
+@router.get("")
+def lti_page(request: Request, user: AdminDep, session: SessionDep, settings: SettingsDep) -> Response:
+    return _page(request, user, session, settings)
+
+
+@router.post("/platforms")
+def register_platform(
+    request: Request,
+    user: AdminDep,
+    session: SessionDep,
+    settings: SettingsDep,
+    issuer: Annotated[str, Form()] = "",
+    client_id: Annotated[str, Form()] = "",
+    name: Annotated[str, Form()] = "",
+    auth_login_url: Annotated[str, Form()] = "",
+    auth_token_url: Annotated[str, Form()] = "",
+    jwks_url: Annotated[str, Form()] = "",
+    deployment_ids: Annotated[str, Form()] = "",
+    audience: Annotated[str, Form()] = "",
+) -> Response:
+    form = {"issuer": issuer, "client_id": client_id, "name": name, "auth_login_url": auth_login_url,
+            "auth_token_url": auth_token_url, "jwks_url": jwks_url, "deployment_ids": deployment_ids,
+            "audience": audience}  # fmt: skip
+    try:
+        platform = platforms.register(
+            session=session, issuer=issuer.strip(), client_id=client_id, name=name,
+            auth_login_url=auth_login_url.strip(), auth_token_url=auth_token_url.strip(), jwks_url=jwks_url.strip(),
+            deployment_ids=[d for d in _SEPARATORS.split(deployment_ids) if d], audience=audience or None,
+            allow_http=settings.relaxed,
+        )  # fmt: skip
+        session.commit()
+    except GpulabError as exc:
+        session.rollback()
+        return _page(request, user, session, settings, status_code=422, form=form, error=exc.message)
+    flash(request, f"{platform.name} ({platform.issuer}) is registered: its launches are let in.")
+    return redirect(PAGE)
+
+
+def _done(request: Request, session: SessionDep, message: str) -> Response:
+    session.commit()
+    flash(request, message)
+    return redirect(PAGE)
+
+
+def _refused(request: Request, session: SessionDep, exc: GpulabError) -> Response:
+    session.rollback()
+    flash(request, exc.message, "error")
+    return redirect(PAGE)
+
+
+@router.post("/platforms/{platform_id}/deployments")
+def add_deployment(
+    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    deployment_id: Annotated[str, Form()] = "",
+) -> Response:  # fmt: skip
+    try:
+        platforms.add_deployment(platform=platform, deployment_id=deployment_id)
+    except GpulabError as exc:
+        return _refused(request, session, exc)
+    return _done(request, session, f"{platform.name}: deployment {deployment_id.strip()} is let in.")
+
+
+@router.post("/platforms/{platform_id}/deployments/remove")
+def remove_deployment(
+    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    deployment_id: Annotated[str, Form()] = "",
+) -> Response:  # fmt: skip
+    try:
+        platforms.remove_deployment(platform=platform, deployment_id=deployment_id)
+    except GpulabError as exc:
+        return _refused(request, session, exc)
+    return _done(request, session, f"{platform.name}: launches from deployment {deployment_id.strip()} are refused.")
+
+
+@router.post("/platforms/{platform_id}/delete")
+def delete_platform(request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep) -> Response:
+    named = f"{platform.name} ({platform.issuer})"
+    try:
+        platforms.delete(session=session, platform=platform)
+    except GpulabError as exc:
+        return _refused(request, session, exc)
+    return _done(request, session, f"{named} is deleted.")
+
+
+@router.post("/keys/rotate")
+def rotate_key(request: Request, _user: AdminDep, session: SessionDep) -> Response:
+    new = keys.rotate(session=session)
+    return _done(request, session, f"New signing key {new.kid}; the old one stays published for the grace period.")
+
+
+@router.post("/outbox/{row_id}/retry")
+def retry_score(request: Request, _user: AdminDep, row: OutboxRowDep, session: SessionDep) -> Response:
+    retry_now(row)
+    return _done(request, session, f"Score {row.id} is due now: the next sweeper pass posts it.")
