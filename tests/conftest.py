@@ -62,7 +62,7 @@ def _schema_tag() -> str:
 
     import app.domain.models  # noqa: F401  (registers the tables on Base.metadata)
 
-    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    dialect = postgresql.dialect()
     ddl = []
     for table in Base.metadata.sorted_tables:
         ddl.append(str(CreateTable(table).compile(dialect=dialect)))

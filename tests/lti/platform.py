@@ -19,6 +19,8 @@ Contract:
   ``roster_pages`` (a list of member lists) as membership containers, one page per ``?page=N``, each but the
   last with a ``Link: <...>; rel="next"`` to the following one; every call lands in ``roster_calls``).
   ``nrps_claim(context_id)`` is the launch claim naming that service, for ``LaunchSpec.claims``.
+  ``GET /course/{hint}`` is a course page that shows the tool in a frame, whose source is the tool's login
+  initiation (``tool_login_url``, which a test sets) for the launch ``prepare(spec)`` named ``hint``.
 - ``rotate()`` makes a new signing key and, unless ``keep_old``, stops publishing the old one.
 - ``id_token(nonce=..., spec=...)`` signs a token directly, for the refusal tests: ``claims`` overrides claims
   (a value of None removes one), ``header`` the JOSE header, ``key``/``alg`` the signature; ``unsigned_token``
@@ -36,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import uvicorn
 from joserfc import jwt
@@ -110,6 +113,7 @@ class LoopbackPlatform:
         self.roster_pages: list[list[dict[str, Any]]] = [[]]
         self.roster_down_from: int | None = None
         self.roster_calls: list[dict[str, Any]] = []
+        self.tool_login_url: str | None = None  # gpulab's /lti/login, for the course page's frame
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
@@ -126,6 +130,7 @@ class LoopbackPlatform:
                 Route("/token", self._token, methods=["POST"]),
                 Route("/ags/lineitems/{item}/scores", self._score, methods=["POST"]),
                 Route("/nrps/contexts/{context}/memberships", self._memberships),
+                Route("/course/{hint}", self._course_page),
             ]
         )
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off", access_log=False)
@@ -298,6 +303,23 @@ class LoopbackPlatform:
         page = (
             f'<!doctype html><form id="launch" method="post" action="{html.escape(params["redirect_uri"])}">'
             f"{inputs}</form><script>document.getElementById('launch').submit()</script>"
+        )
+        return HTMLResponse(page)
+
+    async def _course_page(self, request: Request) -> Response:
+        """A course page of the platform that shows the tool in a frame, launching the prepared ``hint``."""
+        hint = request.path_params["hint"]
+        spec = self._prepared.get(hint)
+        if spec is None or self.tool_login_url is None:
+            return HTMLResponse("unknown launch", status_code=404)
+        query = urlencode({
+            "iss": self.issuer, "login_hint": hint, "target_link_uri": spec.target_link_uri,
+            "client_id": self.client_id, "lti_deployment_id": spec.deployment_id or self.deployment_id,
+        })  # fmt: skip
+        src = html.escape(f"{self.tool_login_url}?{query}", quote=True)
+        page = (
+            "<!doctype html><title>Course</title><h1>Course on the platform</h1>"
+            f'<iframe id="tool" title="gpulab" src="{src}" width="1000" height="640"></iframe>'
         )
         return HTMLResponse(page)
 

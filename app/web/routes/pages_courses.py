@@ -381,7 +381,7 @@ def assignment_exercise_page(
     if learner:
         gate = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=utcnow())
         counted = assignments.counted(session=session, assignment=assignment, item=item, user=user, dates=dates)
-    under = {
+    under: dict[str, Any] = {
         "assignment": assignment, "course": here.course, "learner": learner, "gate": gate, "counted": counted,
         "dates": dates, "assignment_url": _assignment_url(assignment),
     }  # fmt: skip
