@@ -312,3 +312,37 @@ def test_the_sweeper_delivers_and_survives_a_failure(
 
     monkeypatch.setattr(sweeper, "session_scope", contextmanager(away))
     assert sweeper.deliver_scores() == 0  # logged, never raised: the rows wait for the next sweep
+
+
+def test_the_course_gradebook_shows_the_scores_its_lms_still_owes(
+    db_session: Session, linked: Linked, tiny_exercise: TinyExercise, platform: LoopbackPlatform, http: httpx.Client,
+    instructor: User, client: TestClient, login: Callable[..., None],
+) -> None:  # fmt: skip
+    from app.domain import courses
+    from app.domain.models import CourseRole
+
+    course = linked.assignment.course
+    other = Course(slug="gpu102-ags", title="GPU 102")
+    db_session.add(other)
+    db_session.flush()
+    for each in (course, other):
+        courses.enroll(session=db_session, course=each, user=instructor, role=CourseRole.instructor, source="manual")
+    submission = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=2)
+    scores.queue_score(session=db_session, submission=submission)
+    db_session.commit()
+    platform.scores_down = True
+    scores.deliver_due(session=db_session, now=utcnow(), http=http)
+    db_session.commit()
+
+    login(client, instructor)
+    page = client.get(f"/courses/{course.slug}/gradebook")
+    assert page.status_code == 200 and 'id="lms-owed"' in page.text
+    assert "Scores waiting for the LMS <span class=\"meta\">(1)</span>" in page.text
+    assert f"<td>{linked.learner.email}</td><td class=\"num\">40%</td>" in page.text
+    assert "failed, will retry" in page.text and "503" in page.text
+    assert 'id="lms-owed"' not in client.get(f"/courses/{other.slug}/gradebook").text  # not another course's
+
+    platform.scores_down = False
+    scores.deliver_due(session=db_session, now=utcnow() + timedelta(hours=2), http=http)
+    db_session.commit()
+    assert 'id="lms-owed"' not in client.get(f"/courses/{course.slug}/gradebook").text  # delivered: nothing owed

@@ -25,7 +25,8 @@ Contract:
   ``attempts``, keeps the reason in ``last_error`` and postpones ``next_attempt_at`` by
   ``BACKOFF_BASE_S * 2**(attempts-1)``, at most ``BACKOFF_MAX_S``. Rows are never deleted: sent ones are the
   record of what the platform got, unsent ones wait however long the platform is down (``outbox``
-  lists them for staff). The caller commits; ``http`` is the ``httpx.Client`` to post with (its timeout).
+  lists them for staff: all for admins, one course's for its gradebook). The caller commits; ``http`` is the
+  ``httpx.Client`` to post with (its timeout).
 """
 
 from __future__ import annotations
@@ -230,12 +231,14 @@ def deliver_due(*, session: Session, now: datetime, http: httpx.Client) -> Deliv
     return delivery
 
 
-def outbox(*, session: Session, limit: int = 200) -> list[LtiScoreOutbox]:
-    """Return the unsent rows, the ones waiting longest first (for staff: attempts, last error, next try)."""
-    stmt = (
-        select(LtiScoreOutbox)
-        .where(LtiScoreOutbox.sent_at.is_(None))
-        .order_by(LtiScoreOutbox.next_attempt_at, LtiScoreOutbox.id)
-        .limit(limit)
-    )
+def outbox(*, session: Session, limit: int = 200, course_id: int | None = None) -> list[LtiScoreOutbox]:
+    """Return the unsent rows (of one course's assignments, if given), the ones waiting longest first."""
+    stmt = select(LtiScoreOutbox).where(LtiScoreOutbox.sent_at.is_(None))
+    if course_id is not None:
+        stmt = (
+            stmt.join(LtiLink, LtiLink.id == LtiScoreOutbox.link_id)
+            .join(Assignment, Assignment.id == LtiLink.assignment_id)
+            .where(Assignment.course_id == course_id)
+        )
+    stmt = stmt.order_by(LtiScoreOutbox.next_attempt_at, LtiScoreOutbox.id).limit(limit)
     return list(session.scalars(stmt))

@@ -5,7 +5,8 @@ Contract:
 - ``/courses/{slug}/gradebook`` is for the course's staff (``CourseStaffDep``: a learner gets the 403 page, an
   outsider the 404 page): ``app.domain.gradebook.gradebook`` as a table with a ``<details>`` override form per
   cell, the CSV link (``/api/courses/{slug}/gradebook.csv``) and ``override_history`` as the audit list, with a
-  Revert form on each override in force.
+  Revert form on each override in force, and the scores of this course still owed to its LMS gradebook
+  (``app.domain.lti.scores.outbox``: pending or failing, attempts, last error, next try), when there are any.
 - ``/courses/{slug}/grades`` is any member's own row (``gradebook.my_grades``) as a list.
 - Every POST is a form with the session's CSRF token (``FORM_CSRF``). Success flashes and redirects; refused input
   shows the gradebook again (422) with the message and the cell's form open with what was typed, and writes
@@ -25,6 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
 from app.domain import gradebook
+from app.domain.lti import scores
 from app.domain.models import AssignmentItem, User
 from app.web.deps import CourseAccess, CourseDep, CourseStaffDep, RowId, SessionDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
@@ -80,9 +82,11 @@ def _page(
 ) -> Response:  # fmt: skip
     book = gradebook.gradebook(session=session, course=access.course, viewer=access.user)
     history = gradebook.override_history(session=session, course=access.course, viewer=access.user)
+    owed = scores.outbox(session=session, course_id=access.course.id)
+    emails = dict(session.execute(select(User.id, User.email).where(User.id.in_({r.user_id for r in owed}))).all())
     return render(
         request, "gradebook/gradebook.html", status_code=status_code, course=access.course, book=book,
-        history=history, form=form or OverrideForm(), error=error, base_url=_url(access),
+        history=history, form=form or OverrideForm(), error=error, base_url=_url(access), owed=owed, emails=emails,
     )  # fmt: skip
 
 
