@@ -6,7 +6,8 @@ Contract, by module (each owns one step; the web side is ``app.web.routes.lti``)
   client registration with the ``lti-tool-configuration`` claim).
 - ``outbound``: every HTTP call gpulab makes to a platform (JSON only, time- and size-limited, no redirects).
 - ``keys``: gpulab's own RSA signing keys (made at first use, rotated, published as a JWKS).
-- ``platforms``: registered platforms and their deployment ids (manual registration, look-up at login).
+- ``platforms``: registered platforms and their deployment ids (manual registration, deployments added and
+  removed, deleting one nothing launched from, look-up at login).
 - ``registration``: IMS LTI Dynamic Registration 1.0 (fetch and check the platform's OpenID configuration,
   register gpulab as its client, store the platform).
 - ``platform_keys``: the platforms' public keys, fetched from their JWKS URL and cached per process.
@@ -18,7 +19,7 @@ Contract, by module (each owns one step; the web side is ``app.web.routes.lti``)
 - ``tokens``: OAuth 2 client-credentials tokens for the services, asked for with a JWT client assertion signed by
   gpulab's key, cached per platform and scope.
 - ``scores``: Assignment and Grade Services: the score outbox, filled in a grading's transaction and delivered
-  with back-off by every grading process's sweeper.
+  with back-off by every grading process's sweeper, listed for staff (all, or one course's).
 - ``roster``: Names and Role Provisioning Services: staff sync a course's members from the platform.
 Functions that take a session take it keyword-only and never commit: the caller commits. Refusals raise the
 shared errors of ``worker.core.errors``: ``Unauthorized`` (the token cannot be trusted), ``Forbidden`` (this
