@@ -123,7 +123,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         restore_signals()
         news.stop_relay(news_relay)
         if app.state.dispatcher is not None:
-            app.state.dispatcher.shutdown()
+            from app.jobs.dispatch import release_dispatcher
+
+            # Forgotten too, not only stopped: another app in this process (tests) must not get a dead one.
+            release_dispatcher(app.state.dispatcher)
             app.state.dispatcher = None
 
 

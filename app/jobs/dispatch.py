@@ -236,6 +236,15 @@ def reset_dispatcher() -> None:
         _dispatcher = None
 
 
+def release_dispatcher(dispatcher: Dispatcher) -> None:
+    """Shut ``dispatcher`` down and, when it is the process-wide one, forget it: the next app makes a fresh one."""
+    global _dispatcher
+    with _dispatcher_lock:
+        if _dispatcher is dispatcher:
+            _dispatcher = None
+    dispatcher.shutdown()
+
+
 def recover_unfinished(dispatcher: Dispatcher) -> int:
     """Dispatch again what was accepted but never graded; return how many."""
     lease_s = 0.0 if dispatcher.owns_all_running else get_settings().grading_lease_s

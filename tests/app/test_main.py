@@ -28,6 +28,19 @@ def test_lifespan_recovers_then_shuts_the_dispatcher_down(
     assert fake.shut_down
 
 
+def test_after_an_app_stops_the_next_one_gets_a_live_dispatcher(settings: Settings) -> None:
+    app.jobs.dispatch.reset_dispatcher()
+    try:
+        with make_test_client(create_app(settings)):
+            first = app.jobs.dispatch.get_dispatcher()
+        second = app.jobs.dispatch.get_dispatcher()
+        assert second is not first  # the stopped one was forgotten with its lifespan
+        assert isinstance(second, app.jobs.dispatch.InProcessDispatcher)
+        assert second._pool.submit(lambda: 41 + 1).result(timeout=10) == 42  # it takes work
+    finally:
+        app.jobs.dispatch.reset_dispatcher()
+
+
 def test_recovery_can_be_turned_off(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(app.jobs.dispatch, "get_dispatcher", lambda: pytest.fail("no dispatcher wanted"))
     application = create_app(settings)
