@@ -1,7 +1,10 @@
 """Start the warm templates a grading process will need before its first submission arrives.
 
-Contract: ``prewarm_in_background(settings)`` returns at once. When the ``local`` sandbox has warm pools, a
-daemon thread reads the current versions of the published code exercises, derives the template keys their
+Contract: ``prewarm_in_background(settings)`` returns at once. With the ``docker`` sandbox and warm pools it
+has the worker's pool of container pairs (``worker/grading/sandbox/docker_warm.py``) make ``size`` pairs for each
+job shape of the published code exercises, in its own background threads (none on GPU workers, whose jobs
+run cold with their GPUs). When the ``local`` sandbox has warm pools, a daemon thread reads the current
+versions of the published code exercises, derives the template keys their
 jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its judge's) and starts the pool's
 templates for them, one of each key first, then the other slots (``WarmPool.prewarm``), so no learner waits
 for a framework import and no template start competes with gradings later (round-robin uses every slot soon
@@ -23,6 +26,7 @@ from worker.bank.spec import ExerciseSpec
 from worker.core.config import SandboxKind, Settings
 
 log = logging.getLogger(__name__)
+WARMED = (SandboxKind.local, SandboxKind.docker)
 
 
 def published_specs() -> list[ExerciseSpec]:
@@ -32,12 +36,21 @@ def published_specs() -> list[ExerciseSpec]:
 
 
 def prewarm(settings: Settings) -> int:
-    """Start the templates the published exercises need; return how many keys were warmed."""
+    """Start the templates (or container pairs) the published exercises need; return how many kinds."""
+    from worker.grading.sandbox import get_sandbox
+    from worker.grading.sandbox.docker_warm import WarmDockerSandbox
     from worker.grading.sandbox.warm import parse_runtimes, shared_pool
 
     runtimes = parse_runtimes(settings.warm_pools)
-    if settings.sandbox is not SandboxKind.local or not runtimes:
+    if not runtimes or settings.sandbox not in WARMED:
         return 0
+    if settings.sandbox is SandboxKind.docker:
+        sandbox = get_sandbox(settings)
+        if not isinstance(sandbox, WarmDockerSandbox):  # a GPU worker: its jobs run cold, with their GPUs
+            return 0
+        shapes = sandbox.prewarm(published_specs())
+        log.info("warming container pairs for %d job shape(s), %d of each", shapes, sandbox.pool.size)
+        return shapes
     pool = shared_pool(runtimes, settings.grading_workers)
     keys = pool.keys_for(published_specs())
     pool.prewarm(keys)
@@ -47,7 +60,7 @@ def prewarm(settings: Settings) -> int:
 
 def prewarm_in_background(settings: Settings) -> threading.Thread | None:
     """Run ``prewarm`` in a daemon thread when there is something to warm; return the thread."""
-    if settings.sandbox is not SandboxKind.local or not settings.warm_pools.strip():
+    if settings.sandbox not in WARMED or not settings.warm_pools.strip():
         return None
 
     def run() -> None:

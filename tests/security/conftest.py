@@ -2,8 +2,10 @@
 
 Contract:
 - ``backend`` is parametrized over ``local``, ``local-warm`` (the same backend, subjects forked from a warm
-  template of a session-wide pool) and ``docker``. ``docker`` is skipped (with the reason) when
-  ``worker.grading.sandbox.docker`` is missing or no engine answers, unless ``GPULAB_REQUIRE_DOCKER=1``: then it fails.
+  template of a session-wide pool), ``docker`` and ``docker-warm`` (the docker backend whose every attack runs
+  in a container pair started before it: ``attack`` warms the job's shape first and checks the pair was used).
+  ``docker``/``docker-warm`` are skipped (with the reason) when ``worker.grading.sandbox.docker`` is missing
+  or no engine answers, unless ``GPULAB_REQUIRE_DOCKER=1``: then it fails.
   ``local``/``local-warm`` are skipped off CI when the host cannot run it, and fails under ``CI=true``.
 - ``attack(code, **limits)`` grades ``code`` as the learner's ``submission.py`` for ``TINY`` through
   ``worker.grading.pipeline.grade`` with the worker's environment holding ``SECRETS``, and returns an ``Attack``
@@ -100,7 +102,7 @@ class Attack:
                 assert secret not in text, f"{secret[:24]}... leaked to the learner: {text[:300]!r}"
 
 
-def _docker_backend(tmp_path: Path) -> Sandbox:
+def _docker_backend(tmp_path: Path, *, warm: bool = False) -> Sandbox:
     required = os.environ.get("GPULAB_REQUIRE_DOCKER") == "1"
 
     def unavailable(reason: str) -> None:
@@ -114,7 +116,8 @@ def _docker_backend(tmp_path: Path) -> Sandbox:
     from worker.grading.sandbox import get_sandbox
 
     try:
-        sandbox = get_sandbox(Settings(sandbox="docker", mode="dev", data_dir=tmp_path))  # type: ignore[arg-type]
+        settings = Settings(sandbox="docker", mode="dev", data_dir=tmp_path, warm_pools="all" if warm else "")
+        sandbox = get_sandbox(settings)
         sandbox.check()
     except (SandboxUnavailable, ImportError, OSError) as exc:
         unavailable(f"no Docker engine answers: {exc}")
@@ -129,11 +132,11 @@ def warm_pool() -> Iterator[WarmPool]:
     pool.close()
 
 
-@pytest.fixture(params=["local", "local-warm", "docker"])
+@pytest.fixture(params=["local", "local-warm", "docker", "docker-warm"])
 def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
     """The sandbox backend under attack."""
-    if request.param == "docker":
-        return _docker_backend(tmp_path_factory.mktemp("docker-data"))
+    if request.param in ("docker", "docker-warm"):
+        return _docker_backend(tmp_path_factory.mktemp("docker-data"), warm=request.param == "docker-warm")
     for user in SANDBOX_USERS:
         try:
             pwd.getpwnam(user)
@@ -158,6 +161,19 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
             pytest.fail(f"CI=true but the local sandbox cannot run: {exc}")
         pytest.skip(f"local sandbox unavailable here: {exc}")
     return sandbox
+
+
+def _warm_up(backend: Sandbox, spec: ExerciseSpec) -> None:
+    """Have the warm docker backend make a pair for ``spec``'s jobs and wait until it is ready."""
+    from worker.grading.sandbox.docker_warm import READY_TIMEOUT_S, Shape, WarmDockerSandbox
+
+    assert isinstance(backend, WarmDockerSandbox)
+    shape = Shape.of_spec(backend.image, spec)
+    backend.pool.prewarm([shape])
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while backend.pool.ready_count(shape) < 1:
+        assert time.monotonic() < deadline, "no warm pair became ready"
+        time.sleep(0.05)
 
 
 def _live_processes() -> list[str]:
@@ -192,8 +208,14 @@ def attack(backend: Sandbox, work_root: Path, monkeypatch: pytest.MonkeyPatch) -
 
     def run(code: str, **limits: float) -> Attack:
         spec = ExerciseSpec.from_files("tiny-add", tiny_files(**limits))
+        pool = getattr(backend, "pool", None) if backend.name == "docker" else None
+        served = pool.served if pool is not None else 0
+        if pool is not None:  # docker-warm: a pair of this job's shape must be ready, and take the job
+            _warm_up(backend, spec)
         started = time.monotonic()
         outcome = grade(spec, textwrap.dedent(code), sandbox=backend, work_root=work_root)
+        if pool is not None:
+            assert pool.served == served + 1, "the attack did not run in a warm pair"
         return Attack(outcome, time.monotonic() - started, spec.limits.timeout_s)
 
     yield run
@@ -207,6 +229,16 @@ def attack(backend: Sandbox, work_root: Path, monkeypatch: pytest.MonkeyPatch) -
     stage_root = getattr(backend, "stage_root", None)
     if stage_root is not None:
         assert list(stage_root.iterdir()) == [], "a staging folder was left behind"
+
+
+@pytest.fixture(scope="package", autouse=True)
+def close_warm_containers() -> Iterator[None]:
+    """Remove the docker-warm backend's waiting pairs once the suite is done: other suites count containers."""
+    yield
+    if importlib.util.find_spec("docker") is not None:
+        from worker.grading.sandbox.docker_warm import close_shared
+
+        close_shared()
 
 
 @pytest.fixture(scope="session", autouse=True)

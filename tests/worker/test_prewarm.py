@@ -89,8 +89,43 @@ def test_a_slot_that_is_not_up_yet_does_not_make_the_job_wait() -> None:
         pool.close()
 
 
-def test_nothing_to_prewarm_without_warm_local_pools(tmp_path: Path) -> None:
+def test_nothing_to_prewarm_without_warm_pools_or_on_gpu_workers(tmp_path: Path) -> None:
     cold = Settings(mode="dev", data_dir=tmp_path)  # type: ignore[arg-type]
-    docker = Settings(mode="dev", data_dir=tmp_path, sandbox="docker", warm_pools="all")  # type: ignore[arg-type]
+    docker = Settings(mode="dev", data_dir=tmp_path, sandbox="docker")  # type: ignore[arg-type]
+    gpu = Settings(mode="dev", data_dir=tmp_path, sandbox="docker", warm_pools="all", gpu_ids="0")  # type: ignore[arg-type]
     assert prewarm.prewarm_in_background(cold) is None and prewarm.prewarm_in_background(docker) is None
-    assert prewarm.prewarm(cold) == 0 and prewarm.prewarm(docker) == 0
+    assert prewarm.prewarm(cold) == 0 and prewarm.prewarm(docker) == 0 and prewarm.prewarm(gpu) == 0
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_docker_worker_prewarms_a_pair_per_job_shape(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from worker.grading.sandbox import get_sandbox
+    from worker.grading.sandbox.docker_warm import READY_TIMEOUT_S, Shape, WarmDockerSandbox
+
+    bank = tmp_path / "bank"
+    for name, text in tiny_add_files().items():
+        (bank / "tiny-add" / name).parent.mkdir(parents=True, exist_ok=True)
+        (bank / "tiny-add" / name).write_text(text)
+    configure(monkeypatch, mode="dev", data_dir=str(tmp_path), sandbox="docker", warm_pools="python",
+              grading_workers="1", docker_api_timeout_s="15")  # fmt: skip
+    upgrade()
+    with session_scope() as session:
+        sync_bank(session=session, root=bank)
+    sandbox = get_sandbox(get_settings())
+    assert isinstance(sandbox, WarmDockerSandbox)
+    try:
+        sandbox.check()
+    except Exception as exc:
+        from tests.worker.test_sandbox_docker import _unavailable
+
+        _unavailable(f"the docker sandbox cannot run here: {exc}")
+    shape = Shape.of_spec(sandbox.image, ExerciseSpec.from_files("tiny-add", tiny_add_files()))
+    try:
+        assert prewarm.prewarm(get_settings()) == 1
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while sandbox.pool.ready_count(shape) < 1:
+            assert time.monotonic() < deadline, "prewarming made no ready pair"
+            time.sleep(0.05)
+    finally:
+        sandbox.pool.close()

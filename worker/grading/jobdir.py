@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from worker.bank.spec import ExerciseSpec
+from worker.core.files import read_capped
 
 JOB_VERSION = 1
 RESULT_VERSION = 1
@@ -98,30 +98,6 @@ def write_job_dir(
     return root
 
 
-def _read_capped(path: Path, max_bytes: int) -> bytes | None:
-    """Read a plain, singly-linked file without following links; ``None`` if it is anything else or too big."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or info.st_size > max_bytes:
-            return None
-        chunks: list[bytes] = []
-        remaining = max_bytes + 1  # one byte more tells a file that grew after fstat
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 65536))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        data = b"".join(chunks)
-        return None if len(data) > max_bytes else data
-    finally:
-        os.close(fd)
-
-
 def _valid_test(entry: Any) -> bool:
     if not isinstance(entry, dict) or set(entry) != TEST_KEYS:
         return False
@@ -154,7 +130,7 @@ def validate_result(data: Any) -> bool:
 
 def read_result(out_dir: Path, *, max_bytes: int = MAX_RESULT_BYTES) -> dict[str, Any] | None:
     """Return the runner's result from ``out_dir/result.json``, or ``None`` if it is absent or invalid."""
-    raw = _read_capped(out_dir / "result.json", max_bytes)
+    raw = read_capped(out_dir / "result.json", max_bytes)
     if raw is None:
         return None
     try:

@@ -7,9 +7,9 @@ host folder holding runner/, "runner_root": "/opt/gpulab", "role": "subject"|"ju
 "devices": {"framework", "replicas"}}``. It:
 
 - imports the runner and calls ``runner.subject.warm(preload, devices)`` (framework import, virtual devices:
-  no job is read, no learner code runs, no multi-threaded op) or, for ``role == "judge"``, ``_warm_judge()``
-  (the judge's modules, pytest and its plugins, and the framework in ``preload``; no job, no hidden
-  test), then sends ``{"event": "ready"}``;
+  no job is read, no learner code runs, no multi-threaded op) or, for ``role == "judge"``,
+  ``runner.warm.warm_judge(preload)`` (the judge's modules, pytest and its plugins, and the framework in ``preload``;
+  no job, no hidden test), then sends ``{"event": "ready"}``;
 - stays single-threaded in Python and waits for messages: ``{"op": "spawn", "id": str, "spec": {...}}``
   with two fds (the job's stdout and stderr pipes) forks a child that calls ``entry.enter(spec, ...)`` and
   then runs ``runner.subject.main`` (``runner.judge.main`` for the judge) in the sandbox; the template
@@ -85,32 +85,6 @@ def _child(config: dict[str, Any], spec: dict[str, Any], fds: list[int]) -> None
         os._exit(code)
 
 
-def _warm_judge(preload: list[str]) -> None:
-    """Import what every judge run needs before it reads a job: the judge's modules, pytest and its plugins.
-
-    A framework judge (``preload`` names torch or tensorflow) also imports the framework, as hidden tests and
-    ``probes.py`` do, the same fork-safe way as a subject template (``runner.subject.warm`` with no devices:
-    no op that starts threads or TensorFlow's runtime). No job, hidden test or learner code is read here (it
-    lives beside the runner, not in it, so the runner's source, and the digest grading images are labelled
-    with, stays the same).
-    """
-    import importlib
-
-    import _pytest.config
-    from runner import judge, subject  # noqa: F401 - judge brings runner.plugin, runner.client and pytest
-
-    skipped = {"cacheprovider", "terminal", "stepwise", "pastebin"}  # disabled by ``runner.plugin.pytest_args``
-    for name in getattr(_pytest.config, "default_plugins", ()):
-        if name not in skipped:
-            with contextlib.suppress(ImportError):
-                importlib.import_module(f"_pytest.{name}")
-    subject.warm(preload, {"framework": "none", "replicas": 1})
-    if "torch" in preload:
-        from runner import vdev
-
-        vdev.warm_torch()
-
-
 def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
     die_with_parent()
@@ -119,7 +93,9 @@ def main(argv: list[str]) -> int:
     import entry  # noqa: F401 - imported before any fork
 
     if config.get("role", "subject") == "judge":
-        _warm_judge(config["preload"])
+        from runner.warm import warm_judge
+
+        warm_judge(config["preload"])
     else:
         from runner import subject
 

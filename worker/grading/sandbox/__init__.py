@@ -3,11 +3,14 @@
 Contract: ``get_sandbox(settings)`` returns the backend named by ``settings.sandbox`` (``local``: bubblewrap
 and cgroups; ``unsafe``: plain subprocess, dev/demo only; ``docker``: a fresh container per run, GPUs per
 job from ``GPULAB_GPU_IDS``; ``local`` with ``GPULAB_WARM_POOLS`` forks subjects from warm templates, see
-``warm.py``) without checking the host; call ``check()`` on it to get a clear
+``warm.py``, and ``docker`` with it runs jobs in container pairs started before them, see ``docker_warm.py``)
+without checking the host; call ``check()`` on it to get a clear
 ``SandboxUnavailable`` early.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from worker.core.config import SandboxKind, Settings
 from worker.grading.sandbox.base import Sandbox, SandboxRun
@@ -43,13 +46,21 @@ def get_sandbox(settings: Settings) -> Sandbox:
         return UnsafeSandbox(timeout_margin_s=settings.timeout_margin_s)
     from worker.grading.sandbox.docker import DockerSandbox
     from worker.grading.sandbox.gpus import GpuSlots, parse_gpu_ids
+    from worker.grading.sandbox.warm import parse_runtimes
 
     gpu_ids = parse_gpu_ids(settings.gpu_ids)
-    return DockerSandbox(
-        image=settings.docker_image,
-        url=settings.docker_url,
-        api_timeout_s=settings.docker_api_timeout_s,
-        timeout_margin_s=settings.timeout_margin_s,
+    options: dict[str, Any] = {
+        "image": settings.docker_image,
+        "url": settings.docker_url,
+        "api_timeout_s": settings.docker_api_timeout_s,
+        "timeout_margin_s": settings.timeout_margin_s,
         # Every job of a GPU worker gets its own GPUs; the locks live with the worker's data.
-        gpu_slots=GpuSlots(gpu_ids, settings.gpus_per_job, settings.data_dir / "gpu-locks") if gpu_ids else None,
-    )
+        "gpu_slots": GpuSlots(gpu_ids, settings.gpus_per_job, settings.data_dir / "gpu-locks") if gpu_ids else None,
+    }
+    runtimes = parse_runtimes(settings.warm_pools)
+    if runtimes and not gpu_ids:
+        from worker.grading.sandbox.docker_warm import WarmDockerSandbox
+
+        # One pool per worker process, sized like its grading concurrency (see docker_warm.py).
+        return WarmDockerSandbox(runtimes=runtimes, pool_size=settings.grading_workers, **options)
+    return DockerSandbox(**options)

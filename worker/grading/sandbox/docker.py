@@ -234,7 +234,7 @@ def _raw_socket(attached: Any) -> socket.socket:
     return inner
 
 
-def _engine(what: str, call: Callable[[], T]) -> T:
+def engine_call(what: str, call: Callable[[], T]) -> T:
     """Run one Engine API call; turn the engine's failures (timeouts included) into ``PlatformError``."""
     try:
         return call()
@@ -243,7 +243,7 @@ def _engine(what: str, call: Callable[[], T]) -> T:
 
 
 @dataclass
-class _Started:
+class Attached:
     """A created container, its attach stream and the thread reading it."""
 
     name: str
@@ -251,23 +251,33 @@ class _Started:
     pump: _Pump
 
 
-def _create(api: APIClient, spec: ContainerSpec, output_bytes: int, hard_cap_bytes: int) -> _Started:
-    """Create ``spec``'s container and attach to its output (before start, so nothing is missed)."""
+def create(api: APIClient, spec: ContainerSpec) -> None:
+    """Create ``spec``'s container (not started)."""
     host_config = api.create_host_config(**host_config_args(spec))
     try:
-        _engine("create a container", lambda: api.create_container(**create_args(spec), host_config=host_config))
+        engine_call("create a container", lambda: api.create_container(**create_args(spec), host_config=host_config))
     except PlatformError as exc:
         if isinstance(exc.__cause__, docker.errors.ImageNotFound):
             raise SandboxUnavailable(f"grading image {spec.image} is missing: {HINT}") from exc
         raise
-    attached = _engine("attach to a container", lambda: api.attach_socket(spec.name))
+
+
+def _create(api: APIClient, spec: ContainerSpec, output_bytes: int, hard_cap_bytes: int) -> Attached:
+    """Create ``spec``'s container and attach to its output (before start, so nothing is missed)."""
+    create(api, spec)
+    return attach(api, spec.name, output_bytes, hard_cap_bytes)
+
+
+def attach(api: APIClient, name: str, output_bytes: int, hard_cap_bytes: int) -> Attached:
+    """Attach to the container ``name``'s output (from now on) and start reading it."""
+    attached = engine_call("attach to a container", lambda: api.attach_socket(name))
     try:
         pump = _Pump(_raw_socket(attached), output_bytes, hard_cap_bytes)
     except PlatformError:
         attached.close()
         raise
     pump.start()
-    return _Started(spec.name, attached, pump)
+    return Attached(name, attached, pump)
 
 
 def _kill(api: APIClient, name: str) -> None:
@@ -295,37 +305,40 @@ def run_job(
     The result follows ``base.py``: the judge's exit and clock, the subject's capped output and OOM kill.
     """
     specs = [dataclasses.replace(s, name=s.name or f"gpulab-{uuid.uuid4().hex}") for s in (judge, subject)]
-    started: dict[str, _Started] = {}
+    started: dict[str, Attached] = {}
     try:
         # The judge's output is for operators only: capped, but never a reason to stop the run.
         started["judge"] = _create(api, specs[0], output_bytes, sys.maxsize)
         started["subject"] = _create(api, specs[1], output_bytes, hard_cap_bytes)
         clock = time.monotonic()
         for role in ("judge", "subject"):
-            _engine(f"start the {role}", functools.partial(api.start, started[role].name))
-        judge_run, subject_run = started["judge"], started["subject"]
-        exit_code, timed_out = _await_judge(api, judge_run, subject_run.pump, clock + timeout_s)
-        # The verdict is the judge's; whatever the learner left running ends with it.
-        for run in (subject_run, judge_run):
-            _kill(api, run.name)
-        if exit_code is None:
-            with contextlib.suppress(*ENGINE_ERRORS):
-                exit_code = api.wait(judge_run.name, timeout=api.timeout)["StatusCode"]
-        for run in (judge_run, subject_run):
-            run.pump.done.wait(LINGER_S)
-        states = {
-            role: _engine(f"inspect the {role}", functools.partial(api.inspect_container, run.name))["State"]
-            for role, run in started.items()
-        }
-        wall_s = time.monotonic() - clock
+            engine_call(f"start the {role}", functools.partial(api.start, started[role].name))
+        return settle(api, started, clock=clock, timeout_s=timeout_s)
     finally:
-        for run in started.values():
-            run.pump.stop.set()
-            run.pump.join(LINGER_S)
-            with contextlib.suppress(OSError):
-                run.attached.close()
-        for spec in specs:
-            _remove(api, spec.name)
+        release(api, started, [spec.name for spec in specs])
+
+
+def settle(api: APIClient, started: dict[str, Attached], *, clock: float, timeout_s: float) -> SandboxRun:
+    """Wait for the running pair's judge (or the clock), kill both and return what the run gave.
+
+    Both containers are running and attached (``started["judge"]``, ``started["subject"]``), ``clock`` is when
+    they were let go; the caller removes them (``release``) whatever happens.
+    """
+    judge_run, subject_run = started["judge"], started["subject"]
+    exit_code, timed_out = _await_judge(api, judge_run, subject_run.pump, clock + timeout_s)
+    # The verdict is the judge's; whatever the learner left running ends with it.
+    for run in (subject_run, judge_run):
+        _kill(api, run.name)
+    if exit_code is None:
+        with contextlib.suppress(*ENGINE_ERRORS):
+            exit_code = api.wait(judge_run.name, timeout=api.timeout)["StatusCode"]
+    for run in (judge_run, subject_run):
+        run.pump.done.wait(LINGER_S)
+    states = {
+        role: engine_call(f"inspect the {role}", functools.partial(api.inspect_container, run.name))["State"]
+        for role, run in started.items()
+    }
+    wall_s = time.monotonic() - clock
     memory_exceeded = bool(states["subject"].get("OOMKilled"))
     if states["judge"].get("OOMKilled") and not memory_exceeded:
         raise PlatformError("the judge ran out of memory (JUDGE_EXTRA_MB too small for this exercise?)")
@@ -344,7 +357,18 @@ def run_job(
     )
 
 
-def _await_judge(api: APIClient, judge: _Started, subject_pump: _Pump, deadline: float) -> tuple[int | None, bool]:
+def release(api: APIClient, started: dict[str, Attached], names: list[str]) -> None:
+    """Stop reading the attached streams and force-remove the containers ``names``."""
+    for run in started.values():
+        run.pump.stop.set()
+        run.pump.join(LINGER_S)
+        with contextlib.suppress(OSError):
+            run.attached.close()
+    for name in names:
+        _remove(api, name)
+
+
+def _await_judge(api: APIClient, judge: Attached, subject_pump: _Pump, deadline: float) -> tuple[int | None, bool]:
     """Wait until the judge exits, the subject floods its output, or ``deadline``; return (exit code, timed out)."""
     while time.monotonic() < deadline and not judge.pump.done.is_set() and not subject_pump.exceeded:
         judge.pump.done.wait(POLL_S)
@@ -417,13 +441,15 @@ class DockerSandbox:
         finally:
             api.close()
 
-    def _check(self, api: APIClient) -> None:
+    def _check(self, api: APIClient) -> str:
+        """Raise ``SandboxUnavailable`` unless the engine and the matching image are there; return its id."""
         try:
             api.ping()
         except ENGINE_ERRORS as exc:
             raise SandboxUnavailable(f"no docker engine answers at {self.url} ({type(exc).__name__}); {HINT}") from exc
         try:
-            labels = api.inspect_image(self.image).get("Config", {}).get("Labels") or {}
+            image = api.inspect_image(self.image)
+            labels = image.get("Config", {}).get("Labels") or {}
         except docker.errors.ImageNotFound:
             raise SandboxUnavailable(f"grading image {self.image} is missing: {HINT}") from None
         except ENGINE_ERRORS as exc:
@@ -435,6 +461,7 @@ class DockerSandbox:
             )
         with contextlib.suppress(*ENGINE_ERRORS):
             reap_stale(api)
+        return str(image.get("Id", ""))
 
     def check(self) -> None:
         """Raise ``SandboxUnavailable`` unless the engine answers and the matching grading image is there."""
@@ -450,21 +477,31 @@ class DockerSandbox:
             else:
                 (job_dir / name).chmod(0o777)  # not root: the judge's uid can only be let in by mode
         with self._client() as api:
-            self._check(api)
+            image_id = self._check(api)
             lease: GpuLease | None = self.gpu_slots.acquire(GPU_WAIT_S) if self.gpu_slots else None
             try:
-                judge, subject = self.container_specs(job_dir, limits, lease.ids if lease else ())
-                return run_job(
-                    api,
-                    judge,
-                    subject,
-                    timeout_s=limits.timeout_s + self.timeout_margin_s,
-                    output_bytes=limits.output_bytes,
-                    hard_cap_bytes=hard_output_cap(limits),
-                )
+                return self._run(api, job_dir, limits, image_id=image_id, gpu_ids=lease.ids if lease else ())
             finally:
                 if lease is not None:
                     lease.release()
+
+    def _run(
+        self, api: APIClient, job_dir: Path, limits: Limits, *, image_id: str, gpu_ids: tuple[str, ...]
+    ) -> SandboxRun:
+        """Run the job in two fresh containers (``WarmDockerSandbox`` first tries a pair started earlier)."""
+        judge, subject = self.container_specs(job_dir, limits, gpu_ids)
+        return run_job(
+            api,
+            judge,
+            subject,
+            timeout_s=self.wall_limit_s(limits),
+            output_bytes=limits.output_bytes,
+            hard_cap_bytes=hard_output_cap(limits),
+        )
+
+    def wall_limit_s(self, limits: Limits) -> float:
+        """Return the outer clock of a run: the job's limit and the margin the runner's own clock needs."""
+        return limits.timeout_s + self.timeout_margin_s
 
     def container_specs(
         self, job_dir: Path, limits: Limits, gpu_ids: tuple[str, ...] = ()

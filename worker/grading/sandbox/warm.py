@@ -10,7 +10,7 @@ Contract:
   fd but stdio) before any job or learner code is read. Other runtimes start cold.
 - Whenever the pool serves any runtime, the **judge** is warm too: a judge template has imported pytest and
   the runner's judge modules and, when the pool serves the job's framework, that framework (``RuntimeKey.judge``;
-  else the plain ``JUDGE_KEY``; ``template._warm_judge``: nothing job-specific, no hidden test, no learner
+  else the plain ``JUDGE_KEY``; ``runner.warm.warm_judge``: nothing job-specific, no hidden test, no learner
   code). It forks a child per job that enters the judge's sandbox exactly as the cold judge (the ``judge``
   mount plan of ``ROLE_MOUNTS``, the judge uid, the judge's limits and cgroup, seccomp, its environment, no
   inherited fd but stdio) and runs ``runner.judge.main``. The hidden tests run only there.

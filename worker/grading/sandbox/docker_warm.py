@@ -1,0 +1,464 @@
+"""The ``docker`` backend's warm pool: judge and subject containers started before their job, one job each.
+
+Contract:
+- A ``Shape`` is what a pair of containers is made for: the grading image, the subject's runtime key (its
+  preloads and virtual devices: ``warm.RuntimeKey``) and the job's ``Limits``. A job whose shape has a ready
+  pair takes it; any other job runs cold (``docker.run_job``), and its shape gets pairs from then on.
+- A pair is the cold run's two containers (``DockerSandbox.container_specs``: the same image, uids,
+  environment, limits, lock-down and seccomp profile, no network) with two differences. The command is
+  ``python3 -m runner.warm CONFIG`` (``worker/runner/warm.py``: import the role's framework and modules, then
+  wait on a FIFO; no job exists yet). And the binds: each role's part of the job is a folder of the pair
+  bound read-only at ``/job`` (``judge/``, ``subject/``), the pair's ``ipc/`` at ``/job/ipc`` (read-write
+  for the judge, read-only for the subject), its ``out/`` read-write at ``/job/out`` for the judge, and
+  ``ctl-<role>/`` read-only at ``/ctl`` with the FIFO ``go``. Once a job is copied in, each role sees what
+  ``base.ROLE_MOUNTS`` gives it in a cold run, and nothing else.
+- Ready: the container's process waits on its FIFO (opening the FIFO for writing without blocking succeeds
+  only then); a background thread waits for both of a new pair, up to ``READY_TIMEOUT_S``.
+- ``run`` of a job: copy the role's parts of the job folder into the pair's folders, attach to both
+  containers' output, write ``go`` to the judge's FIFO then the subject's, and from there the cold run's
+  rules (``docker.settle``): the judge's exit or the clock, both killed, inspected and force-removed. The
+  judge's ``result.json`` comes back to the job folder's ``out/`` (a plain file of at most
+  ``MAX_RESULT_BYTES``, never a link) and the pair's folder is deleted.
+- ``WarmContainers`` keeps ``size`` ready pairs per shape it was asked to warm (``prewarm``) or has seen a job
+  of; a pair taken is replaced in the background once its job is over (so the replacement's framework import
+  does not compete with that job for the cores). A pair that died, whose image is not the one the job
+  would use, or older than ``MAX_AGE_S`` is removed, never used. One pool per worker process
+  (``shared_containers``), closed at exit; a worker killed outright leaves its pairs to ``reap_stale`` (their
+  ``gpulab.deadline`` label is their age limit).
+- Nothing crosses from one job to the next: a pair serves one job and is removed, like a cold pair. GPU
+  workers do not use the pool: a waiting pair would hold its GPUs (their jobs run cold, with exactly their
+  GPUs).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from docker.api.client import APIClient
+
+from worker.bank.spec import ExerciseSpec, Limits
+from worker.core.errors import PlatformError
+from worker.core.files import read_capped
+from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
+from worker.grading.sandbox.docker import (
+    API_VERSION,
+    ENGINE_ERRORS,
+    JUDGE_UID,
+    LABEL_DEADLINE,
+    LABEL_JOB,
+    Attached,
+    Bind,
+    ContainerSpec,
+    DockerSandbox,
+    attach,
+    create,
+    engine_call,
+    release,
+    settle,
+)
+from worker.grading.sandbox.policy import JOB_MOUNT, hard_output_cap
+from worker.grading.sandbox.warm import RuntimeKey
+
+log = logging.getLogger(__name__)
+READY_TIMEOUT_S = 180.0
+READY_POLL_S = 0.05
+REOPEN_S = 0.005
+TAKE_TRIES = 20
+CLOSE_WAIT_S = 30.0
+MAX_AGE_S = 3600.0
+MAX_RESULT_BYTES = 1024 * 1024
+CTL_MOUNT = "/ctl"
+GO = b"go\n"
+LABEL_WARM = "gpulab.warm"
+SHARED_PARTS = ("out", "ipc")  # bound on their own: written by the judge, and ipc/ shared by both roles
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a pair is made for: a job can take it only when it asks for exactly this."""
+
+    image: str
+    key: RuntimeKey
+    limits: Limits
+
+    @classmethod
+    def of_spec(cls, image: str, spec: ExerciseSpec) -> Shape:
+        return cls(image, RuntimeKey.of_spec(spec), spec.limits)
+
+    @classmethod
+    def of_job(cls, image: str, job_dir: Path, limits: Limits) -> Shape:
+        return cls(image, RuntimeKey.of_job(job_dir, limits), limits)
+
+
+@dataclass
+class Pair:
+    """A judge and a subject container waiting for one job, and the host folder they see."""
+
+    shape: Shape
+    folder: Path
+    names: dict[str, str]  # role -> container name
+    image_id: str
+    created: float = field(default_factory=time.monotonic)
+    ready: bool = False
+
+    def fifo(self, role: str) -> Path:
+        return self.folder / f"ctl-{role}" / "go"
+
+    def open_fifos(self, *, tries: int = 1) -> dict[str, int] | None:
+        """Open both FIFOs for writing if both containers wait on theirs; else None (nothing left open).
+
+        ``tries`` > 1 looks again every ``REOPEN_S``: a container that has just answered a readiness probe
+        opens its FIFO again a moment later.
+        """
+        for attempt in range(tries):
+            fds: dict[str, int] = {}
+            try:
+                for role in ("judge", "subject"):
+                    fds[role] = os.open(self.fifo(role), os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                return fds
+            except OSError:  # ENXIO: not waiting (yet, or any more); ENOENT: the folder is gone
+                for fd in fds.values():
+                    os.close(fd)
+            if attempt + 1 < tries:
+                time.sleep(REOPEN_S)
+        return None
+
+
+def _view(folder: Path, role: str) -> tuple[Bind, ...]:
+    """Return the binds that give ``role`` its part of the pair's folder (see the module contract)."""
+    binds = [Bind(folder / role, JOB_MOUNT, read_only=True)]
+    access = dict(ROLE_MOUNTS[role])
+    for part in SHARED_PARTS:
+        if part in access:
+            binds.append(Bind(folder / part, f"{JOB_MOUNT}/{part}", read_only=access[part] == "ro"))
+    binds.append(Bind(folder / f"ctl-{role}", CTL_MOUNT, read_only=True))
+    return tuple(binds)
+
+
+def _make_folder() -> Path:
+    """Make a pair's host folder: each role's view, the shared parts, the FIFOs (see the module contract)."""
+    folder = Path(tempfile.mkdtemp(prefix="gpulab-warm-"))
+    folder.chmod(0o755)
+    for role in ("judge", "subject"):
+        view = folder / role
+        view.mkdir(mode=0o755)
+        for part, _access in ROLE_MOUNTS[role]:
+            if part in SHARED_PARTS:
+                (view / part).mkdir(mode=0o755)  # where the shared part is bound over the read-only view
+        ctl = folder / f"ctl-{role}"
+        ctl.mkdir(mode=0o755)
+        os.mkfifo(ctl / "go", 0o644)
+    for part in SHARED_PARTS:
+        shared = folder / part
+        shared.mkdir(mode=0o755)
+        if os.geteuid() == 0:
+            os.chown(shared, JUDGE_UID, JUDGE_UID)
+        else:
+            shared.chmod(0o777)  # not root: the judge's uid can only be let in by mode
+    return folder
+
+
+def _copy_job(job_dir: Path, folder: Path) -> None:
+    """Copy each role's parts of the job folder (written by the pipeline) into the pair's views."""
+    for role in ("judge", "subject"):
+        for part, _access in ROLE_MOUNTS[role]:
+            if part in SHARED_PARTS:
+                continue
+            source, target = job_dir / part, folder / role / part
+            if source.is_dir():
+                shutil.copytree(source, target, symlinks=True)
+            elif source.is_file():
+                shutil.copy2(source, target)
+
+
+def _bring_back_result(folder: Path, job_dir: Path) -> None:
+    """Copy the judge's ``result.json`` into the job's ``out/`` when it is a plain, small file."""
+    data = read_capped(folder / "out" / "result.json", MAX_RESULT_BYTES)
+    if data is not None:
+        (job_dir / "out" / "result.json").write_bytes(data)
+
+
+class WarmContainers:
+    """Ready container pairs per shape, replaced as they are used (see the module contract)."""
+
+    def __init__(
+        self,
+        *,
+        client: Callable[[], APIClient],
+        specs: Callable[[Path, Limits], tuple[ContainerSpec, ContainerSpec]],
+        size: int = 1,
+    ) -> None:
+        self._client = client
+        self._specs = specs
+        self.size = max(1, size)
+        self._lock = threading.Lock()
+        self._pairs: dict[Shape, list[Pair]] = {}
+        self._filling: dict[Shape, int] = {}
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self.served = 0  # jobs that ran in a warm pair
+        self.started = 0  # pairs created
+
+    # --- making pairs ------------------------------------------------------------------------------------
+
+    def prewarm(self, shapes: Iterable[Shape]) -> None:
+        """Have ``size`` pairs of each shape made, in the background."""
+        for shape in shapes:
+            self._top_up(shape)
+
+    def _top_up(self, shape: Shape) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            have = len(self._pairs.setdefault(shape, [])) + self._filling.get(shape, 0)
+            missing = max(0, self.size - have)
+            self._filling[shape] = self._filling.get(shape, 0) + missing
+        for _ in range(missing):
+            thread = threading.Thread(target=self._fill, args=(shape,), name="gpulab-warm-pair", daemon=True)
+            with self._lock:
+                self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+            thread.start()
+
+    def _fill(self, shape: Shape) -> None:
+        made: Pair | None = None
+        try:
+            made = self._make(shape)
+            self._wait_ready(made)
+        except (PlatformError, OSError, *ENGINE_ERRORS) as exc:
+            if not self._closed:  # closing interrupts the pairs still warming up: nothing to report
+                log.warning("could not make a warm container pair: %s", exc)
+            if made is not None:
+                self._discard(made)
+            made = None
+        finally:
+            closing: Pair | None = None
+            with self._lock:
+                self._filling[shape] -= 1
+                if made is not None and self._closed:
+                    closing = made
+                elif made is not None:
+                    self._pairs.setdefault(shape, []).append(made)
+            if closing is not None:
+                self._discard(closing)
+
+    def _make(self, shape: Shape) -> Pair:
+        folder = _make_folder()
+        pair_id = uuid.uuid4().hex
+        names = {role: f"gpulab-warm-{pair_id}-{role}" for role in ("judge", "subject")}
+        try:
+            judge, subject = self._specs(folder, shape.limits)
+            with contextlib.closing(self._client()) as api:
+                image_id = str(engine_call("inspect the grading image", lambda: api.inspect_image(shape.image))["Id"])
+                for role, spec in (("judge", judge), ("subject", subject)):
+                    config = {
+                        "role": role, "job": JOB_MOUNT, "go": f"{CTL_MOUNT}/go", "preload": list(shape.key.preload),
+                        "devices": {"framework": shape.key.framework, "replicas": shape.key.replicas},
+                    }  # fmt: skip
+                    deadline = time.time() + MAX_AGE_S + 2 * shape.limits.timeout_s + 120
+                    warm_spec = dataclasses.replace(
+                        spec,
+                        image=image_id,
+                        argv=("python3", "-m", "runner.warm", json.dumps(config)),
+                        binds=_view(folder, role),
+                        labels={**spec.labels, LABEL_JOB: pair_id, LABEL_WARM: "1", LABEL_DEADLINE: str(int(deadline))},
+                        name=names[role],
+                    )
+                    create(api, warm_spec)
+                    engine_call(f"start a warm {role}", lambda name=names[role]: api.start(name))  # type: ignore[misc]
+        except BaseException:
+            with contextlib.closing(self._client()) as api:
+                for name in names.values():
+                    with contextlib.suppress(*ENGINE_ERRORS):
+                        api.remove_container(name, force=True)
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        with self._lock:
+            self.started += 1
+        return Pair(shape=shape, folder=folder, names=names, image_id=image_id)
+
+    def _wait_ready(self, pair: Pair) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            fds = pair.open_fifos()
+            if fds is not None:
+                for fd in fds.values():
+                    os.close(fd)  # a probe: the container reads end of file and waits again
+                pair.ready = True
+                return
+            if self._closed:
+                raise PlatformError("the warm pool closed")
+            time.sleep(READY_POLL_S)
+        raise PlatformError(f"a warm container pair was not ready within {READY_TIMEOUT_S:.0f} s")
+
+    def _discard(self, pair: Pair) -> None:
+        with contextlib.suppress(*ENGINE_ERRORS), contextlib.closing(self._client()) as api:
+            for name in pair.names.values():
+                with contextlib.suppress(*ENGINE_ERRORS):
+                    api.remove_container(name, force=True)
+        shutil.rmtree(pair.folder, ignore_errors=True)
+
+    # --- using them --------------------------------------------------------------------------------------
+
+    def take(self, shape: Shape, image_id: str) -> tuple[Pair, dict[str, int]] | None:
+        """Return a ready pair of ``shape`` with its FIFOs open for writing, or None (the job runs cold).
+
+        Without one, the shape is topped up to ``size`` pairs in the background at once; a pair taken is
+        replaced when its job is over (``run``).
+        """
+        found: tuple[Pair, dict[str, int]] | None = None
+        stale: list[Pair] = []
+        with self._lock:
+            pairs = self._pairs.setdefault(shape, [])
+            while pairs and found is None:
+                pair = pairs.pop(0)
+                too_old = time.monotonic() - pair.created > MAX_AGE_S
+                fds = None if too_old or pair.image_id != image_id else pair.open_fifos(tries=TAKE_TRIES)
+                if fds is None:
+                    stale.append(pair)
+                else:
+                    found = (pair, fds)
+        for pair in stale:
+            self._discard(pair)
+        if found is None:
+            self._top_up(shape)  # this job runs cold; the next ones of its shape need not
+        return found
+
+    def run(
+        self, api: APIClient, pair: Pair, fds: dict[str, int], job_dir: Path, limits: Limits, *, timeout_s: float
+    ) -> SandboxRun:
+        """Run the job in ``job_dir`` in ``pair`` (whose FIFOs ``fds`` are open) and remove the pair."""
+        started: dict[str, Attached] = {}
+        try:
+            _copy_job(job_dir, pair.folder)
+            # The judge's output is for operators only: capped, but never a reason to stop the run.
+            started["judge"] = attach(api, pair.names["judge"], limits.output_bytes, sys.maxsize)
+            started["subject"] = attach(api, pair.names["subject"], limits.output_bytes, hard_output_cap(limits))
+            clock = time.monotonic()
+            for role in ("judge", "subject"):
+                try:
+                    os.write(fds[role], GO)
+                except OSError as exc:  # the container went away after it was found ready
+                    raise PlatformError(f"the warm {role} container did not take its job: {exc}") from exc
+            result = settle(api, started, clock=clock, timeout_s=timeout_s)
+            _bring_back_result(pair.folder, job_dir)
+            with self._lock:
+                self.served += 1
+            return result
+        finally:
+            for fd in fds.values():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            release(api, started, list(pair.names.values()))
+            shutil.rmtree(pair.folder, ignore_errors=True)
+            # The replacement starts once this job is over: its framework import would otherwise compete with
+            # the job for the same cores and slow down the very verdict the pair was there to speed up.
+            self._top_up(pair.shape)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def ready_count(self, shape: Shape) -> int:
+        return len(self.waiting(shape))
+
+    def waiting(self, shape: Shape) -> list[Pair]:
+        """Return the ready pairs of ``shape`` (a copy of the list)."""
+        with self._lock:
+            return [p for p in self._pairs.get(shape, []) if p.ready]
+
+    def close(self, *, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Remove every pair, waiting up to ``wait_s`` for those being made (they remove themselves)."""
+        with self._lock:
+            self._closed = True
+            pairs = [p for ps in self._pairs.values() for p in ps]
+            self._pairs.clear()
+            threads = list(self._threads)
+        for pair in pairs:
+            self._discard(pair)
+        deadline = time.monotonic() + wait_s
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+_shared: dict[tuple[str, str, int], WarmContainers] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_containers(
+    url: str,
+    image: str,
+    size: int,
+    *,
+    client: Callable[[], APIClient],
+    specs: Callable[[Path, Limits], tuple[ContainerSpec, ContainerSpec]],
+) -> WarmContainers:
+    """Return this process's pool for the engine ``url`` and ``image`` (closed at exit; a new one once closed)."""
+    key = (url, image, size)
+    with _shared_lock:
+        pool = _shared.get(key)
+        if pool is None or pool.closed:
+            pool = _shared[key] = WarmContainers(client=client, specs=specs, size=size)
+            atexit.register(pool.close)
+        return pool
+
+
+class WarmDockerSandbox(DockerSandbox):
+    """``DockerSandbox`` whose jobs take a pair of containers started before them when one is ready."""
+
+    warm = True
+
+    def __init__(self, *, runtimes: Iterable[str], pool_size: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.runtimes = tuple(runtimes)
+        self.pool = shared_containers(
+            self.url, self.image, pool_size, client=self._new_client, specs=self.container_specs
+        )
+
+    def _new_client(self) -> APIClient:
+        return APIClient(base_url=self.url, version=API_VERSION, timeout=self.api_timeout_s)
+
+    def _run(
+        self, api: APIClient, job_dir: Path, limits: Limits, *, image_id: str, gpu_ids: tuple[str, ...]
+    ) -> SandboxRun:
+        shape = Shape.of_job(self.image, job_dir, limits)
+        if not gpu_ids and self.serves(shape):
+            taken = self.pool.take(shape, image_id)
+            if taken is not None:
+                pair, fds = taken
+                return self.pool.run(api, pair, fds, job_dir, limits, timeout_s=self.wall_limit_s(limits))
+        return super()._run(api, job_dir, limits, image_id=image_id, gpu_ids=gpu_ids)
+
+    def serves(self, shape: Shape) -> bool:
+        """Say whether jobs of ``shape`` use warm pairs: their framework is one of ``runtimes``, and no GPUs."""
+        return self.gpu_slots is None and shape.key.framework_runtime in self.runtimes
+
+    def prewarm(self, specs: Iterable[ExerciseSpec]) -> int:
+        """Have pairs made for the code exercises among ``specs`` this sandbox serves; return how many shapes."""
+        shapes = [Shape.of_spec(self.image, s) for s in specs if s.kind == "code"]
+        served = [shape for shape in dict.fromkeys(shapes) if self.serves(shape)]
+        self.pool.prewarm(served)
+        return len(served)
+
+
+def close_shared() -> None:
+    """Close every pool of this process (tests; at exit ``atexit`` does it)."""
+    with _shared_lock:
+        pools = list(_shared.values())
+        _shared.clear()
+    for pool in pools:
+        pool.close()
