@@ -70,6 +70,10 @@ def _schema_tag() -> str:
     return hashlib.sha256("\n".join(ddl).encode()).hexdigest()[:12]
 
 
+# gpulab warms its grading by default (GPULAB_WARM_POOLS=auto). Tests grade cold unless they ask for warm pools:
+# a template or container pair per test would cost seconds and memory for nothing they check.
+os.environ.setdefault("GPULAB_WARM_POOLS", "off")
+
 TEST_DATABASE_URL = os.environ.get("GPULAB_TEST_DATABASE_URL") or (
     f"postgresql://postgres@127.0.0.1:5432/gpulab_test_{_schema_tag()}"
 )
@@ -160,6 +164,7 @@ def settings(database_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any) 
         if key.startswith("GPULAB_") and not key.startswith("GPULAB_TEST_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("GPULAB_MODE", "dev")
+    monkeypatch.setenv("GPULAB_WARM_POOLS", "off")
     monkeypatch.setenv("GPULAB_DATABASE_URL", database_url)
     monkeypatch.setenv("GPULAB_SECRET_KEY", secrets.token_urlsafe(30)[:40])
     monkeypatch.setenv("GPULAB_DATA_DIR", str(tmp_path / "data"))

@@ -44,7 +44,7 @@ def configure(monkeypatch: pytest.MonkeyPatch, **env: str) -> None:
     for key in list(os.environ):
         if key.startswith("GPULAB_") and not key.startswith("GPULAB_TEST_"):
             monkeypatch.delenv(key)
-    for key, value in env.items():
+    for key, value in {"warm_pools": "off", **env}.items():  # cold unless asked: see tests/conftest.py
         monkeypatch.setenv(f"GPULAB_{key.upper()}", value)
     get_settings.cache_clear()
     engine_for.cache_clear()
@@ -84,7 +84,7 @@ def free_port() -> int:
 def child_env(**env: str) -> dict[str, str]:
     """Return an environment for a gpulab subprocess: this one without GPULAB_*, plus ``env``."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("GPULAB_")}
-    base.update({f"GPULAB_{k.upper()}": v for k, v in env.items()})
+    base.update({f"GPULAB_{k.upper()}": v for k, v in {"warm_pools": "off", **env}.items()})  # cold unless asked
     base["PATH"] = f"{Path(REPO_ROOT / '.venv' / 'bin')}:{base.get('PATH', '')}"
     return base
 

@@ -37,7 +37,7 @@ def published_specs() -> list[ExerciseSpec]:
 
 def prewarm(settings: Settings) -> int:
     """Start the templates (or container pairs) the published exercises need; return how many kinds."""
-    from worker.grading.sandbox import get_sandbox
+    from worker.grading.sandbox import get_sandbox, warm_budget
     from worker.grading.sandbox.docker_warm import WarmDockerSandbox
     from worker.grading.sandbox.warm import parse_runtimes, shared_pool
 
@@ -51,7 +51,7 @@ def prewarm(settings: Settings) -> int:
         shapes = sandbox.prewarm(published_specs())
         log.info("warming container pairs for %d job shape(s), %d of each", shapes, sandbox.pool.size)
         return shapes
-    pool = shared_pool(runtimes, settings.grading_workers)
+    pool = shared_pool(runtimes, settings.grading_workers, budget=warm_budget(settings), idle_s=settings.warm_idle_s)
     keys = pool.keys_for(published_specs())
     pool.prewarm(keys)
     log.info("prewarmed %d warm template kind(s), %d of each", len(keys), pool.size)
@@ -60,7 +60,9 @@ def prewarm(settings: Settings) -> int:
 
 def prewarm_in_background(settings: Settings) -> threading.Thread | None:
     """Run ``prewarm`` in a daemon thread when there is something to warm; return the thread."""
-    if settings.sandbox not in WARMED or not settings.warm_pools.strip():
+    from worker.grading.sandbox.warm import parse_runtimes
+
+    if settings.sandbox not in WARMED or not parse_runtimes(settings.warm_pools):
         return None
 
     def run() -> None:

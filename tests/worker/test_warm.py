@@ -22,6 +22,7 @@ from worker.bank.spec import ExerciseSpec, Limits, load_exercise
 from worker.core.config import Settings
 from worker.grading.pipeline import grade
 from worker.grading.sandbox import get_sandbox
+from worker.grading.sandbox.budget import MemoryBudget, cost_mb
 from worker.grading.sandbox.local import LocalSandbox
 from worker.grading.sandbox.policy import sandbox_env
 from worker.grading.sandbox.warm import JUDGE_KEY, RuntimeKey, WarmLocalSandbox, WarmPool, parse_runtimes
@@ -101,8 +102,8 @@ def _ours_left(
 
 
 def test_parse_runtimes() -> None:
-    assert parse_runtimes("") == ()
-    assert parse_runtimes("all") == ("python", "torch", "tensorflow")
+    assert parse_runtimes("") == () and parse_runtimes("off") == ()
+    assert parse_runtimes("all") == parse_runtimes("auto") == ("python", "torch", "tensorflow")
     assert parse_runtimes("torch, python") == ("torch", "python")
     with pytest.raises(ValueError, match="unknown"):
         parse_runtimes("jax")
@@ -273,6 +274,49 @@ def test_dead_template_is_replaced(
     for user in users:
         assert _ours_left(leftovers, user) == ([], [])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_warm_is_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPULAB_WARM_POOLS")  # the tests' own default is off
+    settings = Settings(mode="dev", data_dir=tmp_path)  # type: ignore[arg-type]
+    assert settings.warm_pools == "auto" and settings.warm_memory_mb == 0 and settings.warm_idle_s == 1800
+    sandbox = get_sandbox(settings)
+    assert isinstance(sandbox, WarmLocalSandbox) and sandbox.pool.runtimes == ("python", "torch", "tensorflow")
+    assert sandbox.pool.budget is not None and sandbox.pool.budget.total_mb >= 512
+
+
+def test_a_key_the_budget_has_no_room_for_runs_cold(
+    local_sandbox: LocalSandbox, tiny_spec: Callable[..., ExerciseSpec], tmp_path: Path
+) -> None:
+    pool = WarmPool(("python",), budget=MemoryBudget(10))  # less than a plain Python template holds
+    try:
+        warm = WarmLocalSandbox(
+            pool=pool, user=local_sandbox.user, cgroup_root=local_sandbox.cgroup_root,
+            cgroup_name=local_sandbox.cgroup_name, timeout_margin_s=local_sandbox.timeout_margin_s,
+        )  # fmt: skip
+        outcome = grade(tiny_spec(), "def add(a, b):\n    return a + b\n", sandbox=warm, work_root=tmp_path)
+        assert outcome.verdict.value == "passed", outcome  # graded, cold
+        assert pool.started == 0 and pool.templates() == [] and pool.budget is not None and pool.budget.used_mb == 0
+        assert pool.acquire(JUDGE_KEY) is None
+    finally:
+        pool.close()
+
+
+def test_idle_templates_are_closed_and_their_memory_given_back() -> None:
+    budget = MemoryBudget(1000)
+    pool = WarmPool(("python",), budget=budget, idle_s=3600)
+    try:
+        template = pool.acquire(JUDGE_KEY)
+        assert template is not None and template.alive() and budget.used_mb == cost_mb("python")
+        assert pool.reap_idle() == 0  # just used
+        assert pool.reap_idle(now=time.monotonic() + 3601) == 1
+        template.proc.wait(timeout=10)
+        assert not template.alive() and budget.used_mb == 0 and pool.templates() == []
+        again = pool.acquire(JUDGE_KEY)  # the next job that needs it starts it again
+        assert again is not None and again is not template and again.alive() and budget.used_mb == cost_mb("python")
+    finally:
+        pool.close()
+    assert budget.used_mb == 0
 
 
 def test_judge_key_is_served_by_any_warm_pool() -> None:

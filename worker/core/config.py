@@ -53,7 +53,13 @@ class Settings(BaseSettings):
     # local sandbox only: runtimes whose subjects fork from warm template processes ("", "all", or a comma
     # list of python,torch,tensorflow); GPULAB_GRADING_WORKERS templates per runtime key, started when the
     # server or worker starts (app/jobs/prewarm.py) or on first use.
-    warm_pools: str = ""
+    # Warm grading (worker/grading/sandbox/warm.py, docker_warm.py): "auto" (the default) and "all" warm every
+    # runtime the published exercises need, "off" none, or a list such as "python,torch"; within
+    # GPULAB_WARM_MEMORY_MB (0: a quarter of the machine's memory, see budget.py) per grading process; a kind
+    # no job used for GPULAB_WARM_IDLE_S is closed (and started again by the next job that needs it).
+    warm_pools: str = "auto"
+    warm_memory_mb: int = Field(default=0, ge=0)
+    warm_idle_s: float = Field(default=1800.0, ge=0)
     max_code_bytes: int = Field(default=64 * 1024, ge=1024)
     max_attempts: int = Field(default=3, ge=1, le=10)
     timeout_margin_s: float = Field(default=5.0, ge=0.5)

@@ -14,8 +14,14 @@ from typing import Any
 
 from worker.core.config import SandboxKind, Settings
 from worker.grading.sandbox.base import Sandbox, SandboxRun
+from worker.grading.sandbox.budget import MemoryBudget, budget_mb, shared_budget
 
 __all__ = ["Sandbox", "SandboxRun", "get_sandbox"]
+
+
+def warm_budget(settings: Settings) -> MemoryBudget:
+    """Return this process's warm memory budget (``GPULAB_WARM_MEMORY_MB``, else a quarter of the machine)."""
+    return shared_budget(budget_mb(settings.warm_memory_mb))
 
 
 def get_sandbox(settings: Settings) -> Sandbox:
@@ -27,8 +33,10 @@ def get_sandbox(settings: Settings) -> Sandbox:
         runtimes = parse_runtimes(settings.warm_pools)
         if runtimes:
             # One pool per worker process, sized like its grading concurrency (see warm.py).
+            pool = shared_pool(runtimes, settings.grading_workers, budget=warm_budget(settings),
+                               idle_s=settings.warm_idle_s)  # fmt: skip
             return WarmLocalSandbox(
-                pool=shared_pool(runtimes, settings.grading_workers),
+                pool=pool,
                 user=settings.sandbox_user,
                 cgroup_root=settings.cgroup_root,
                 cgroup_name=settings.cgroup_name,
@@ -62,5 +70,8 @@ def get_sandbox(settings: Settings) -> Sandbox:
         from worker.grading.sandbox.docker_warm import WarmDockerSandbox
 
         # One pool per worker process, sized like its grading concurrency (see docker_warm.py).
-        return WarmDockerSandbox(runtimes=runtimes, pool_size=settings.grading_workers, **options)
+        return WarmDockerSandbox(
+            runtimes=runtimes, pool_size=settings.grading_workers, budget=warm_budget(settings),
+            idle_s=settings.warm_idle_s, **options,
+        )  # fmt: skip
     return DockerSandbox(**options)

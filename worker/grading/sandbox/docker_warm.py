@@ -20,8 +20,10 @@ Contract:
   judge's ``result.json`` comes back to the job folder's ``out/`` (a plain file of at most
   ``MAX_RESULT_BYTES``, never a link) and the pair's folder is deleted.
 - ``WarmContainers`` keeps ``size`` ready pairs per shape it was asked to warm (``prewarm``) or has seen a job
-  of; a pair taken is replaced in the background once its job is over (so the replacement's framework import
-  does not compete with that job for the cores). A pair that died, whose image is not the one the job
+  of, as far as the process's memory budget allows (``budget.py``: a pair holds ``pair_cost_mb``); pairs of a
+  shape no job asked for in ``idle_s`` are removed (its next job runs cold and brings them back); a pair
+  taken is replaced in the background once its job is over (so the replacement's framework import does not
+  compete with that job for the cores). A pair that died, whose image is not the one the job
   would use, or older than ``MAX_AGE_S`` is removed, never used. One pool per worker process
   (``shared_containers``), closed at exit; a worker killed outright leaves its pairs to ``reap_stale`` (their
   ``gpulab.deadline`` label is their age limit).
@@ -55,6 +57,7 @@ from worker.bank.spec import ExerciseSpec, Limits
 from worker.core.errors import PlatformError
 from worker.core.files import read_capped
 from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
+from worker.grading.sandbox.budget import MemoryBudget, cost_mb
 from worker.grading.sandbox.docker import (
     API_VERSION,
     ENGINE_ERRORS,
@@ -80,7 +83,7 @@ READY_POLL_S = 0.05
 REOPEN_S = 0.005
 TAKE_TRIES = 20
 CLOSE_WAIT_S = 30.0
-MAX_AGE_S = 3600.0
+MAX_AGE_S = 900.0
 MAX_RESULT_BYTES = 1024 * 1024
 CTL_MOUNT = "/ctl"
 GO = b"go\n"
@@ -202,10 +205,17 @@ class WarmContainers:
         client: Callable[[], APIClient],
         specs: Callable[[Path, Limits], tuple[ContainerSpec, ContainerSpec]],
         size: int = 1,
+        budget: MemoryBudget | None = None,
+        idle_s: float = 0.0,
     ) -> None:
         self._client = client
         self._specs = specs
         self.size = max(1, size)
+        self.budget = budget
+        self.idle_s = idle_s
+        self._last_used: dict[Shape, float] = {}
+        self._stop = threading.Event()
+        self.reaped = 0  # waiting pairs removed because their shape was idle
         self._lock = threading.Lock()
         self._pairs: dict[Shape, list[Pair]] = {}
         self._filling: dict[Shape, int] = {}
@@ -213,6 +223,8 @@ class WarmContainers:
         self._closed = False
         self.served = 0  # jobs that ran in a warm pair
         self.started = 0  # pairs created
+        if idle_s > 0:
+            threading.Thread(target=self._reap_loop, name="gpulab-warm-pair-reaper", daemon=True).start()
 
     # --- making pairs ------------------------------------------------------------------------------------
 
@@ -225,14 +237,26 @@ class WarmContainers:
         with self._lock:
             if self._closed:
                 return
+            self._last_used.setdefault(shape, time.monotonic())
             have = len(self._pairs.setdefault(shape, [])) + self._filling.get(shape, 0)
-            missing = max(0, self.size - have)
+            wanted = max(0, self.size - have)
+            missing = 0
+            while missing < wanted and self._reserve(shape):
+                missing += 1
             self._filling[shape] = self._filling.get(shape, 0) + missing
         for _ in range(missing):
             thread = threading.Thread(target=self._fill, args=(shape,), name="gpulab-warm-pair", daemon=True)
             with self._lock:
                 self._threads = [t for t in self._threads if t.is_alive()] + [thread]
             thread.start()
+
+    def _reserve(self, shape: Shape) -> bool:
+        runtime = shape.key.framework_runtime
+        return self.budget is None or self.budget.reserve(pair_cost_mb(shape), what=f"a {runtime} container pair")
+
+    def _release(self, shape: Shape) -> None:
+        if self.budget is not None:
+            self.budget.release(pair_cost_mb(shape))
 
     def _fill(self, shape: Shape) -> None:
         made: Pair | None = None
@@ -243,7 +267,9 @@ class WarmContainers:
             if not self._closed:  # closing interrupts the pairs still warming up: nothing to report
                 log.warning("could not make a warm container pair: %s", exc)
             if made is not None:
-                self._discard(made)
+                self._discard(made)  # which gives its reservation back
+            else:
+                self._release(shape)  # never made: give back what was reserved for it
             made = None
         finally:
             closing: Pair | None = None
@@ -311,6 +337,7 @@ class WarmContainers:
                 with contextlib.suppress(*ENGINE_ERRORS):
                     api.remove_container(name, force=True)
         shutil.rmtree(pair.folder, ignore_errors=True)
+        self._release(pair.shape)
 
     # --- using them --------------------------------------------------------------------------------------
 
@@ -323,6 +350,7 @@ class WarmContainers:
         found: tuple[Pair, dict[str, int]] | None = None
         stale: list[Pair] = []
         with self._lock:
+            self._last_used[shape] = time.monotonic()
             pairs = self._pairs.setdefault(shape, [])
             while pairs and found is None:
                 pair = pairs.pop(0)
@@ -365,9 +393,40 @@ class WarmContainers:
                     os.close(fd)
             release(api, started, list(pair.names.values()))
             shutil.rmtree(pair.folder, ignore_errors=True)
+            self._release(pair.shape)
             # The replacement starts once this job is over: its framework import would otherwise compete with
             # the job for the same cores and slow down the very verdict the pair was there to speed up.
             self._top_up(pair.shape)
+
+    def reap_idle(self, now: float | None = None) -> int:
+        """Remove the waiting pairs of shapes no job asked for in ``idle_s``; return how many pairs."""
+        if self.idle_s <= 0:
+            return 0
+        now = time.monotonic() if now is None else now
+        idle: list[Pair] = []
+        old: list[Pair] = []
+        with self._lock:
+            for shape, pairs in self._pairs.items():
+                if pairs and now - self._last_used.get(shape, now) > self.idle_s:
+                    idle.extend(pairs)
+                    pairs.clear()
+                    self._last_used.pop(shape, None)
+                else:  # in use: pairs past their age are replaced (a stopped worker's are reaped by age)
+                    old.extend(p for p in pairs if now - p.created > MAX_AGE_S)
+                    pairs[:] = [p for p in pairs if now - p.created <= MAX_AGE_S]
+            self.reaped += len(idle)
+        for pair in idle + old:
+            self._discard(pair)
+        for shape in dict.fromkeys(p.shape for p in old):
+            self._top_up(shape)
+        return len(idle)
+
+    def _reap_loop(self) -> None:
+        while not self._stop.wait(min(60.0, max(1.0, self.idle_s / 4))):
+            try:
+                self.reap_idle()
+            except Exception:  # never let the reaper die
+                log.exception("reaping idle warm container pairs failed")
 
     @property
     def closed(self) -> bool:
@@ -383,6 +442,7 @@ class WarmContainers:
 
     def close(self, *, wait_s: float = CLOSE_WAIT_S) -> None:
         """Remove every pair, waiting up to ``wait_s`` for those being made (they remove themselves)."""
+        self._stop.set()
         with self._lock:
             self._closed = True
             pairs = [p for ps in self._pairs.values() for p in ps]
@@ -399,6 +459,11 @@ _shared: dict[tuple[str, str, int], WarmContainers] = {}
 _shared_lock = threading.Lock()
 
 
+def pair_cost_mb(shape: Shape) -> int:
+    """Return what a waiting pair of ``shape`` holds: two processes that imported its framework."""
+    return 2 * cost_mb(shape.key.framework_runtime)
+
+
 def shared_containers(
     url: str,
     image: str,
@@ -406,13 +471,15 @@ def shared_containers(
     *,
     client: Callable[[], APIClient],
     specs: Callable[[Path, Limits], tuple[ContainerSpec, ContainerSpec]],
+    budget: MemoryBudget | None = None,
+    idle_s: float = 0.0,
 ) -> WarmContainers:
     """Return this process's pool for the engine ``url`` and ``image`` (closed at exit; a new one once closed)."""
     key = (url, image, size)
     with _shared_lock:
         pool = _shared.get(key)
         if pool is None or pool.closed:
-            pool = _shared[key] = WarmContainers(client=client, specs=specs, size=size)
+            pool = _shared[key] = WarmContainers(client=client, specs=specs, size=size, budget=budget, idle_s=idle_s)
             atexit.register(pool.close)
         return pool
 
@@ -422,12 +489,16 @@ class WarmDockerSandbox(DockerSandbox):
 
     warm = True
 
-    def __init__(self, *, runtimes: Iterable[str], pool_size: int = 1, **kwargs: Any) -> None:
+    def __init__(
+        self, *, runtimes: Iterable[str], pool_size: int = 1, budget: MemoryBudget | None = None,
+        idle_s: float = 0.0, **kwargs: Any,
+    ) -> None:  # fmt: skip
         super().__init__(**kwargs)
         self.runtimes = tuple(runtimes)
         self.pool = shared_containers(
-            self.url, self.image, pool_size, client=self._new_client, specs=self.container_specs
-        )
+            self.url, self.image, pool_size, client=self._new_client, specs=self.container_specs, budget=budget,
+            idle_s=idle_s,
+        )  # fmt: skip
 
     def _new_client(self) -> APIClient:
         return APIClient(base_url=self.url, version=API_VERSION, timeout=self.api_timeout_s)

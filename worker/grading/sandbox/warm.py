@@ -49,6 +49,7 @@ from typing import IO, Any
 from worker.bank.spec import ExerciseSpec, Limits
 from worker.core.errors import PlatformError
 from worker.grading.boot.linux import EXIT_LAUNCH_FAILED
+from worker.grading.sandbox.budget import MemoryBudget, cost_mb
 from worker.grading.sandbox.local import LocalSandbox, RolePlan
 from worker.grading.sandbox.policy import JOB_MOUNT, RUNNER_DIR, SANDBOX_RUNNER_ROOT, hard_output_cap, sandbox_env
 from worker.grading.sandbox.process import ProcessResult, supervise
@@ -118,11 +119,11 @@ JUDGE_KEY = RuntimeKey(preload=(), framework="none", replicas=1, threads=1, role
 
 
 def parse_runtimes(value: str) -> tuple[str, ...]:
-    """``GPULAB_WARM_POOLS``: empty/``off`` for none, ``all``, or a comma list of ``python,torch,tensorflow``."""
+    """``GPULAB_WARM_POOLS``: empty/``off`` for none, ``auto``/``all`` for every runtime, or a comma list."""
     value = value.strip().lower()
     if value in ("", "off", "none", "0"):
         return ()
-    if value == "all":
+    if value in ("all", "auto"):
         return RUNTIMES
     names = tuple(dict.fromkeys(n.strip() for n in value.split(",") if n.strip()))
     unknown = [n for n in names if n not in RUNTIMES]
@@ -160,6 +161,9 @@ class Template:
 
     def __init__(self, key: RuntimeKey) -> None:
         self.key = key
+        self.cost_mb = cost_mb(key.framework_runtime)
+        self.last_used = time.monotonic()
+        self.released = False  # its memory went back to the pool's budget
         self._lock = threading.Lock()
         self._jobs: dict[str, _Remote] = {}
         self.dead = False
@@ -204,6 +208,11 @@ class Template:
 
     def alive(self) -> bool:
         return not self.dead and self.proc.poll() is None
+
+    def busy(self) -> bool:
+        """Say whether a job forked from this template is still running."""
+        with self._lock:
+            return bool(self._jobs)
 
     def _read(self) -> None:
         while True:
@@ -259,12 +268,20 @@ class Template:
             self.proc.wait(timeout=5)
 
 
-class WarmPool:
-    """Templates per runtime key, started on first use, replaced when they die."""
+class OverBudget(Exception):
+    """Starting a template would pass the memory budget: the job runs cold."""
 
-    def __init__(self, runtimes: Iterable[str], size: int = 1) -> None:
+
+class WarmPool:
+    """Templates per runtime key, started on first use, replaced when they die, closed when idle."""
+
+    def __init__(
+        self, runtimes: Iterable[str], size: int = 1, *, budget: MemoryBudget | None = None, idle_s: float = 0.0
+    ) -> None:
         self.runtimes = tuple(runtimes)
         self.size = max(1, size)
+        self.budget = budget
+        self.idle_s = idle_s
         self._lock = threading.Lock()
         self._templates: dict[RuntimeKey, list[Template | None]] = {}
         self._next: dict[RuntimeKey, int] = {}
@@ -273,6 +290,10 @@ class WarmPool:
         # the *thread* that started it ends, so a short-lived thread (a background start) would take it along.
         self._spawner = ThreadPoolExecutor(max_workers=len(RUNTIMES), thread_name_prefix="gpulab-template-spawn")
         self.started = 0  # templates started so far (replacements included)
+        self.reaped = 0  # templates closed for being idle
+        self._stop = threading.Event()
+        if idle_s > 0:
+            threading.Thread(target=self._reap_loop, name="gpulab-template-reaper", daemon=True).start()
 
     def serves(self, key: RuntimeKey) -> bool:
         if key.role == "judge" and key.framework_runtime == "python":
@@ -300,11 +321,12 @@ class WarmPool:
                 keys[judge] = None
         return list(keys)
 
-    def acquire(self, key: RuntimeKey) -> Template:
+    def acquire(self, key: RuntimeKey) -> Template | None:
         """Return a live template for ``key`` (round-robin), starting or replacing it when needed.
 
         When this turn's slot is not up but another slot of the key is, the job takes the live one and the
         slot comes up in the background: only the very first job of a key waits for a framework import.
+        None: no template of ``key`` is up and the memory budget has no room for one (the job runs cold).
         """
         with self._lock:
             slots = self._templates.setdefault(key, [None] * self.size)
@@ -313,11 +335,16 @@ class WarmPool:
             live = [t for t in slots if t is not None and t.alive()]
         template = slots[index]
         if template is not None and template.alive():
+            template.last_used = time.monotonic()
             return template
         if live:
             self._fill_in_background(key, index)
+            live[0].last_used = time.monotonic()
             return live[0]
-        return self._fill(key, index)
+        try:
+            return self._fill(key, index)
+        except OverBudget:
+            return None
 
     def _slot_lock(self, key: RuntimeKey, index: int) -> threading.Lock:
         with self._lock:
@@ -332,8 +359,17 @@ class WarmPool:
             return template
         if template is not None:
             log.warning("warm template %s (pid %s) died; replacing it", key.runtime, template.pid)
-            template.close()
-        template = self._spawner.submit(Template, key).result()
+            self._close(template)
+            slots[index] = None
+        cost = cost_mb(key.framework_runtime)
+        if self.budget is not None and not self.budget.reserve(cost, what=f"a {key.runtime} template"):
+            raise OverBudget(key.runtime)
+        try:
+            template = self._spawner.submit(Template, key).result()
+        except BaseException:
+            if self.budget is not None:
+                self.budget.release(cost)
+            raise
         with self._lock:
             slots[index] = template
             self.started += 1
@@ -354,6 +390,8 @@ class WarmPool:
                 self._start(key, index)
             except PlatformError as exc:  # the next job whose turn it is tries again
                 log.warning("warm template %s did not start in the background: %s", key.runtime, exc.message)
+            except OverBudget:
+                pass  # the budget said so once; the live slot serves the key
             finally:
                 lock.release()
 
@@ -373,28 +411,66 @@ class WarmPool:
             for key in keys:
                 try:
                     self._fill(key, index)
+                except OverBudget:
+                    continue  # the budget said so once; these jobs start cold
                 except PlatformError as exc:
                     log.warning("could not prewarm a %s template: %s", key.runtime, exc.message)
 
+    def _close(self, template: Template) -> None:
+        """Close ``template`` and give its memory back to the budget (once)."""
+        if not template.released:
+            template.released = True
+            if self.budget is not None:
+                self.budget.release(template.cost_mb)
+        template.close()
+
+    def reap_idle(self, now: float | None = None) -> int:
+        """Close the templates no job used for ``idle_s``; return how many (their slots start again on use)."""
+        if self.idle_s <= 0:
+            return 0
+        now = time.monotonic() if now is None else now
+        idle: list[Template] = []
+        with self._lock:
+            for slots in self._templates.values():
+                for index, template in enumerate(slots):
+                    if template is not None and now - template.last_used > self.idle_s and not template.busy():
+                        idle.append(template)
+                        slots[index] = None
+            self.reaped += len(idle)
+        for template in idle:
+            log.info("closing the %s template idle for %.0f s", template.key.runtime, now - template.last_used)
+            self._close(template)
+        return len(idle)
+
+    def _reap_loop(self) -> None:
+        while not self._stop.wait(min(60.0, max(1.0, self.idle_s / 4))):
+            try:
+                self.reap_idle()
+            except Exception:  # never let the reaper die
+                log.exception("reaping idle warm templates failed")
+
     def close(self) -> None:
+        self._stop.set()
         with self._lock:
             templates = [t for slots in self._templates.values() for t in slots if t is not None]
             self._templates.clear()
         for template in templates:
-            template.close()
+            self._close(template)
 
 
 _shared: dict[tuple[tuple[str, ...], int], WarmPool] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_pool(runtimes: Iterable[str], size: int) -> WarmPool:
-    """Return this process's pool for ``runtimes`` and ``size`` (closed at exit)."""
+def shared_pool(
+    runtimes: Iterable[str], size: int, *, budget: MemoryBudget | None = None, idle_s: float = 0.0
+) -> WarmPool:
+    """Return this process's pool for ``runtimes`` and ``size`` (closed at exit; the first caller sets the rest)."""
     key = (tuple(runtimes), size)
     with _shared_lock:
         pool = _shared.get(key)
         if pool is None:
-            pool = _shared[key] = WarmPool(key[0], size)
+            pool = _shared[key] = WarmPool(key[0], size, budget=budget, idle_s=idle_s)
             atexit.register(pool.close)
         return pool
 
@@ -410,9 +486,10 @@ class WarmLocalSandbox(LocalSandbox):
 
     def _starter(self, plan: RolePlan) -> Callable[[float], ProcessResult]:
         key = self._template_key(plan)
-        if key is None:
+        template = self.pool.acquire(key) if key is not None else None
+        if template is None:  # not warmed here, or no room in the memory budget
             return super()._starter(plan)
-        return self._warm_starter(self.pool.acquire(key), plan)
+        return self._warm_starter(template, plan)
 
     def _template_key(self, plan: RolePlan) -> RuntimeKey | None:
         """Return the template kind that forks ``plan.role`` for this job, or None to start it cold."""
