@@ -3,7 +3,7 @@
 Contract:
 - ``stack`` (module scope) starts a PostgreSQL cluster of its own (``initdb`` in a temporary folder, run as
   the ``postgres`` user, port ``PG_PORT``) and a Redis server of its own (port ``REDIS_PORT``, append-only file
-  on): restarting or emptying them never touches the machine's shared servers the rest of the suite uses.
+  on; both ports below the ephemeral range, see ``listen_port``): restarting or emptying them never touches the machine's shared servers the rest of the suite uses.
 - ``deployment`` (per test) gives a freshly migrated database with the bank synced, an empty Redis, an audit
   table filled by a trigger each time a submission settles (so "graded exactly once" is read, not assumed),
   and ``start_worker()`` / ``start_api()`` that run the real processes with default settings; all are stopped
@@ -31,8 +31,28 @@ import redis
 from app.domain.db import engine_for
 from tests.support import child_env, free_port, start_gpulab, wait_for
 
-PG_PORT = 55432
-REDIS_PORT = 56379
+
+def listen_port(preferred: int) -> int:
+    """Return ``preferred`` or the next port after it that nothing listens on.
+
+    Below the kernel's ephemeral range (32768 and up on Linux): a server restarted on its port mid-test must
+    find it free again, and a port in that range can meanwhile be taken as the source port of any outgoing
+    connection (that is how a fixed 55432 once failed to bind).
+    """
+    import socket
+
+    for port in range(preferred, preferred + 200):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {preferred}-{preferred + 199}")
+
+
+PG_PORT = listen_port(25432)
+REDIS_PORT = listen_port(26379)
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 AUDIT_SQL = """
