@@ -1,0 +1,192 @@
+"""The deployment path for ``python -m benchmarks --only deploy,deploy-cold``: PostgreSQL, Redis, Celery, docker.
+
+``Deployment`` is what ``benchmarks.__main__.Server`` is for the embedded server, for the path a course
+deploys: a fresh PostgreSQL database on the local server (``BENCH_PG``, trust auth), a Redis database index of
+its own on the local Redis (``BENCH_REDIS``, flushed before and after), one ``gpulab worker --queues cpu`` on
+the ``docker`` sandbox with ``GPULAB_GRADING_WORKERS`` = cores (``warm``: the default warm container pairs;
+cold: ``GPULAB_WARM_POOLS=off``), and ``gpulab serve --workers 2`` in front. It is ready when ``/readyz``
+says so and, warm, when the worker's pairs for the three exercises are up. ``deadline_burst`` is the
+issue's deadline burst: ``count`` submissions spread evenly over ``over_s`` seconds, each one's
+submit->verdict taken from the database (``finished_at - created_at``), none lost.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+GPULAB = REPO / ".venv" / "bin" / "gpulab"
+BENCH_PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
+BENCH_REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379")
+REDIS_DB = 13  # the benchmark's own index, flushed before and after
+EMAIL, PASSWORD = "bench@example.com", "bench-password-0123456789"
+
+
+def _warm_containers() -> int:
+    out = subprocess.run(["docker", "ps", "-q", "--filter", "label=gpulab.warm"], capture_output=True, text=True)
+    return len(out.stdout.split())
+
+
+class Deployment:
+    """PostgreSQL + Redis + a Celery worker on the docker sandbox + ``gpulab serve --workers 2``."""
+
+    tiebreak = "id"  # the submissions' second sort key (SQLite has rowid)
+
+    def __init__(self, warm: bool, workers: int, slugs: list[str]) -> None:
+        import psycopg
+
+        self.warm = warm
+        self.workers = workers
+        self.data = Path(tempfile.mkdtemp(prefix="gpulab-bench-deploy-"))
+        self.data.chmod(0o755)
+        bank = self.data / "exercises"
+        for slug in slugs:
+            shutil.copytree(REPO / "exercises" / slug, bank / slug)
+        self.database = f"gpulab_bench_{os.getpid()}"
+        with psycopg.connect(f"{BENCH_PG}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.database}"')
+            conn.execute(f'CREATE DATABASE "{self.database}"')
+        self.database_url = f"{BENCH_PG}/{self.database}"
+        self.broker_url = f"{BENCH_REDIS}/{REDIS_DB}"
+        with socket_port() as port:
+            self.port = port
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPULAB_")},
+                    "GPULAB_MODE": "dev", "GPULAB_DATA_DIR": str(self.data), "GPULAB_DATABASE_URL": self.database_url,
+                    "GPULAB_BROKER_URL": self.broker_url, "GPULAB_SANDBOX": "docker",
+                    "GPULAB_WARM_POOLS": "auto" if warm else "off", "GPULAB_GRADING_WORKERS": str(workers),
+                    "GPULAB_EXERCISES_DIR": str(bank), "GPULAB_SECRET_KEY": "b" * 48,
+                    "TMPDIR": str(self.data)}  # fmt: skip
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.slugs = slugs
+
+    def gpulab(self, *args: str, stdin: str | None = None) -> None:
+        subprocess.run([str(GPULAB), *args], env=self.env, input=stdin, text=True, check=True, capture_output=True)
+
+    def _start(self, name: str, *args: str) -> None:
+        log = open(self.data / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the process's life
+        self.procs.append(subprocess.Popen([str(GPULAB), *args], env=self.env, stdout=log, stderr=log,
+                                           start_new_session=True))  # fmt: skip
+
+    def __enter__(self) -> Deployment:
+        import redis
+
+        redis.Redis.from_url(self.broker_url).flushdb()
+        self.gpulab("db", "upgrade")
+        self.gpulab("exercises", "sync")
+        self.gpulab("user", "add", EMAIL, "--role", "learner", "--password-stdin", stdin=PASSWORD + "\n")
+        self._start("worker", "worker", "--queues", "cpu")
+        self._start("serve", "serve", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "2")
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            raise RuntimeError("the deployment did not become ready: " + self.logs())
+        if self.warm:  # measuring while the pairs import their frameworks would charge that to the first samples
+            wanted = 2 * len(self.slugs) * self.workers
+            while _warm_containers() < wanted:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"only {_warm_containers()} of {wanted} warm containers came up")
+                time.sleep(0.5)
+            time.sleep(10)  # the last pairs' imports
+        return self
+
+    def logs(self) -> str:
+        return "".join((self.data / f"{n}.log").read_text(errors="replace")[-1500:] for n in ("worker", "serve")
+                       if (self.data / f"{n}.log").exists())  # fmt: skip
+
+    def __exit__(self, *exc: object) -> None:
+        import psycopg
+        import redis
+
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=gpulab.job"], capture_output=True, text=True)
+        if left.stdout.split():
+            subprocess.run(["docker", "rm", "-f", *left.stdout.split()], capture_output=True)
+        redis.Redis.from_url(self.broker_url).flushdb()
+        with psycopg.connect(f"{BENCH_PG}/postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
+        shutil.rmtree(self.data, ignore_errors=True)
+
+    def db(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.database_url)
+
+    def drain(self, timeout_s: float = 1800) -> int:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            with self.db() as db:
+                (left,) = db.execute(
+                    "SELECT count(*) FROM submissions WHERE status IN ('queued', 'running')"
+                ).fetchone()
+            if left == 0 or time.monotonic() >= deadline:
+                return int(left)
+            time.sleep(0.5)
+
+    def client(self) -> httpx.Client:
+        client = httpx.Client(base_url=self.url, timeout=120)
+        client.post("/api/auth/login", json={"email": EMAIL, "password": PASSWORD}).raise_for_status()
+        return client
+
+
+class socket_port:
+    """Find a free TCP port on 127.0.0.1."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        return int(self._sock.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
+
+
+def deadline_burst(server: Any, slug: str, code: str, count: int, over_s: float) -> dict[str, Any]:
+    """Submit ``count`` submissions evenly over ``over_s`` seconds; report each one's submit->verdict."""
+    from benchmarks.__main__ import pct
+
+    client = server.client()
+    accepted: list[str] = []
+    started = time.monotonic()
+    for i in range(count):
+        delay = started + i * over_s / count - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        response = client.post(f"/api/exercises/{slug}/submissions", json={"code": code})
+        if response.status_code == 202:
+            accepted.append(str(response.json()["id"]))
+    server.drain()
+    with server.db() as db:
+        rows = db.execute(
+            "SELECT status, verdict, EXTRACT(EPOCH FROM (finished_at - created_at)) FROM submissions "
+            "WHERE id = ANY(%s)", (accepted,),
+        ).fetchall()  # fmt: skip
+    seconds = [float(r[2]) for r in rows if r[2] is not None]
+    return {"submitted": count, "over_s": over_s, "accepted": len(accepted), "graded": len(rows),
+            "lost": len(accepted) - len(rows), "statuses": sorted({r[0] for r in rows}),
+            "verdicts": sorted({str(r[1]) for r in rows}), "p50_s": pct(seconds, 50), "p95_s": pct(seconds, 95),
+            "max_s": max(seconds, default=float("nan"))}  # fmt: skip
