@@ -3,7 +3,8 @@
 Contract:
 - ``stack`` (module scope) starts a PostgreSQL cluster of its own (``initdb`` in a temporary folder, run as
   the ``postgres`` user, port ``PG_PORT``) and a Redis server of its own (port ``REDIS_PORT``, append-only file
-  on; both ports below the ephemeral range, see ``listen_port``): restarting or emptying them never touches the machine's shared servers the rest of the suite uses.
+  on; both ports below the ephemeral range, see ``listen_port``): restarting or emptying them never touches
+  the machine's shared servers the rest of the suite uses.
 - ``deployment`` (per test) gives a freshly migrated database with the bank synced, an empty Redis, an audit
   table filled by a trigger each time a submission settles (so "graded exactly once" is read, not assumed),
   and ``start_worker()`` / ``start_api()`` that run the real processes with default settings; all are stopped
