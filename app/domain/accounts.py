@@ -10,6 +10,7 @@ Contract:
   reported with its line number.
   Columns: ``email`` and optionally ``name`` and ``role`` (default learner), with or without a header row.
   New accounts get a random password, returned once so the admin can hand it over.
+- ``emails_of(session=..., ids=...)`` maps user ids to e-mails in one query (for lists that name people).
 - ``decode_csv`` and ``read_table`` are the file rules ``import_csv`` shares with course enrollment
   (``app.domain.courses.enroll_csv``): size cap, UTF-8 (a BOM is fine), an optional header row (first cell
   ``email``, or only known column names, ``email`` among them), blank lines skipped, a cap on the data rows.
@@ -47,6 +48,13 @@ class NewAccount:
 class ImportReport:
     created: list[NewAccount] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+
+
+def emails_of(*, session: Session, ids: set[int]) -> dict[int, str]:
+    """Return the e-mail of each of the users ``ids`` (one query; none for an empty set)."""
+    if not ids:
+        return {}
+    return {user_id: email for user_id, email in session.execute(select(User.id, User.email).where(User.id.in_(ids)))}
 
 
 def new_password() -> str:

@@ -25,8 +25,8 @@ Contract:
   ``attempts``, keeps the reason in ``last_error`` and postpones ``next_attempt_at`` by
   ``BACKOFF_BASE_S * 2**(attempts-1)``, at most ``BACKOFF_MAX_S``. Rows are never deleted: sent ones are the
   record of what the platform got, unsent ones wait however long the platform is down (``outbox``
-  lists them for staff: all for admins, one course's for its gradebook). The caller commits; ``http`` is the
-  ``httpx.Client`` to post with (its timeout).
+  lists them for staff: all for admins, one course's for its gradebook; ``unsent`` finds one, ``retry_now``
+  makes it due at once). The caller commits; ``http`` is the ``httpx.Client`` to post with (its timeout).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from app.domain.models import (
     User,
     utcnow,
 )
-from worker.core.errors import InvalidInput
+from worker.core.errors import InvalidInput, NotFound
 
 SCORE_SCOPE = "https://purl.imsglobal.org/spec/lti-ags/scope/score"
 SCORE_MEDIA_TYPE = "application/vnd.ims.lis.v1.score+json"
@@ -229,6 +229,19 @@ def deliver_due(*, session: Session, now: datetime, http: httpx.Client) -> Deliv
             delivery.sent.append(row.id)
     session.flush()
     return delivery
+
+
+def unsent(*, session: Session, row_id: int) -> LtiScoreOutbox:
+    """Return the unsent outbox row ``row_id``, or raise ``NotFound`` (unknown, or already taken)."""
+    row = session.get(LtiScoreOutbox, row_id)
+    if row is None or row.sent_at is not None:
+        raise NotFound(f"no unsent score {row_id} in the outbox")
+    return row
+
+
+def retry_now(row: LtiScoreOutbox) -> None:
+    """Make ``row`` due now: the next sweeper pass posts it (its attempts and back-off stay)."""
+    row.next_attempt_at = utcnow()
 
 
 def outbox(*, session: Session, limit: int = 200, course_id: int | None = None) -> list[LtiScoreOutbox]:

@@ -18,7 +18,7 @@ from fastapi.responses import PlainTextResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from app.domain import assignments, courses, coursework, gradebook
+from app.domain import accounts, assignments, courses, coursework, gradebook
 from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Extension, User, utcnow
 from app.domain.schemas import UtcDatetime
 from app.web.deps import (
@@ -202,13 +202,6 @@ class ExtensionOut(BaseModel):
         )  # fmt: skip
 
 
-def _emails(session: SessionDep, ids: set[int]) -> dict[int, str]:
-    """Return the e-mail of each user id (staff who granted or revoked extensions)."""
-    if not ids:
-        return {}
-    return {user_id: email for user_id, email in session.execute(select(User.id, User.email).where(User.id.in_(ids)))}
-
-
 def assignment_out(*, session: SessionDep, assignment: Assignment, user: User, staff: bool) -> AssignmentOut:
     """Describe ``assignment`` for ``user``: their own dates, gates and scores when they are a learner."""
     now = utcnow()
@@ -348,7 +341,8 @@ def list_extensions(access: AssignmentStaffDep, session: SessionDep) -> list[Ext
     """Return the audit list of the assignment's extensions, newest first (staff)."""
     found = coursework.extensions_of(session=session, assignment=access.assignment)
     ids = {i for e in found for i in (e.granted_by_id, e.revoked_by_id) if i is not None}
-    return [ExtensionOut.of(e, _emails(session, ids)) for e in found]
+    emails = accounts.emails_of(session=session, ids=ids)  # one query for the whole list
+    return [ExtensionOut.of(e, emails) for e in found]
 
 
 @router.post(
@@ -373,7 +367,7 @@ def revoke_extension(extension: ExtensionDep, session: SessionDep, user: Current
     coursework.revoke_extension(session=session, extension=extension, actor=user)
     session.commit()
     ids = {i for i in (extension.granted_by_id, extension.revoked_by_id) if i is not None}
-    return ExtensionOut.of(extension, _emails(session, ids))
+    return ExtensionOut.of(extension, accounts.emails_of(session=session, ids=ids))
 
 
 # --- the gradebook -------------------------------------------------------------------------------------------

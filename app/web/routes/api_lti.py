@@ -32,10 +32,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.lti import keys, platforms, scores
-from app.domain.models import LtiPlatform, LtiScoreOutbox, LtiToolKey, utcnow
+from app.domain.models import LtiPlatform, LtiScoreOutbox, LtiToolKey
 from app.web.deps import AdminDep, RowId, SessionDep, SettingsDep
 from app.web.errors import problem_responses
-from worker.core.errors import NotFound
 
 router = APIRouter(prefix="/api/admin/lti", tags=["admin"])
 KEYS_LISTED = 50
@@ -52,10 +51,7 @@ PlatformDep = Annotated[LtiPlatform, Depends(get_platform)]
 
 
 def get_outbox_row(row_id: RowId, session: SessionDep, _admin: AdminDep) -> LtiScoreOutbox:
-    row = session.get(LtiScoreOutbox, row_id)
-    if row is None or row.sent_at is not None:
-        raise NotFound(f"no unsent score {row_id} in the outbox")
-    return row
+    return scores.unsent(session=session, row_id=row_id)
 
 
 OutboxRowDep = Annotated[LtiScoreOutbox, Depends(get_outbox_row)]
@@ -138,11 +134,6 @@ def outbox_row_out(row: LtiScoreOutbox) -> OutboxRowOut:
         attempts=row.attempts, next_attempt_at=row.next_attempt_at, last_error=row.last_error,
         state="failed" if row.attempts else "pending",
     )  # fmt: skip
-
-
-def retry_now(row: LtiScoreOutbox) -> None:
-    """Make ``row`` due now: the next sweeper pass posts it (its attempts and back-off stay)."""
-    row.next_attempt_at = utcnow()
 
 
 # --- platforms -----------------------------------------------------------------------------------------------
@@ -260,6 +251,6 @@ def outbox(_admin: AdminDep, session: SessionDep) -> list[OutboxRowOut]:
 @router.post("/outbox/{row_id}/retry", responses=problem_responses(404))
 def retry_score(row: OutboxRowDep, session: SessionDep) -> OutboxRowOut:
     """Make an unsent score due now: the sweeper's next pass posts it."""
-    retry_now(row)
+    scores.retry_now(row)
     session.commit()
     return outbox_row_out(row)

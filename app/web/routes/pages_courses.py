@@ -271,12 +271,6 @@ def _assignment_url(assignment: Assignment) -> str:
     return f"/courses/{quote(assignment.course.slug)}/assignments/{assignment.id}"
 
 
-def _emails(session: Session, ids: set[int]) -> dict[int, str]:
-    if not ids:
-        return {}
-    return {user_id: email for user_id, email in session.execute(select(User.id, User.email).where(User.id.in_(ids)))}
-
-
 # --- learners: my courses, a course, joining -----------------------------------------------------------------
 
 
@@ -593,7 +587,9 @@ def _extensions_page(
     error: str = "", status_code: int = 200,
 ) -> Response:  # fmt: skip
     found = coursework.extensions_of(session=session, assignment=here.assignment)
-    emails = _emails(session, {i for e in found for i in (e.granted_by_id, e.revoked_by_id) if i is not None})
+    emails = accounts.emails_of(
+        session=session, ids={i for e in found for i in (e.granted_by_id, e.revoked_by_id) if i is not None}
+    )
     learners = courses.members(session=session, course=here.course, role=CourseRole.learner)
     return render(
         request, "courses/extensions.html", status_code=status_code, course=here.course,

@@ -25,7 +25,7 @@ from fastapi.responses import Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
-from app.domain import gradebook
+from app.domain import accounts, gradebook
 from app.domain.lti import scores
 from app.domain.models import AssignmentItem, User
 from app.web.deps import CourseAccess, CourseDep, CourseStaffDep, RowId, SessionDep
@@ -83,7 +83,7 @@ def _page(
     book = gradebook.gradebook(session=session, course=access.course, viewer=access.user)
     history = gradebook.override_history(session=session, course=access.course, viewer=access.user)
     owed = scores.outbox(session=session, course_id=access.course.id)
-    emails = dict(session.execute(select(User.id, User.email).where(User.id.in_({r.user_id for r in owed}))).all())
+    emails = accounts.emails_of(session=session, ids={r.user_id for r in owed})
     return render(
         request, "gradebook/gradebook.html", status_code=status_code, course=access.course, book=book,
         history=history, form=form or OverrideForm(), error=error, base_url=_url(access), owed=owed, emails=emails,

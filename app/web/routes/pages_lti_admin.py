@@ -13,12 +13,13 @@ API (``app.web.routes.api_lti``), whose dependencies and views this module share
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import Response
-from sqlalchemy import select
 
+from app.domain import accounts
 from app.domain.lti import keys, platforms, scores
 from app.domain.lti.toolconfig import tool_urls
 from app.domain.models import User
@@ -30,7 +31,6 @@ from app.web.routes.api_lti import (
     key_listing,
     outbox_row_out,
     platform_listing,
-    retry_now,
 )
 from worker.core.config import Settings
 from worker.core.errors import GpulabError
@@ -52,8 +52,7 @@ def _page(
     error: str = "",
 ) -> Response:
     outbox = [outbox_row_out(row) for row in scores.outbox(session=session)]
-    owed_to = {row.user_id for row in outbox}
-    emails = {uid: email for uid, email in session.execute(select(User.id, User.email).where(User.id.in_(owed_to)))}
+    emails = accounts.emails_of(session=session, ids={row.user_id for row in outbox})
     listed = platform_listing(session=session)
     context = {
         "tool": tool_urls(settings.public_url or str(request.base_url)),
@@ -109,15 +108,16 @@ def register_platform(
     return redirect(PAGE)
 
 
-def _done(request: Request, session: SessionDep, message: str) -> Response:
-    session.commit()
-    flash(request, message)
-    return redirect(PAGE)
-
-
-def _refused(request: Request, session: SessionDep, exc: GpulabError) -> Response:
-    session.rollback()
-    flash(request, exc.message, "error")
+def _apply(request: Request, session: SessionDep, change: Callable[[], object], done: str) -> Response:
+    """Run ``change``; commit and flash ``done``, or roll back and flash why it was refused. Back to the page."""
+    try:
+        change()
+    except GpulabError as exc:
+        session.rollback()
+        flash(request, exc.message, "error")
+    else:
+        session.commit()
+        flash(request, done)
     return redirect(PAGE)
 
 
@@ -126,11 +126,10 @@ def add_deployment(
     request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
     deployment_id: Annotated[str, Form()] = "",
 ) -> Response:  # fmt: skip
-    try:
-        platforms.add_deployment(platform=platform, deployment_id=deployment_id)
-    except GpulabError as exc:
-        return _refused(request, session, exc)
-    return _done(request, session, f"{platform.name}: deployment {deployment_id.strip()} is let in.")
+    return _apply(
+        request, session, lambda: platforms.add_deployment(platform=platform, deployment_id=deployment_id),
+        f"{platform.name}: deployment {deployment_id.strip()} is let in.",
+    )  # fmt: skip
 
 
 @router.post("/platforms/{platform_id}/deployments/remove")
@@ -138,30 +137,27 @@ def remove_deployment(
     request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
     deployment_id: Annotated[str, Form()] = "",
 ) -> Response:  # fmt: skip
-    try:
-        platforms.remove_deployment(platform=platform, deployment_id=deployment_id)
-    except GpulabError as exc:
-        return _refused(request, session, exc)
-    return _done(request, session, f"{platform.name}: launches from deployment {deployment_id.strip()} are refused.")
+    return _apply(
+        request, session, lambda: platforms.remove_deployment(platform=platform, deployment_id=deployment_id),
+        f"{platform.name}: launches from deployment {deployment_id.strip()} are refused.",
+    )  # fmt: skip
 
 
 @router.post("/platforms/{platform_id}/delete")
 def delete_platform(request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep) -> Response:
-    named = f"{platform.name} ({platform.issuer})"
-    try:
-        platforms.delete(session=session, platform=platform)
-    except GpulabError as exc:
-        return _refused(request, session, exc)
-    return _done(request, session, f"{named} is deleted.")
+    done = f"{platform.name} ({platform.issuer}) is deleted."
+    return _apply(request, session, lambda: platforms.delete(session=session, platform=platform), done)
 
 
 @router.post("/keys/rotate")
 def rotate_key(request: Request, _user: AdminDep, session: SessionDep) -> Response:
     new = keys.rotate(session=session)
-    return _done(request, session, f"New signing key {new.kid}; the old one stays published for the grace period.")
+    session.commit()
+    flash(request, f"New signing key {new.kid}; the old one stays published for the grace period.")
+    return redirect(PAGE)
 
 
 @router.post("/outbox/{row_id}/retry")
 def retry_score(request: Request, _user: AdminDep, row: OutboxRowDep, session: SessionDep) -> Response:
-    retry_now(row)
-    return _done(request, session, f"Score {row.id} is due now: the next sweeper pass posts it.")
+    done = f"Score {row.id} is due now: the next sweeper pass posts it."
+    return _apply(request, session, lambda: scores.retry_now(row), done)
