@@ -44,7 +44,7 @@ def measure(runs: int) -> dict[str, Any]:
     from worker.bank.spec import load_exercise
     from worker.grading.pipeline import grade
     from worker.grading.sandbox.docker import DockerSandbox
-    from worker.grading.sandbox.docker_warm import READY_TIMEOUT_S, Shape, WarmDockerSandbox
+    from worker.grading.sandbox.docker_warm import Shape, WarmDockerSandbox
 
     warm = WarmDockerSandbox(runtimes=tuple(EXERCISES), pool_size=1, api_timeout_s=30)
     cold = DockerSandbox(api_timeout_s=30)
@@ -55,15 +55,7 @@ def measure(runs: int) -> dict[str, Any]:
             spec = load_exercise(REPO / "exercises" / slug)
             shape = Shape.of_spec(warm.image, spec)
 
-            def ready(shape: Shape = shape) -> None:
-                deadline = time.monotonic() + READY_TIMEOUT_S
-                while warm.pool.ready_count(shape) < 1:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"no warm pair of {shape.key.runtime} within {READY_TIMEOUT_S:.0f} s")
-                    time.sleep(0.02)
-
-            warm.pool.prewarm([shape])
-            ready()
+            warm.pool.wait_ready(shape)
             rows: dict[str, dict[str, list[float]]] = {p: {"latency_s": [], "core_s": []} for p in ("warm", "cold")}
             verdicts: set[str] = set()
             for _ in range(runs):
@@ -71,7 +63,7 @@ def measure(runs: int) -> dict[str, Any]:
                 served, cpu, started = warm.pool.served, busy_s(), time.monotonic()
                 verdicts.add(grade(spec, spec.solution, sandbox=warm).verdict.value)
                 rows["warm"]["latency_s"].append(time.monotonic() - started)
-                ready()  # the replacement's warm-up is this job's cost too
+                warm.pool.wait_ready(shape)  # the replacement's warm-up is this job's cost too
                 rows["warm"]["core_s"].append(busy_s() - cpu)
                 if warm.pool.served != served + 1:
                     raise RuntimeError("a warm measurement ran cold")

@@ -165,15 +165,10 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 
 def _warm_up(backend: Sandbox, spec: ExerciseSpec) -> None:
     """Have the warm docker backend make a pair for ``spec``'s jobs and wait until it is ready."""
-    from worker.grading.sandbox.docker_warm import READY_TIMEOUT_S, Shape, WarmDockerSandbox
+    from worker.grading.sandbox.docker_warm import Shape, WarmDockerSandbox
 
     assert isinstance(backend, WarmDockerSandbox)
-    shape = Shape.of_spec(backend.image, spec)
-    backend.pool.prewarm([shape])
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while backend.pool.ready_count(shape) < 1:
-        assert time.monotonic() < deadline, "no warm pair became ready"
-        time.sleep(0.05)
+    backend.pool.wait_ready(Shape.of_spec(backend.image, spec))
 
 
 def _live_processes() -> list[str]:

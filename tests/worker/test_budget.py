@@ -1,13 +1,15 @@
-"""The warm memory budget (``worker/grading/sandbox/budget.py``) and how the docker pool keeps to it."""
+"""The warm memory budget (``worker/grading/sandbox/budget.py``) and how the docker pool keeps to it.
+
+Idle reaping on the real engine is in ``test_sandbox_docker_warm.py``, of the local templates in ``test_warm.py``.
+"""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from worker.bank.spec import ExerciseSpec, Limits
 from worker.grading.sandbox.budget import MIN_BUDGET_MB, MemoryBudget, budget_mb, cost_mb, machine_memory_mb
-from worker.grading.sandbox.docker_warm import Pair, Shape, WarmContainers, pair_cost_mb
+from worker.grading.sandbox.docker_warm import Shape, WarmContainers, pair_cost_mb
 from worker.grading.sandbox.warm import RuntimeKey
 
 
@@ -43,24 +45,6 @@ def test_the_docker_pool_makes_no_pair_the_budget_has_no_room_for() -> None:
     pool.prewarm([_shape()])
     assert pool.started == 0 and pool.budget is not None and pool.budget.used_mb == 0
     assert pair_cost_mb(_shape()) == 2 * cost_mb("torch") and pair_cost_mb(_shape("python")) == 2 * cost_mb("python")
-
-
-def test_idle_shapes_lose_their_waiting_pairs(tmp_path: Path) -> None:
-    budget = MemoryBudget(10_000)
-    pool = WarmContainers(client=_never, specs=_never, size=1, budget=budget, idle_s=600)  # type: ignore[arg-type]
-    discarded: list[Pair] = []
-    pool._discard = lambda pair: (discarded.append(pair), budget.release(pair_cost_mb(pair.shape)))  # type: ignore[method-assign]
-    busy, idle = _shape("torch"), _shape("python")
-    for shape in (busy, idle):
-        assert budget.reserve(pair_cost_mb(shape))
-        pair = Pair(shape=shape, folder=tmp_path, names={}, image_id="sha256:x", ready=True)
-        pool._pairs[shape] = [pair]
-    now = time.monotonic()
-    pool._last_used = {busy: now - 10, idle: now - 601}
-    assert pool.reap_idle(now=now) == 1
-    assert [p.shape for p in discarded] == [idle] and pool.ready_count(busy) == 1 and pool.ready_count(idle) == 0
-    assert budget.used_mb == pair_cost_mb(busy)
-    pool._stop.set()
 
 
 def test_spec_shape_matches_what_its_jobs_ask_for(tmp_path: Path) -> None:

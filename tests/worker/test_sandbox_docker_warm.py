@@ -20,8 +20,9 @@ from worker.core.errors import SandboxUnavailable
 from worker.core.outcome import GradeOutcome, Verdict
 from worker.grading.pipeline import grade
 from worker.grading.sandbox import get_sandbox
+from worker.grading.sandbox.budget import MemoryBudget
 from worker.grading.sandbox.docker import API_VERSION, LABEL_JOB, SUBJECT_UID, APIClient, DockerSandbox
-from worker.grading.sandbox.docker_warm import LABEL_WARM, READY_TIMEOUT_S, Shape, WarmDockerSandbox
+from worker.grading.sandbox.docker_warm import LABEL_WARM, Shape, WarmContainers, WarmDockerSandbox, pair_cost_mb
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -58,11 +59,7 @@ def _spec(**limits: float) -> ExerciseSpec:
 def _ready(sandbox: WarmDockerSandbox, spec: ExerciseSpec) -> Shape:
     """Warm ``spec``'s shape and wait until a pair of it is ready."""
     shape = Shape.of_spec(sandbox.image, spec)
-    sandbox.pool.prewarm([shape])
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while sandbox.pool.ready_count(shape) < 1:
-        assert time.monotonic() < deadline, "no warm pair became ready"
-        time.sleep(0.05)
+    sandbox.pool.wait_ready(shape)
     return shape
 
 
@@ -148,6 +145,26 @@ def test_a_pair_of_another_image_is_removed_not_used(warm: WarmDockerSandbox) ->
     assert warm.pool.take(shape, "sha256:" + "0" * 64) is None  # the image was rebuilt since it was made
     assert not old & set(_containers())  # removed, and never given the job
     _ready(warm, spec)  # a pair of the current image replaces it
+
+
+def test_pairs_of_an_idle_shape_are_removed_and_their_memory_given_back(warm: WarmDockerSandbox) -> None:
+    budget = MemoryBudget(10_000)
+    pool = WarmContainers(client=warm._new_client, specs=warm.container_specs, size=1, budget=budget, idle_s=600)
+    try:
+        busy, idle = Shape.of_spec(warm.image, _spec(timeout_s=11)), Shape.of_spec(warm.image, _spec(timeout_s=12))
+        for shape in (busy, idle):
+            pool.wait_ready(shape)
+        names = {shape: {n for p in pool.waiting(shape) for n in p.names.values()} for shape in (busy, idle)}
+        assert names[busy] | names[idle] <= set(_containers()) and budget.used_mb == 2 * pair_cost_mb(busy)
+        time.sleep(1)
+        used = time.monotonic()
+        assert pool.take(busy, "sha256:" + "0" * 64) is None  # a job of busy (an image rebuilt since: run cold)
+        assert pool.reap_idle(now=used + 300) == 0  # nothing idle for 600 s yet
+        assert pool.reap_idle(now=used + 599.5) == 1  # idle's pair: last asked for > 600 s before; busy's shape kept
+        assert not names[idle] & set(_containers()) and pool.ready_count(idle) == 0
+    finally:
+        pool.close()
+    assert budget.used_mb == 0
 
 
 def test_gpu_workers_and_unwarmed_runtimes_run_cold(tmp_path: Path) -> None:

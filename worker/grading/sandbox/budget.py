@@ -1,4 +1,4 @@
-"""The memory the warm templates and container pairs of one grading process may hold, and what each costs.
+"""The limits on the warm templates and container pairs of one grading process: memory, and idle time.
 
 Contract:
 - ``COST_MB``: the resident memory of one warm process by the framework it imported (a subject template, a
@@ -9,12 +9,16 @@ Contract:
 - ``MemoryBudget``: ``reserve(mb)`` says whether ``mb`` more fits (and takes it), ``release(mb)`` gives it back;
   thread-safe. A pool that cannot reserve starts nothing: that job runs cold, as without warm pools.
 - ``shared_budget(total_mb)``: one budget per process, shared by its pools (the first caller sizes it).
+- ``Reaper(reap, idle_s, name=...)``: a daemon thread that calls ``reap()`` every ``reap_interval_s(idle_s)``
+  (a quarter of the idle time, between 1 s and a minute) until ``stop()``; an exception is logged, never fatal.
+  Both pools close what was idle for ``idle_s`` with it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -73,6 +77,30 @@ class MemoryBudget:
     def release(self, mb: int) -> None:
         with self._lock:
             self.used_mb = max(0, self.used_mb - mb)
+
+
+def reap_interval_s(idle_s: float) -> float:
+    return min(60.0, max(1.0, idle_s / 4))
+
+
+class Reaper:
+    """Call ``reap()`` every ``reap_interval_s(idle_s)`` in a daemon thread until ``stop()``."""
+
+    def __init__(self, reap: Callable[[], object], idle_s: float, *, name: str) -> None:
+        self._reap = reap
+        self._interval_s = reap_interval_s(idle_s)
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self._reap()
+            except Exception:  # never let the reaper die
+                log.exception("reaping idle warm processes failed")
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 _shared: MemoryBudget | None = None

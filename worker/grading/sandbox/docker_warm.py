@@ -57,7 +57,7 @@ from worker.bank.spec import ExerciseSpec, Limits
 from worker.core.errors import PlatformError
 from worker.core.files import read_capped
 from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
-from worker.grading.sandbox.budget import MemoryBudget, cost_mb
+from worker.grading.sandbox.budget import MemoryBudget, Reaper, cost_mb
 from worker.grading.sandbox.docker import (
     API_VERSION,
     ENGINE_ERRORS,
@@ -117,7 +117,6 @@ class Pair:
     names: dict[str, str]  # role -> container name
     image_id: str
     created: float = field(default_factory=time.monotonic)
-    ready: bool = False
 
     def fifo(self, role: str) -> Path:
         return self.folder / f"ctl-{role}" / "go"
@@ -214,7 +213,6 @@ class WarmContainers:
         self.budget = budget
         self.idle_s = idle_s
         self._last_used: dict[Shape, float] = {}
-        self._stop = threading.Event()
         self.reaped = 0  # waiting pairs removed because their shape was idle
         self._lock = threading.Lock()
         self._pairs: dict[Shape, list[Pair]] = {}
@@ -223,8 +221,7 @@ class WarmContainers:
         self._closed = False
         self.served = 0  # jobs that ran in a warm pair
         self.started = 0  # pairs created
-        if idle_s > 0:
-            threading.Thread(target=self._reap_loop, name="gpulab-warm-pair-reaper", daemon=True).start()
+        self._reaper = Reaper(self.reap_idle, idle_s, name="gpulab-warm-pair-reaper") if idle_s > 0 else None
 
     # --- making pairs ------------------------------------------------------------------------------------
 
@@ -324,7 +321,6 @@ class WarmContainers:
             if fds is not None:
                 for fd in fds.values():
                     os.close(fd)  # a probe: the container reads end of file and waits again
-                pair.ready = True
                 return
             if self._closed:
                 raise PlatformError("the warm pool closed")
@@ -347,24 +343,22 @@ class WarmContainers:
         Without one, the shape is topped up to ``size`` pairs in the background at once; a pair taken is
         replaced when its job is over (``run``).
         """
-        found: tuple[Pair, dict[str, int]] | None = None
-        stale: list[Pair] = []
         with self._lock:
             self._last_used[shape] = time.monotonic()
-            pairs = self._pairs.setdefault(shape, [])
-            while pairs and found is None:
-                pair = pairs.pop(0)
-                too_old = time.monotonic() - pair.created > MAX_AGE_S
-                fds = None if too_old or pair.image_id != image_id else pair.open_fifos(tries=TAKE_TRIES)
-                if fds is None:
-                    stale.append(pair)
-                else:
-                    found = (pair, fds)
-        for pair in stale:
+        while (pair := self._pop(shape)) is not None:
+            # Probed outside the lock: the FIFOs may take a few retries, and other jobs need not wait for them.
+            too_old = time.monotonic() - pair.created > MAX_AGE_S
+            fds = None if too_old or pair.image_id != image_id else pair.open_fifos(tries=TAKE_TRIES)
+            if fds is not None:
+                return pair, fds
             self._discard(pair)
-        if found is None:
-            self._top_up(shape)  # this job runs cold; the next ones of its shape need not
-        return found
+        self._top_up(shape)  # this job runs cold; the next ones of its shape need not
+        return None
+
+    def _pop(self, shape: Shape) -> Pair | None:
+        with self._lock:
+            pairs = self._pairs.get(shape)
+            return pairs.pop(0) if pairs else None
 
     def run(
         self, api: APIClient, pair: Pair, fds: dict[str, int], job_dir: Path, limits: Limits, *, timeout_s: float
@@ -421,13 +415,6 @@ class WarmContainers:
             self._top_up(shape)
         return len(idle)
 
-    def _reap_loop(self) -> None:
-        while not self._stop.wait(min(60.0, max(1.0, self.idle_s / 4))):
-            try:
-                self.reap_idle()
-            except Exception:  # never let the reaper die
-                log.exception("reaping idle warm container pairs failed")
-
     @property
     def closed(self) -> bool:
         return self._closed
@@ -436,13 +423,23 @@ class WarmContainers:
         return len(self.waiting(shape))
 
     def waiting(self, shape: Shape) -> list[Pair]:
-        """Return the ready pairs of ``shape`` (a copy of the list)."""
+        """Return the ready pairs of ``shape`` (only ready ones are kept; a copy of the list)."""
         with self._lock:
-            return [p for p in self._pairs.get(shape, []) if p.ready]
+            return list(self._pairs.get(shape, []))
+
+    def wait_ready(self, shape: Shape, *, count: int = 1, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Have pairs of ``shape`` made (``prewarm``) and wait until ``count`` are ready, or raise ``PlatformError``."""
+        self.prewarm([shape])
+        deadline = time.monotonic() + timeout_s
+        while self.ready_count(shape) < count:
+            if time.monotonic() > deadline:
+                raise PlatformError(f"no {count} ready {shape.key.runtime} pair(s) within {timeout_s:.0f} s")
+            time.sleep(READY_POLL_S)
 
     def close(self, *, wait_s: float = CLOSE_WAIT_S) -> None:
         """Remove every pair, waiting up to ``wait_s`` for those being made (they remove themselves)."""
-        self._stop.set()
+        if self._reaper is not None:
+            self._reaper.stop()
         with self._lock:
             self._closed = True
             pairs = [p for ps in self._pairs.values() for p in ps]

@@ -49,7 +49,7 @@ from typing import IO, Any
 from worker.bank.spec import ExerciseSpec, Limits
 from worker.core.errors import PlatformError
 from worker.grading.boot.linux import EXIT_LAUNCH_FAILED
-from worker.grading.sandbox.budget import MemoryBudget, cost_mb
+from worker.grading.sandbox.budget import MemoryBudget, Reaper, cost_mb
 from worker.grading.sandbox.local import LocalSandbox, RolePlan
 from worker.grading.sandbox.policy import JOB_MOUNT, RUNNER_DIR, SANDBOX_RUNNER_ROOT, hard_output_cap, sandbox_env
 from worker.grading.sandbox.process import ProcessResult, supervise
@@ -291,9 +291,7 @@ class WarmPool:
         self._spawner = ThreadPoolExecutor(max_workers=len(RUNTIMES), thread_name_prefix="gpulab-template-spawn")
         self.started = 0  # templates started so far (replacements included)
         self.reaped = 0  # templates closed for being idle
-        self._stop = threading.Event()
-        if idle_s > 0:
-            threading.Thread(target=self._reap_loop, name="gpulab-template-reaper", daemon=True).start()
+        self._reaper = Reaper(self.reap_idle, idle_s, name="gpulab-template-reaper") if idle_s > 0 else None
 
     def serves(self, key: RuntimeKey) -> bool:
         if key.role == "judge" and key.framework_runtime == "python":
@@ -442,15 +440,9 @@ class WarmPool:
             self._close(template)
         return len(idle)
 
-    def _reap_loop(self) -> None:
-        while not self._stop.wait(min(60.0, max(1.0, self.idle_s / 4))):
-            try:
-                self.reap_idle()
-            except Exception:  # never let the reaper die
-                log.exception("reaping idle warm templates failed")
-
     def close(self) -> None:
-        self._stop.set()
+        if self._reaper is not None:
+            self._reaper.stop()
         with self._lock:
             templates = [t for slots in self._templates.values() for t in slots if t is not None]
             self._templates.clear()
