@@ -359,6 +359,14 @@ def join_form(request: Request, token: str, user: CurrentUser, session: SessionD
     return redirect(_course_url(course))
 
 
+# ``:int``: "/courses/{slug}/assignments/new" (a staff page) is not an assignment id, whatever the route order.
+@router.get("/courses/{course_slug}/assignments/{assignment_id:int}")
+def assignment_page(request: Request, here: HereDep, session: SessionDep) -> Response:
+    """Show one assignment as the course page shows it: where an LMS link to it lands."""
+    view = _assignment_view(session, here.assignment, here, utcnow())
+    return render(request, "courses/assignment.html", course=here.course, role=here.role, staff=here.is_staff, v=view)
+
+
 # --- an exercise under an assignment -------------------------------------------------------------------------
 
 
@@ -648,13 +656,3 @@ def revoke_form(
     session.commit()
     flash(request, "It was already revoked." if was_revoked else f"Extension of {extension.user.email} revoked.")
     return redirect(f"{_assignment_url(here.assignment)}/extensions")
-
-
-# --- an assignment's own page (last: "/courses/{slug}/assignments/new" must match before it) -------------------
-
-
-@router.get("/courses/{course_slug}/assignments/{assignment_id}")
-def assignment_page(request: Request, here: HereDep, session: SessionDep) -> Response:
-    """Show one assignment as the course page shows it: where an LMS link to it lands."""
-    view = _assignment_view(session, here.assignment, here, utcnow())
-    return render(request, "courses/assignment.html", course=here.course, role=here.role, staff=here.is_staff, v=view)
