@@ -16,7 +16,7 @@ Contract:
   the started checks' ``(id, queue)``; example runs run in this process, as the embedded dispatcher runs them).
 - ``make_user(role)`` returns a committed-in-test user whose password is ``PASSWORD``; ``learner``,
   ``other_learner``, ``instructor``, ``admin`` are ready-made; fixture ``login`` gives ``login(client, user)``;
-  ``learner_client`` is ``client`` logged in as ``learner``.
+  ``learner_client`` is ``client`` logged in as ``learner``, ``admin_client`` as ``admin``.
 - ``fake_sandbox`` makes every grading in this process use one ``worker.grading.sandbox.fake.FakeSandbox``
   (every test passes until the test sets its ``handler``), for tests that need only that a grading happened.
 - ``tiny_exercise`` syncs a small code exercise (hidden test, solution, wrong variant and example test
@@ -324,6 +324,13 @@ def login() -> Callable[..., None]:
 @pytest.fixture
 def learner_client(client: TestClient, learner: User) -> TestClient:
     _login(client, learner)
+    return client
+
+
+@pytest.fixture
+def admin_client(client: TestClient, admin: User) -> TestClient:
+    """``client`` logged in as ``admin``."""
+    _login(client, admin)
     return client
 
 

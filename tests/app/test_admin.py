@@ -24,12 +24,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def admin_client(client: TestClient, admin: User, login: Callable[..., None]) -> TestClient:
-    login(client, admin)
-    return client
-
-
 def graded(db: Session, user: User, ex: TinyExercise, verdict: Verdict, score: float) -> Submission:
     sub = create_submission(session=db, user=user, exercise=ex.exercise, code="x", max_bytes=65536)
     sub.status, sub.verdict, sub.score, sub.runtime_ms = SubmissionStatus.graded, verdict, score, 100

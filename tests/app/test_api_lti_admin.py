@@ -68,19 +68,6 @@ def make_outbox_row(session: Session, platform: LtiPlatform, user: User, **field
 
 
 @pytest.fixture
-def admin_client(client: TestClient, admin: User, login: Callable[..., None]) -> TestClient:
-    login(client, admin)
-    return client
-
-
-@pytest.fixture
-def moodle(db_session: Session) -> LtiPlatform:
-    row = platforms.register(session=db_session, **platform_body())
-    db_session.commit()
-    return row
-
-
-@pytest.fixture
 def loopback() -> Iterator[LoopbackPlatform]:
     running = LoopbackPlatform().start()
     try:

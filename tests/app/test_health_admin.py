@@ -21,12 +21,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def admin_client(client: TestClient, admin: User, login: Callable[..., None]) -> TestClient:
-    login(client, admin)
-    return client
-
-
 def _ago(seconds: float) -> datetime:
     return datetime.now(UTC) - timedelta(seconds=seconds)
 

@@ -34,19 +34,6 @@ pytestmark = pytest.mark.postgres
 PAGE = "/admin/lti"
 
 
-@pytest.fixture
-def admin_client(client: TestClient, admin: User, login: Callable[..., None]) -> TestClient:
-    login(client, admin)
-    return client
-
-
-@pytest.fixture
-def moodle(db_session: Session) -> LtiPlatform:
-    row = platforms.register(session=db_session, **platform_body())
-    db_session.commit()
-    return row
-
-
 def form_fields(**changes: str) -> dict[str, str]:
     fields = {key: value for key, value in platform_body().items() if key != "deployment_ids"}
     fields["deployment_ids"] = "1, 2"

@@ -37,12 +37,6 @@ def _platforms(session: Session) -> int:
     return session.scalar(select(func.count()).select_from(LtiPlatform)) or 0
 
 
-@pytest.fixture
-def admin_client(client: TestClient, admin: User, login: Callable[..., None]) -> TestClient:
-    login(client, admin)
-    return client
-
-
 def test_dynamic_registration_end_to_end_then_a_launch(
     admin_client: TestClient, platform: LoopbackPlatform, db_session: Session
 ) -> None:
