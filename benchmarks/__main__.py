@@ -40,16 +40,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parent.parent
-GPULAB = REPO / ".venv" / "bin" / "gpulab"
+from benchmarks.common import EMAIL, GPULAB, PASSWORD, REPO, Served, pct
+
 CGROUP = "gpulab-bench"
-EMAIL, PASSWORD = "bench@example.com", "bench-password-0123456789"
 
 
 PHASES = ("latency", "throughput", "api", "api_paced", "burst", "deadline")
@@ -57,13 +55,6 @@ PHASES = ("latency", "throughput", "api", "api_paced", "burst", "deadline")
 
 def exercises() -> dict[str, str]:
     return {"python": "python-split-batch", "torch": "torch-unwrap-state-dict", "tensorflow": "tf-mirrored-scope"}
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def machine() -> dict[str, Any]:
@@ -132,7 +123,7 @@ class LoadSampler:
         return {"min": min(values), "mean": sum(values) / len(values), "max": max(values), "samples": len(values)}
 
 
-class Server:
+class Server(Served):
     """A real ``gpulab serve`` on SQLite in a temporary data dir, with its own copy of the exercises it grades.
 
     ``benchmarks.deployment.Deployment`` is the same for the deployment path (PostgreSQL, Redis, Celery).
@@ -200,23 +191,6 @@ class Server:
 
     def db(self) -> sqlite3.Connection:
         return sqlite3.connect(self.data / "gpulab.db", timeout=30)
-
-    def drain(self, timeout_s: float = 1800) -> int:
-        """Wait until nothing is queued or running (what earlier phases left); return how many were left."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with self.db() as db:
-                (left,) = db.execute(
-                    "SELECT count(*) FROM submissions WHERE status IN ('queued', 'running')"
-                ).fetchone()
-            if left == 0 or time.monotonic() >= deadline:
-                return int(left)
-            time.sleep(0.5)
-
-    def client(self) -> httpx.Client:
-        client = httpx.Client(base_url=self.url, timeout=120)
-        client.post("/api/auth/login", json={"email": EMAIL, "password": PASSWORD}).raise_for_status()
-        return client
 
 
 def solution(slug: str) -> str:

@@ -33,14 +33,15 @@ import argparse
 import json
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import simpy
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.common import REPO, pct
+
 Z95 = 1.6449  # the standard normal's 95th percentile
 
 COSTS_FILE = REPO / "docs" / "docker_paths.json"  # written by ``python -m benchmarks.docker_paths``
@@ -112,13 +113,6 @@ def lognormal(median_s: float, p95_s: float) -> tuple[float, float]:
     return math.log(median_s), sigma
 
 
-def pct(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
 def arrivals(scenario: Scenario, rng: random.Random) -> Iterator[float]:
     """Yield arrival times (s) of a Poisson process with the scenario's rising rate (thinning)."""
     peak_per_s = scenario.peak_per_min / 60
@@ -158,7 +152,7 @@ def simulate(scenario: Scenario, mix: Sequence[str], costs: dict[str, dict[str, 
     busy = {"cpu": 0.0, "gpu": 0.0}
     pending = [0]
 
-    def job(kind: str, needs_gpu: bool) -> Iterator[Any]:
+    def job(kind: str, needs_gpu: bool) -> Generator[simpy.Event, Any, None]:
         arrived = env.now
         pending[0] += 1
         queue = gpu if needs_gpu and gpu is not None else cpu
@@ -177,7 +171,7 @@ def simulate(scenario: Scenario, mix: Sequence[str], costs: dict[str, dict[str, 
             yield env.timeout(held - latency)
             busy[lane] += held
 
-    def source() -> Iterator[Any]:
+    def source() -> Generator[simpy.Event, Any, None]:
         for at in arrivals(scenario, demand):
             yield env.timeout(at - env.now)
             env.process(job(demand.choice(mix), demand.random() < scenario.gpu_share))

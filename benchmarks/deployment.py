@@ -23,12 +23,11 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parent.parent
-GPULAB = REPO / ".venv" / "bin" / "gpulab"
+from benchmarks.common import EMAIL, GPULAB, PASSWORD, REPO, Served, pct
+
 BENCH_PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 BENCH_REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379")
 REDIS_DB = 13  # the benchmark's own index, flushed before and after
-EMAIL, PASSWORD = "bench@example.com", "bench-password-0123456789"
 
 
 def _warm_containers() -> int:
@@ -36,7 +35,7 @@ def _warm_containers() -> int:
     return len(out.stdout.split())
 
 
-class Deployment:
+class Deployment(Served):
     """PostgreSQL + Redis + a Celery worker on the docker sandbox + ``gpulab serve --workers 2``."""
 
     tiebreak = "id"  # the submissions' second sort key (SQLite has rowid)
@@ -134,22 +133,6 @@ class Deployment:
 
         return psycopg.connect(self.database_url)
 
-    def drain(self, timeout_s: float = 1800) -> int:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            with self.db() as db:
-                (left,) = db.execute(
-                    "SELECT count(*) FROM submissions WHERE status IN ('queued', 'running')"
-                ).fetchone()
-            if left == 0 or time.monotonic() >= deadline:
-                return int(left)
-            time.sleep(0.5)
-
-    def client(self) -> httpx.Client:
-        client = httpx.Client(base_url=self.url, timeout=120)
-        client.post("/api/auth/login", json={"email": EMAIL, "password": PASSWORD}).raise_for_status()
-        return client
-
 
 class socket_port:
     """Find a free TCP port on 127.0.0.1."""
@@ -167,8 +150,6 @@ class socket_port:
 
 def deadline_burst(server: Any, slug: str, code: str, count: int, over_s: float) -> dict[str, Any]:
     """Submit ``count`` submissions evenly over ``over_s`` seconds; report each one's submit->verdict."""
-    from benchmarks.__main__ import pct
-
     client = server.client()
     accepted: list[str] = []
     started = time.monotonic()

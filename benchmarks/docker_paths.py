@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from benchmarks.common import REPO, pct
+
 EXERCISES = {"python": "python-split-batch", "torch": "torch-unwrap-state-dict", "tensorflow": "tf-mirrored-scope"}
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -33,11 +34,6 @@ def busy_s() -> float:
     fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
     return (user + nice + system + irq + softirq + steal) / HZ
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def measure(runs: int) -> dict[str, Any]:
