@@ -60,9 +60,12 @@ def serve_gpulab(data: Path, users: Sequence[tuple[str, str]], *, sync: bool = T
         proc.wait(timeout=20)
 
 
-def watched_page(browser: Any, *, timezone_id: str = "UTC") -> Any:
-    """Open a 1280x800 page in its own context (``timezone_id``) that records console errors in ``page.problems``."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800}, timezone_id=timezone_id, locale="en-US")
+def watched_page(browser: Any, *, timezone_id: str = "UTC", ignore_https_errors: bool = False) -> Any:
+    """Open a 1280x800 page in its own context (``timezone_id``) that records console errors in ``page.problems``.
+
+    ``ignore_https_errors``: trust a test server's self-signed certificate."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, timezone_id=timezone_id, locale="en-US",
+                                  ignore_https_errors=ignore_https_errors)  # fmt: skip
     page = context.new_page()
     page.problems = []  # console errors (CSP violations included) and uncaught exceptions
     page.on("console", lambda m: page.problems.append(m.text) if m.type == "error" else None)

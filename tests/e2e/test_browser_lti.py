@@ -23,7 +23,7 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
-from tests.e2e.conftest import CHROMIUM
+from tests.e2e.conftest import CHROMIUM, watched_page
 from tests.lti.platform import LaunchSpec, LoopbackPlatform
 from tests.support import REPO_ROOT, child_env, free_port, wait_for
 
@@ -145,14 +145,6 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-def _page(chromium: Any) -> Any:
-    context = chromium.new_context(ignore_https_errors=True, viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.problems = []
-    page.on("pageerror", lambda e: page.problems.append(str(e)))
-    return page
-
-
 def _tool_frame(page: Any, base: str, *, at: str = "", timeout_s: float = 20) -> Any:
     """Return gpulab's frame in ``page`` once its URL contains ``at`` (Playwright's own waits keep its events going)."""
     for _ in range(int(timeout_s * 10)):
@@ -166,7 +158,7 @@ def _tool_frame(page: Any, base: str, *, at: str = "", timeout_s: float = 20) ->
 
 
 def test_a_framed_launch_signs_in_and_keeps_the_session_in_the_frame(framed: Framed, chromium: Any) -> None:
-    page = _page(chromium)
+    page = watched_page(chromium, ignore_https_errors=True)
     page.goto(framed.course_page())
 
     frame = _tool_frame(page, framed.base, at="/courses")  # the launch's target: gpulab's course list
@@ -180,7 +172,7 @@ def test_a_framed_launch_signs_in_and_keeps_the_session_in_the_frame(framed: Fra
 def test_a_frame_that_loses_the_cookies_offers_a_new_window_where_the_launch_completes(
     framed: Framed, chromium: Any
 ) -> None:
-    page = _page(chromium)
+    page = watched_page(chromium, ignore_https_errors=True)
 
     def drop_cookies(route: Any) -> None:  # as a browser refusing every third-party cookie would
         if route.request.frame.parent_frame is None:

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.lti import keys, roster, tokens
 from app.domain.models import CourseMember, CourseRole, LtiContext, LtiPlatform, LtiUser, User
+from tests.app.test_instructor import token as form_token
 from tests.lti.conftest import Flow
 from tests.lti.platform import INSTRUCTOR, LEARNER, NRPS_MEDIA_TYPE, TEACHING_ASSISTANT, LaunchSpec, LoopbackPlatform
 
@@ -162,21 +163,13 @@ def test_a_platform_error_writes_nothing_and_the_next_sync_works(
     assert {entry["sub"] for entry in retried.json()["added"]} == {"dan", "eve"}
 
 
-def _form_token(client: TestClient, path: str) -> str:
-    import re
-
-    match = re.search(r'name="csrf_token" value="([^"]+)"', client.get(path).text)
-    assert match, f"{path} has no form token"
-    return match.group(1)
-
-
 def test_the_manage_page_syncs_the_roster_with_a_button(
     client: TestClient, course: Course, platform: LoopbackPlatform, registered: LtiPlatform, db_session: Session
 ) -> None:
     manage = f"/courses/{course.slug}/manage"
     page = client.get(manage).text
     assert 'id="sync-roster"' in page and "linked to 1 LMS course that shares its roster" in page
-    token = _form_token(client, manage)
+    token = form_token(client, manage)
     platform.roster_down_from = 2
 
     failed = client.post(f"/courses/{course.slug}/roster/sync", data={"csrf_token": token})
