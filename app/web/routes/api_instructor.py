@@ -1,5 +1,5 @@
 """``/api/instructor``: JSON for the instructor pages: prompt preview, check and regrade progress, submissions,
-publish and unpublish.
+publish and unpublish, and what the class gets wrong on an exercise.
 
 Contract: instructors and admins only (``InstructorDep``: 401 logged out, 403 for learners). State-changing
 calls are JSON and so covered by the API's CSRF rule. Unknown exercises, versions, checks and regrades are 404.
@@ -7,11 +7,15 @@ calls are JSON and so covered by the API's CSRF rule. Unknown exercises, version
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from app.domain import authoring
+from app.domain.insights import exercise_insights, learners_csv, tests_csv
 from app.domain.markdown import render_markdown
 from app.domain.models import Exercise
 from app.domain.regrade import history, progress
@@ -175,3 +179,86 @@ def regrade_status(job: RegradeDep, session: SessionDep) -> RegradeOut:
     """Return how many of a regrade's submissions are graded again."""
     p = progress(session=session, regrade=job)
     return RegradeOut(id=job.id, total=p.total, done=p.done, passed=p.passed, finished=p.finished)
+
+
+class _FromAttributes(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class MessageGroupOut(_FromAttributes):
+    text: str
+    count: int
+
+
+class TestInsightOut(_FromAttributes):
+    name: str
+    failures: int
+    learners: int
+    points_lost: float
+    messages: list[MessageGroupOut]
+
+
+class OptionPickOut(_FromAttributes):
+    option: str
+    text: str
+    count: int
+    correct: bool
+
+
+class QuestionPicksOut(_FromAttributes):
+    question: str
+    wrong_attempts: int
+    options: list[OptionPickOut]
+
+
+class LearnerInsightOut(_FromAttributes):
+    email: str
+    attempts: int
+    best_score: float | None
+    max_score: float
+    passed: bool
+    stuck: bool
+    first_at: UtcDatetime
+    last_at: UtcDatetime
+    passed_at: UtcDatetime | None
+    attempts_to_pass: int | None
+    time_to_pass_s: float | None
+    latest_failing: list[str]
+
+
+class InsightsOut(_FromAttributes):
+    slug: str
+    title: str
+    kind: str
+    submissions: int = Field(description="graded learner submissions counted (platform errors left out)")
+    passed: int
+    median_attempts_to_pass: float | None
+    median_time_to_pass_s: float | None
+    attempts_histogram: list[int] = Field(description="learners who passed, by attempts to pass: 1, 2, ..., 6+")
+    tests: list[TestInsightOut]
+    picks: list[QuestionPicksOut]
+    learners: list[LearnerInsightOut]
+
+
+@router.get("/exercises/{slug}/insights")
+def insights(exercise: StaffExerciseDep, session: SessionDep) -> InsightsOut:
+    """Return what the class gets wrong on an exercise: failing tests, wrong picks, attempts, who is stuck."""
+    return InsightsOut.model_validate(exercise_insights(session=session, exercise=exercise))
+
+
+@router.get(
+    "/exercises/{slug}/insights.csv",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/csv": {"schema": {"type": "string"}}},
+                     "description": "one row per learner (`table=learners`) or per hidden test (`table=tests`)"}},
+)  # fmt: skip
+def insights_csv(
+    exercise: StaffExerciseDep, session: SessionDep, table: Literal["learners", "tests"] = "learners"
+) -> PlainTextResponse:
+    """Return the exercise's insights as CSV, safe to open in a spreadsheet: per learner or per test."""
+    found = exercise_insights(session=session, exercise=exercise)
+    text = learners_csv(found) if table == "learners" else tests_csv(found)
+    return PlainTextResponse(
+        text, media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{exercise.slug}-{table}.csv"'},
+    )  # fmt: skip

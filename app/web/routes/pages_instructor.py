@@ -1,5 +1,5 @@
 """Instructor pages under ``/instructor``: author or upload exercises, check and publish versions, preview them as
-a learner, review submissions and regrade them.
+a learner, review submissions and regrade them, and see what the class gets wrong.
 
 Contract: instructors and admins only (``InstructorDep``); every POST is an HTML form with the session's CSRF
 token, answers with a redirect (POST-redirect-GET) or, when the input is refused, the same form again with the
@@ -23,6 +23,7 @@ from starlette.datastructures import FormData
 from app.domain import authoring
 from app.domain.authoring import AuthoringForm, WrongForm
 from app.domain.checks import create_check
+from app.domain.insights import exercise_insights
 from app.domain.models import Exercise, GradingRecord, Submission, User
 from app.domain.regrade import history, settled_submissions, start_regrade
 from app.domain.review import VERDICT_CHOICES, SubmissionFilter, filter_submissions
@@ -268,6 +269,12 @@ def submission_page(
         request, "instructor/submission.html", user=user, s=submission, exercise=exercise,
         records=history(session=session, submission=submission), versions=list(reversed(exercise.versions)),
     )  # fmt: skip
+
+
+@router.get("/exercises/{slug}/insights")
+def insights_page(request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> Response:
+    found = exercise_insights(session=session, exercise=exercise)
+    return render(request, "instructor/insights.html", user=user, exercise=exercise, ins=found)
 
 
 @router.post("/exercises/{slug}/regrade")
