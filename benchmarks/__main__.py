@@ -440,7 +440,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", default="cold,warm,otter",
                         help="comma list of cold, warm, docker (the docker backend: needs dockerd and the grading "
                              "image, docker/build-image), deploy, deploy-cold (PostgreSQL + Redis + a Celery "
-                             "worker on docker, warm pairs or fresh containers; serve --workers 2), otter")  # fmt: skip
+                             "worker on docker, warm pairs or fresh containers; serve --workers 2), deploy-local "
+                             "(the same with the worker on the local sandbox's warm templates), otter")  # fmt: skip
+    parser.add_argument("--pin-api", action="store_true",
+                        help="deployment modes: the API processes get CPU 0 to themselves, everything else the rest")
+    parser.add_argument("--jobs", type=int, help="throughput jobs (default 30, --quick 6)")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)}")
     parser.add_argument("--no-plot", action="store_true", help="do not write docs/benchmarks.png")
     parser.add_argument("--runs", type=int, help="latency samples per exercise (default 15, --quick 3)")
@@ -449,11 +453,12 @@ def main(argv: list[str]) -> int:
     runs, jobs, burst_n, learners, seconds = (3, 6, 30, 100, 10.0) if quick else (15, 30, 300, 100, 30.0)
     deadline_s = 6.0 if quick else 60.0  # the deadline burst: burst_n submissions over this long
     runs = args.runs or runs
+    jobs = args.jobs or jobs
     only = set(args.only.split(","))
     phases = set(args.phases.split(","))
     results: dict[str, Any] = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     with LoadSampler() as load:
-        for mode in ("cold", "warm", "docker", "deploy", "deploy-cold"):
+        for mode in ("cold", "warm", "docker", "deploy", "deploy-cold", "deploy-local"):
             if mode not in only:
                 continue
             sandbox = "docker" if mode == "docker" else "local"
@@ -461,14 +466,16 @@ def main(argv: list[str]) -> int:
             if mode.startswith("deploy"):
                 from benchmarks.deployment import Deployment
 
-                serving: Any = Deployment(warm=mode == "deploy", workers=cores, slugs=list(exercises().values()))
+                serving: Any = Deployment(warm=mode != "deploy-cold", workers=cores, slugs=list(exercises().values()),
+                                          sandbox="local" if mode == "deploy-local" else "docker",
+                                          pin_api=args.pin_api)  # fmt: skip
             else:
                 serving = Server(warm=mode == "warm", workers=cores, sandbox=sandbox)
             with serving as server:
                 results[mode] = {}
                 if "latency" in phases:
                     print(f"[{mode}] latency", flush=True)
-                    pause_s = DEPLOY_PAUSE_S if mode.startswith("deploy") else 0.0
+                    pause_s = DEPLOY_PAUSE_S if mode in ("deploy", "deploy-cold") else 0.0
                     results[mode]["latency"] = latency(server, runs, pause_s)
                 if "throughput" in phases:
                     print(f"[{mode}] throughput", flush=True)

@@ -1,11 +1,15 @@
-"""The deployment path for ``python -m benchmarks --only deploy,deploy-cold``: PostgreSQL, Redis, Celery, docker.
+"""The deployment path for ``python -m benchmarks --only deploy,deploy-cold,deploy-local``: PostgreSQL, Redis, Celery.
 
 ``Deployment`` is what ``benchmarks.__main__.Server`` is for the embedded server, for the path a course
 deploys: a fresh PostgreSQL database on the local server (``BENCH_PG``, trust auth), a Redis database index of
-its own on the local Redis (``BENCH_REDIS``, flushed before and after), one ``gpulab worker --queues cpu`` on
-the ``docker`` sandbox with ``GPULAB_GRADING_WORKERS`` = cores (``warm``: the default warm container pairs;
-cold: ``GPULAB_WARM_POOLS=off``), and ``gpulab serve --workers 2`` in front. It is ready when ``/readyz``
-says so and, warm, when the worker's pairs for the three exercises are up. ``deadline_burst`` is the
+its own on the local Redis (``BENCH_REDIS``, flushed before and after), one ``gpulab worker --queues cpu``
+with ``GPULAB_GRADING_WORKERS`` = cores, and ``gpulab serve --workers 2`` in front. The worker grades on the
+``docker`` sandbox (``warm``: the default warm container pairs; cold: ``GPULAB_WARM_POOLS=off``) or, as a
+grading node without a Docker engine would, on the ``local`` sandbox with its warm templates. It is ready
+when ``/readyz`` says so and, warm, when the worker's pairs or templates for the three exercises are up.
+``pin_api`` gives the two API processes CPU 0 of their own and moves everything else (the worker and its
+sandboxes, PostgreSQL, Redis, the load generator) to the other CPUs, restoring PostgreSQL's and Redis's
+affinity on exit. ``deadline_burst`` is the
 issue's deadline burst: ``count`` submissions spread evenly over ``over_s`` seconds, each one's
 submit->verdict taken from the database (``finished_at - created_at``), none lost.
 """
@@ -40,10 +44,13 @@ class Deployment(Served):
 
     tiebreak = "id"  # the submissions' second sort key (SQLite has rowid)
 
-    def __init__(self, warm: bool, workers: int, slugs: list[str]) -> None:
+    def __init__(self, warm: bool, workers: int, slugs: list[str], sandbox: str = "docker",
+                 pin_api: bool = False) -> None:  # fmt: skip
         import psycopg
 
         self.warm = warm
+        self.sandbox = sandbox
+        self.pin_api = pin_api
         self.workers = workers
         self.data = Path(tempfile.mkdtemp(prefix="gpulab-bench-deploy-"))
         self.data.chmod(0o755)
@@ -61,7 +68,8 @@ class Deployment(Served):
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPULAB_")},
                     "GPULAB_MODE": "dev", "GPULAB_DATA_DIR": str(self.data), "GPULAB_DATABASE_URL": self.database_url,
-                    "GPULAB_BROKER_URL": self.broker_url, "GPULAB_SANDBOX": "docker",
+                    "GPULAB_BROKER_URL": self.broker_url, "GPULAB_SANDBOX": sandbox,
+                    "GPULAB_CGROUP_NAME": "gpulab-bench",
                     "GPULAB_WARM_POOLS": "auto" if warm else "off", "GPULAB_GRADING_WORKERS": str(workers),
                     "GPULAB_EXERCISES_DIR": str(bank), "GPULAB_SECRET_KEY": "b" * 48,
                     "TMPDIR": str(self.data)}  # fmt: skip
@@ -71,10 +79,17 @@ class Deployment(Served):
     def gpulab(self, *args: str, stdin: str | None = None) -> None:
         subprocess.run([str(GPULAB), *args], env=self.env, input=stdin, text=True, check=True, capture_output=True)
 
-    def _start(self, name: str, *args: str) -> None:
+    def _start(self, name: str, *args: str, cpus: str = "") -> None:
         log = open(self.data / f"{name}.log", "wb")  # noqa: SIM115 - kept open for the process's life
-        self.procs.append(subprocess.Popen([str(GPULAB), *args], env=self.env, stdout=log, stderr=log,
+        pin = ["taskset", "-c", cpus] if cpus else []
+        self.procs.append(subprocess.Popen([*pin, str(GPULAB), *args], env=self.env, stdout=log, stderr=log,
                                            start_new_session=True))  # fmt: skip
+
+    def _pin_services(self, cpus: str) -> None:
+        """Set the CPU affinity of every PostgreSQL and Redis process (new backends inherit the postmaster's)."""
+        pids = subprocess.run(["pgrep", "-f", "postgres|redis-server"], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            subprocess.run(["taskset", "-a", "-p", "-c", cpus, pid], capture_output=True)
 
     def __enter__(self) -> Deployment:
         import redis
@@ -83,8 +98,14 @@ class Deployment(Served):
         self.gpulab("db", "upgrade")
         self.gpulab("exercises", "sync")
         self.gpulab("user", "add", EMAIL, "--role", "learner", "--password-stdin", stdin=PASSWORD + "\n")
-        self._start("worker", "worker", "--queues", "cpu")
-        self._start("serve", "serve", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "2")
+        cores = os.cpu_count() or 2
+        api_cpus, rest_cpus = ("0", f"1-{cores - 1}") if self.pin_api else ("", "")
+        if self.pin_api:
+            self._pin_services(rest_cpus)
+            os.sched_setaffinity(0, set(range(1, cores)))  # the load generator too
+        self._start("worker", "worker", "--queues", "cpu", cpus=rest_cpus)
+        self._start("serve", "serve", "--host", "127.0.0.1", "--port", str(self.port), "--workers", "2",
+                    cpus=api_cpus)  # fmt: skip
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             try:
@@ -95,7 +116,12 @@ class Deployment(Served):
             time.sleep(0.5)
         else:
             raise RuntimeError("the deployment did not become ready: " + self.logs())
-        if self.warm:  # measuring while the pairs import their frameworks would charge that to the first samples
+        if self.warm and self.sandbox == "local":  # the worker's and its example lane's templates
+            while (self.data / "worker.log").read_text(errors="replace").count("prewarmed") < 2:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the worker's warm templates did not come up: " + self.logs())
+                time.sleep(0.5)
+        elif self.warm:  # measuring while the pairs import their frameworks would charge that to the first samples
             wanted = 2 * len(self.slugs) * self.workers
             while _warm_containers() < wanted:
                 if time.monotonic() > deadline:
@@ -112,6 +138,10 @@ class Deployment(Served):
         import psycopg
         import redis
 
+        if self.pin_api:
+            every = f"0-{(os.cpu_count() or 2) - 1}"
+            self._pin_services(every)
+            os.sched_setaffinity(0, set(range(os.cpu_count() or 2)))
         for proc in self.procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
