@@ -2,7 +2,7 @@
 
 Contract:
 - Counts the graded submissions of learners (users with the ``learner`` role) to any version of the exercise.
-  Platform errors (status ``error``, verdict ``internal_error``) are the platform's, not the learner's, and are left out.
+  Platform errors (verdict ``internal_error``) are the platform's, not the learner's, and are left out.
 - ``exercise_insights`` returns ``Insights``:
   - ``tests``: per hidden test (for a quiz: per question), how many graded submissions failed it and how many
     learners, its points lost, and its failure messages grouped by their first line (``MESSAGE_GROUPS`` most
