@@ -13,7 +13,8 @@ Contract:
   setup as production code would: a failing request rolls back to the last commit, as it would for real.
 - ``client`` is a ``TestClient`` on ``create_app()`` whose ``SessionDep`` is that session and whose
   dispatcher is ``RecordingDispatcher`` (fixture ``dispatcher``: ``.calls`` lists ``(id, queue)``, ``.checks``
-  the started checks' ``(id, queue)``; example runs run in this process, as the embedded dispatcher runs them).
+  the started checks' ``(id, queue)``, ``.similarity_runs`` the started similarity runs' ids; example runs run
+  in this process, as the embedded dispatcher runs them).
 - ``make_user(role)`` returns a committed-in-test user whose password is ``PASSWORD``; ``learner``,
   ``other_learner``, ``instructor``, ``admin`` are ready-made; fixture ``login`` gives ``login(client, user)``;
   ``learner_client`` is ``client`` logged in as ``learner``, ``admin_client`` as ``admin``.
@@ -184,6 +185,7 @@ class RecordingDispatcher:
     calls: list[tuple[str, str]] = field(default_factory=list)
     shut_down: bool = False
     checks: list[tuple[int, str]] = field(default_factory=list)
+    similarity_runs: list[int] = field(default_factory=list)
 
     def dispatch(self, submission_id: str, queue: str) -> None:
         self.calls.append((submission_id, queue))
@@ -196,6 +198,9 @@ class RecordingDispatcher:
 
     def start_check(self, check_id: int, queue: str) -> None:
         self.checks.append((check_id, queue))
+
+    def start_similarity(self, run_id: int) -> None:
+        self.similarity_runs.append(run_id)
 
     def may_have_lost(self, stale: list[tuple[str, str]], *, waiting_by_queue: dict[str, int]) -> list[str]:
         return [submission_id for submission_id, _ in stale]

@@ -25,6 +25,9 @@ Contract:
   deployment) and resource links to gpulab's users, courses and assignments or exercises.
 - ``WorkerBeat`` is one grading process's latest sign of life (every worker and the embedded server write
   theirs); ``RevokedSession`` is a logged-out session nonce, shared by every API process.
+- Similarity (``app.domain.similarity_runs``): a ``SimilarityRun`` is one check of an exercise's (or an
+  assignment's) counted submissions, a job moving queued → running → done | failed; its ``SimilarityPair`` rows
+  are the pairs it ranked, with each side's matched character slices (capped in number).
 """
 
 from __future__ import annotations
@@ -515,3 +518,63 @@ class LtiScoreOutbox(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
+
+
+# --- similarity checks (app.domain.similarity, app.domain.similarity_runs) ------------------------------------
+
+
+class SimilarityRun(Base):
+    """One similarity check of the counted submissions of an exercise or of an assignment's exercises (a job)."""
+
+    __tablename__ = "similarity_runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # Exactly one of the two names what was checked.
+    exercise_id: Mapped[int | None] = mapped_column(
+        ForeignKey("exercises.id", ondelete="CASCADE"), nullable=True, index=True
+    )
+    assignment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("assignments.id", ondelete="CASCADE"), nullable=True, index=True
+    )
+    status: Mapped[str] = mapped_column(String(16), default="queued")  # queued, running, done, failed
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    submissions: Mapped[int] = mapped_column(Integer, default=0)  # how many were compared
+    pairs_found: Mapped[int] = mapped_column(Integer, default=0)  # above the display threshold, before the cap
+    clusters: Mapped[list[list[str]]] = mapped_column(JSON, default=list)  # submission ids, three or more each
+    requested_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    requested_by: Mapped[User | None] = relationship()
+    exercise: Mapped[Exercise | None] = relationship()
+    assignment: Mapped[Assignment | None] = relationship()
+    pairs: Mapped[list[SimilarityPair]] = relationship(
+        back_populates="run", order_by="SimilarityPair.rank", cascade="all, delete-orphan"
+    )
+
+
+class SimilarityPair(Base):
+    """Two submissions of one exercise a run found similar: scores and the matched fragments (character slices)."""
+
+    __tablename__ = "similarity_pairs"
+    __table_args__ = (UniqueConstraint("run_id", "rank"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("similarity_runs.id", ondelete="CASCADE"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)  # 1 is the most similar
+    exercise_id: Mapped[int] = mapped_column(ForeignKey("exercises.id", ondelete="CASCADE"))
+    submission_a_id: Mapped[str] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"), index=True)
+    submission_b_id: Mapped[str] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"), index=True)
+    score: Mapped[float] = mapped_column(Float)
+    share_a: Mapped[float] = mapped_column(Float)  # of a's fingerprinted tokens, the share found in b
+    share_b: Mapped[float] = mapped_column(Float)
+    tokens: Mapped[int] = mapped_column(Integer)
+    fragments: Mapped[dict[str, list[list[int]]]] = mapped_column(JSON, default=dict)  # {"a": [[start, end]...], "b"}
+
+    run: Mapped[SimilarityRun] = relationship(back_populates="pairs")
+    exercise: Mapped[Exercise] = relationship()
+    submission_a: Mapped[Submission] = relationship(foreign_keys=[submission_a_id])
+    submission_b: Mapped[Submission] = relationship(foreign_keys=[submission_b_id])

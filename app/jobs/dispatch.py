@@ -10,6 +10,8 @@ Contract:
   periodically, asking ``may_have_lost`` which stale queued submissions the transport may no longer hold.
 - ``CeleryDispatcher.dispatch`` fails within about a second when the broker is down (no long publish
   retries): the route keeps the submission queued and the sweeper sends it once the broker is back.
+- ``start_similarity(run_id)`` starts a committed similarity run: the in-process dispatcher in its one
+  similarity thread, Celery's on the ``cpu`` queue (``app.jobs.similarity_tasks``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class Dispatcher(Protocol):
 
     def start_check(self, check_id: int, queue: str) -> None:
         """Start a committed instructor check (see app.domain.checks)."""
+        ...
+
+    def start_similarity(self, run_id: int) -> None:
+        """Start a committed similarity run (see app.domain.similarity_runs)."""
         ...
 
     def shutdown(self) -> None: ...
@@ -116,6 +122,16 @@ class InProcessDispatcher:
                 runner = self._check_runner = CheckRunner(session_scope, _checked_sandbox)
         runner.start(check_id)
 
+    def start_similarity(self, run_id: int) -> None:
+        """Run the similarity check in this process's one similarity thread, made on first use."""
+        from app.domain.similarity_runs import SimilarityRunner
+
+        with self._lock:
+            runner: SimilarityRunner | None = getattr(self, "_similarity_runner", None)
+            if runner is None:
+                runner = self._similarity_runner = SimilarityRunner(session_scope)
+        runner.start(run_id)
+
     def start_background(self, settings: Settings) -> None:
         """Beat as this process's grading worker and sweep periodically, as a Celery worker does."""
         from app.jobs.heartbeat import process_name
@@ -130,6 +146,8 @@ class InProcessDispatcher:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if getattr(self, "_check_runner", None) is not None:
             self._check_runner.shutdown()
+        if getattr(self, "_similarity_runner", None) is not None:
+            self._similarity_runner.shutdown()
 
 
 def _checked_sandbox() -> Sandbox:
@@ -171,6 +189,14 @@ class CeleryDispatcher:
 
         self._celery.send_task(
             CHECK_TASK, args=[check_id], queue=grading_queue(queue), retry_policy=self.PUBLISH_RETRY
+        )
+
+    def start_similarity(self, run_id: int) -> None:
+        """Send the run id to the ``cpu`` queue; a duplicate is harmless because the run is claimed first."""
+        from app.jobs.similarity_tasks import SIMILARITY_QUEUE, SIMILARITY_TASK
+
+        self._celery.send_task(
+            SIMILARITY_TASK, args=[run_id], queue=SIMILARITY_QUEUE, retry_policy=self.PUBLISH_RETRY
         )
 
     def broker_backlog(self) -> dict[str, Backlog]:

@@ -19,6 +19,7 @@ from app.web.routes import (
     api_lti,
     api_quiz,
     api_roster,
+    api_similarity,
     api_submissions,
     health,
     lti,
@@ -28,6 +29,7 @@ from app.web.routes import (
     pages_gradebook,
     pages_instructor,
     pages_lti_admin,
+    pages_similarity,
 )
 
 api_router = APIRouter()
@@ -39,6 +41,7 @@ for _router in (
     api_courses.router,
     api_roster.router,  # /api/courses/{slug}/roster/sync: the LMS roster (NRPS)
     api_instructor.router,
+    api_similarity.router,  # similarity checks of an exercise's or an assignment's submissions
     api_admin.router,
     api_lti.router,  # /api/admin/lti: platforms, gpulab's keys, the LTI scores still owed
     health.router,  # /healthz, /readyz, /metrics: no login, no session
@@ -52,6 +55,7 @@ for _router in (
     pages_courses.router,
     pages_gradebook.router,
     pages_instructor.router,
+    pages_similarity.router,  # /instructor/.../similarity: runs, ranked pairs, side by side
     pages_admin.router,
     pages_lti_admin.router,  # /admin/lti: platforms, keys, the score outbox
     lti.router,
