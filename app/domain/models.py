@@ -28,6 +28,9 @@ Contract:
 - Similarity (``app.domain.similarity_runs``): a ``SimilarityRun`` is one check of an exercise's (or an
   assignment's) counted submissions, a job moving queued → running → done | failed; its ``SimilarityPair`` rows
   are the pairs it ranked, with each side's matched character slices (capped in number).
+- Regrade requests (``app.domain.regrade_requests``): a ``RegradeRequest`` is one learner's request on one item
+  (exercise x assignment, or practice), at most one per item; its ``RegradeMessage`` rows are the thread, each
+  with its author and what it did.
 """
 
 from __future__ import annotations
@@ -546,6 +549,7 @@ class SimilarityRun(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     requested_by: Mapped[User | None] = relationship()
@@ -578,3 +582,59 @@ class SimilarityPair(Base):
     exercise: Mapped[Exercise] = relationship()
     submission_a: Mapped[Submission] = relationship(foreign_keys=[submission_a_id])
     submission_b: Mapped[Submission] = relationship(foreign_keys=[submission_b_id])
+
+
+# --- regrade requests (app.domain.regrade_requests) -----------------------------------------------------------
+
+
+class RegradeRequestStatus(enum.StrEnum):
+    open = "open"  # waiting for staff
+    answered = "answered"  # staff answered; the learner may reply
+    closed = "closed"  # settled; only staff reopen it
+
+
+class RegradeRequest(Base):
+    """A learner's request that staff look again at one graded item (learner x exercise x assignment or practice)."""
+
+    __tablename__ = "regrade_requests"
+    # One request per item, ever: asking again means staff reopened it (assignment_key: the assignment's id, 0 for
+    # practice, because a unique constraint treats NULLs as distinct).
+    __table_args__ = (UniqueConstraint("user_id", "exercise_id", "assignment_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    exercise_id: Mapped[int] = mapped_column(ForeignKey("exercises.id", ondelete="CASCADE"), index=True)
+    assignment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("assignments.id", ondelete="CASCADE"), nullable=True, index=True
+    )
+    assignment_key: Mapped[int] = mapped_column(Integer, default=0)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"), index=True)
+    status: Mapped[RegradeRequestStatus] = mapped_column(
+        _enum(RegradeRequestStatus, "regrade_request_status"), default=RegradeRequestStatus.open, index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    user: Mapped[User] = relationship(foreign_keys=[user_id])
+    exercise: Mapped[Exercise] = relationship()
+    submission: Mapped[Submission] = relationship()
+    messages: Mapped[list[RegradeMessage]] = relationship(
+        back_populates="request", order_by="RegradeMessage.id", cascade="all, delete-orphan"
+    )
+
+
+class RegradeMessage(Base):
+    """One message of a request's thread and what it did: ask, reply, comment, adjust, rerun, close or reopen."""
+
+    __tablename__ = "regrade_messages"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    request_id: Mapped[int] = mapped_column(ForeignKey("regrade_requests.id", ondelete="CASCADE"), index=True)
+    author_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    action: Mapped[str] = mapped_column(String(16))
+    body: Mapped[str] = mapped_column(Text, default="")
+    score_pct: Mapped[float | None] = mapped_column(Float, nullable=True)  # adjust: the new score, 0..100
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    request: Mapped[RegradeRequest] = relationship(back_populates="messages")
+    author: Mapped[User | None] = relationship()

@@ -18,6 +18,7 @@ from app.web.routes import (
     api_instructor,
     api_lti,
     api_quiz,
+    api_regrade_requests,
     api_roster,
     api_similarity,
     api_submissions,
@@ -29,6 +30,7 @@ from app.web.routes import (
     pages_gradebook,
     pages_instructor,
     pages_lti_admin,
+    pages_regrade_requests,
     pages_similarity,
 )
 
@@ -41,6 +43,7 @@ for _router in (
     api_courses.router,
     api_roster.router,  # /api/courses/{slug}/roster/sync: the LMS roster (NRPS)
     api_instructor.router,
+    api_regrade_requests.router,  # a learner's request that staff look again at a grade, and its thread
     api_similarity.router,  # similarity checks of an exercise's or an assignment's submissions
     api_admin.router,
     api_lti.router,  # /api/admin/lti: platforms, gpulab's keys, the LTI scores still owed
@@ -58,6 +61,7 @@ for _router in (
     pages_similarity.router,  # /instructor/.../similarity: runs, ranked pairs, side by side
     pages_admin.router,
     pages_lti_admin.router,  # /admin/lti: platforms, keys, the score outbox
+    pages_regrade_requests.router,  # /regrade-requests: the list and each thread
     lti.router,
 ):
     page_router.include_router(_router)

@@ -37,6 +37,7 @@ from app.domain.progress import (
     progress_for,
     summarize,
 )
+from app.domain.regrade_requests import request_for_item
 from app.domain.schemas import ExerciseDetail, ExerciseSummary, SubmissionOut
 from app.domain.security import authenticate, client_ip, end_session, start_session
 from app.domain.submissions import create_submission, get_for_user
@@ -222,4 +223,5 @@ def history_page(
         previous_id=previous.id if previous else None,
         diff=diff_lines(previous.code, chosen.code) if chosen and previous else [],
         progress=progress_for(session=session, user=user, exercise=exercise),
+        regrade=request_for_item(session=session, user=user, submission=chosen) if chosen else None,
     )
