@@ -10,13 +10,18 @@ Contract:
   for an exercise, each learner's newest graded, scored submission that is not a platform failure, practice or
   under any assignment; for an assignment, for each code exercise of it, the submission that counts for the
   learner under that assignment's rules (``app.domain.assignments.choose``: best or last, with their dates).
-- ``run_similarity(run_id, factory=...)`` claims the run (queued, or running for longer than ``STALE_RUN_S``: its
-  worker died) as ``running`` with ``attempts + 1``; a run already done or failed, or running elsewhere, is left
-  alone, so a duplicate message or a second call changes nothing. It compares each exercise's submissions with
-  ``app.domain.similarity.compare``, the starter code and reference solution of every version they were made
-  against excluded as boilerplate, and stores the ``MAX_PAIRS`` highest pairs (``pairs_found`` says how many
-  reached the display threshold), the clusters (over every pair found, not only those stored) and ``done``. Any
-  error settles the run as ``failed`` with the reason in ``error``; it never raises.
+- ``run_similarity(run_id, factory=...)`` claims the run (queued, or running with a heartbeat older than
+  ``grading_lease_s``: its worker died) as ``running`` with ``attempts + 1``, and renews ``heartbeat_at`` every
+  ``heartbeat_interval_s`` while it compares (``app.domain.leases.LeaseKeeper``). A run already done or failed,
+  or running elsewhere, is left alone, so a duplicate message or a second call changes nothing. It compares each
+  exercise's submissions with ``app.domain.similarity.compare``, the starter code and reference solution of every
+  version they were made against excluded as boilerplate, and stores the ``MAX_PAIRS`` highest pairs
+  (``pairs_found`` says how many reached the display threshold), the clusters (over every pair found, not only
+  those stored) and ``done``; only the attempt that holds the run writes its result. Any error settles the run as
+  ``failed`` with the reason in ``error``; it never raises.
+- ``sweep_runs`` is the sweeper's part (every grading process runs it, as for instructor checks): a queued run
+  not sent within ``stale_queued_s`` and a running one whose worker died are stamped ``dispatched_at`` and sent
+  again; one claimed ``max_attempts`` times fails instead.
 - A similarity is a hint for a person to read both submissions, never a penalty: nothing here touches a grade.
 """
 
@@ -27,14 +32,16 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Protocol, runtime_checkable
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain import courses, similarity
 from app.domain.assignments import choose, countable, current_extension, dates_from
+from app.domain.leases import LeaseKeeper
 from app.domain.models import (
     Assignment,
     Exercise,
@@ -47,14 +54,15 @@ from app.domain.models import (
     utcnow,
 )
 from app.domain.similarity import Params
+from worker.core.config import Settings, get_settings
 from worker.core.errors import Forbidden, InvalidInput
 
 log = logging.getLogger(__name__)
 SessionFactory = Callable[[], AbstractContextManager[Session]]
 MAX_PAIRS = 1000  # pairs stored per run, the highest first
-STALE_RUN_S = 600.0  # a run still "running" after this long lost its worker: it may be claimed again
 SETTLED = ("done", "failed")
 MAX_ERROR_CHARS = 2000
+EXHAUSTED = "the check was interrupted {attempts} times (the machine running it stopped); start it again"
 
 
 @runtime_checkable
@@ -85,6 +93,7 @@ def create_run(
     run = SimilarityRun(
         exercise_id=exercise.id if exercise else None, assignment_id=assignment.id if assignment else None,
         status="queued", params=params.as_dict(), clusters=[], requested_by_id=user.id if user else None,
+        dispatched_at=utcnow(),
     )  # fmt: skip
     session.add(run)
     session.flush()
@@ -148,19 +157,19 @@ def _boilerplate(submissions: list[Submission]) -> list[str]:
     return list(texts)
 
 
-def claim_run(*, session: Session, run_id: int) -> int | None:
+def _silent(*, lease_s: float, now: datetime) -> ColumnElement[bool]:
+    """The SQL condition: a running run whose worker gave no sign of life for ``lease_s`` (it died)."""
+    last_sign = func.coalesce(SimilarityRun.heartbeat_at, SimilarityRun.started_at)
+    return (SimilarityRun.status == "running") & or_(last_sign.is_(None), last_sign < now - timedelta(seconds=lease_s))
+
+
+def claim_run(*, session: Session, run_id: int, lease_s: float) -> int | None:
     """Take the run if it is queued or its worker died; return this attempt's number, or None to leave it."""
     now = utcnow()
     result = session.execute(
         update(SimilarityRun)
-        .where(
-            SimilarityRun.id == run_id,
-            or_(
-                SimilarityRun.status == "queued",
-                (SimilarityRun.status == "running") & (SimilarityRun.started_at < now - timedelta(seconds=STALE_RUN_S)),
-            ),
-        )
-        .values(status="running", attempts=SimilarityRun.attempts + 1, started_at=now, error=None)
+        .where(SimilarityRun.id == run_id, or_(SimilarityRun.status == "queued", _silent(lease_s=lease_s, now=now)))
+        .values(status="running", attempts=SimilarityRun.attempts + 1, started_at=now, heartbeat_at=now, error=None)
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -194,11 +203,25 @@ def compute(*, session: Session, run: SimilarityRun) -> Outcome:
     return Outcome(submissions=total, pairs=found, clusters=groups)
 
 
-def run_similarity(run_id: int, *, factory: SessionFactory) -> None:
-    """Claim one run and carry it out to ``done`` or ``failed``; never raises."""
+def _renew(factory: SessionFactory, run_id: int, attempt: int) -> bool:
+    """Move the run's heartbeat forward while ``attempt`` holds it (one transaction); say whether it still does."""
+    with factory() as session:
+        result = session.execute(
+            update(SimilarityRun)
+            .where(SimilarityRun.id == run_id, SimilarityRun.status == "running", SimilarityRun.attempts == attempt)
+            .values(heartbeat_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        session.commit()
+        return bool(result.rowcount == 1)  # type: ignore[attr-defined]
+
+
+def run_similarity(run_id: int, *, factory: SessionFactory, settings: Settings | None = None) -> None:
+    """Claim one run and carry it out to ``done`` or ``failed``, beating while it runs; never raises."""
+    settings = settings or get_settings()
     try:
         with factory() as session:
-            attempt = claim_run(session=session, run_id=run_id)
+            attempt = claim_run(session=session, run_id=run_id, lease_s=settings.grading_lease_s)
             if attempt is None:
                 session.rollback()
                 return  # settled, or running elsewhere
@@ -206,7 +229,12 @@ def run_similarity(run_id: int, *, factory: SessionFactory) -> None:
             run = session.get(SimilarityRun, run_id)
             assert run is not None
             session.refresh(run)  # the claim was written past the session's copy
-            outcome = compute(session=session, run=run)
+            beat = LeaseKeeper(
+                partial(_renew, factory, run_id, attempt), interval_s=settings.heartbeat_interval_s,
+                label=f"similarity run {run_id} attempt {attempt}",
+            )  # fmt: skip
+            with beat:
+                outcome = compute(session=session, run=run)
             session.execute(delete(SimilarityPair).where(SimilarityPair.run_id == run_id))  # an earlier try's
             for rank, (exercise_id, pair) in enumerate(outcome.pairs[:MAX_PAIRS], start=1):
                 session.add(
@@ -251,6 +279,54 @@ def fail_run(factory: SessionFactory, run_id: int, message: str) -> None:
         log.exception("could not record the failure of similarity run %s", run_id)
 
 
+def redispatchable_runs(
+    *, session: Session, now: datetime, lease_s: float, stale_queued_s: float, max_attempts: int
+) -> list[int]:
+    """Return the ids of runs to send again, stamped ``dispatched_at=now``; settle exhausted ones as failed.
+
+    Queued runs not sent within ``stale_queued_s`` (their message may be lost: a broker that was down, a process
+    that stopped), and running ones whose heartbeat is older than ``lease_s``, not sent since their last beat
+    (their worker died). A run that was claimed ``max_attempts`` times already fails instead. The caller commits,
+    then sends.
+    """
+    stale = now - timedelta(seconds=stale_queued_s)
+    not_lately = or_(SimilarityRun.dispatched_at.is_(None), SimilarityRun.dispatched_at < stale)
+    last_sign = func.coalesce(SimilarityRun.heartbeat_at, SimilarityRun.started_at)
+    dead = _silent(lease_s=lease_s, now=now) & or_(
+        SimilarityRun.dispatched_at.is_(None), SimilarityRun.dispatched_at <= last_sign, not_lately
+    )
+    lost = (SimilarityRun.status == "queued") & not_lately
+    rows = session.scalars(select(SimilarityRun).where(or_(lost, dead)).order_by(SimilarityRun.id)).all()
+    ids = []
+    for run in rows:
+        if run.status == "running" and run.attempts >= max_attempts:
+            run.status, run.finished_at = "failed", now
+            run.error = EXHAUSTED.format(attempts=run.attempts)
+            continue
+        run.dispatched_at = now
+        ids.append(run.id)
+    session.flush()
+    return ids
+
+
+def sweep_runs(starter: SimilarityStarter, settings: Settings, factory: SessionFactory | None = None) -> int:
+    """Send again every run ``redispatchable_runs`` names, after committing; return how many."""
+    from app.domain.db import session_scope
+
+    with (factory or session_scope)() as session:
+        ids = redispatchable_runs(
+            session=session, now=utcnow(), lease_s=settings.grading_lease_s, stale_queued_s=settings.stale_queued_s,
+            max_attempts=settings.max_attempts,
+        )  # fmt: skip
+        session.commit()
+    for run_id in ids:
+        try:
+            starter.start_similarity(run_id)
+        except Exception:  # the broker is away: the row stays stamped, the next sweep tries again
+            log.warning("could not send similarity run %s", run_id, exc_info=True)
+    return len(ids)
+
+
 def require_viewer(*, session: Session, run: SimilarityRun, user: User) -> None:
     """Let site instructors and admins see any run, and an assignment's course staff (TAs too) its runs.
 
@@ -292,13 +368,25 @@ def pairs_of(*, session: Session, run: SimilarityRun) -> list[SimilarityPair]:
     return list(session.scalars(stmt))
 
 
+def _word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
 def segments(code: str, slices: list[list[int]]) -> list[tuple[str, bool]]:
-    """Split ``code`` into ``(text, matched)`` runs by the stored slices (clipped, merged, in order)."""
+    """Split ``code`` into ``(text, matched)`` runs by the stored slices (clipped, merged, in order).
+
+    A slice that starts or ends inside a name is widened to the whole name: copydetect maps its matches back to
+    the text through the filter's offsets, which can land a few characters into a token.
+    """
     cuts: list[tuple[int, int]] = []
     for raw in sorted((int(s), int(e)) for s, e in slices):
         start, end = max(0, raw[0]), min(len(code), raw[1])
         if start >= end:
             continue
+        while 0 < start < len(code) and _word(code[start]) and _word(code[start - 1]):
+            start -= 1
+        while end < len(code) and _word(code[end - 1]) and _word(code[end]):
+            end += 1
         if cuts and start <= cuts[-1][1]:
             cuts[-1] = (cuts[-1][0], max(cuts[-1][1], end))
         else:

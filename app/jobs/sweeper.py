@@ -20,7 +20,7 @@ Contract:
   ``SCORE_HTTP_TIMEOUT_S`` per call, in its own transaction); a failure there is logged, never raised.
 - ``Duties.start(dispatcher, settings, name=..., queues=...)`` is what every grading process (a Celery worker,
   the embedded server) runs beside its gradings: its ``ProcessBeat`` and a ``Sweeper`` that also sweeps
-  instructor checks; ``stop()`` ends both.
+  instructor checks and similarity runs; ``stop()`` ends both.
 """
 
 from __future__ import annotations
@@ -230,10 +230,12 @@ class Duties:
     def start(cls, dispatcher: Dispatcher, settings: Settings, *, name: str, queues: list[str]) -> Duties:
         """Start the beat of ``name`` (serving ``queues``) and a sweeper that sends through ``dispatcher``."""
         from app.domain.checks import sweep_checks  # instructor checks strand like submissions do
+        from app.domain.similarity_runs import sweep_runs  # and similarity checks
 
         beat = ProcessBeat(settings, name=name, queues=queues).start()
+        extra = (partial(sweep_checks, dispatcher, settings), partial(sweep_runs, dispatcher, settings))
         sweeper = Sweeper(
-            dispatcher, settings, extra_sweeps=(partial(sweep_checks, dispatcher, settings),),
+            dispatcher, settings, extra_sweeps=extra,
             on_report=lambda report: count_redispatched(report.redispatched),
         ).start()  # fmt: skip
         return cls(beat, sweeper)

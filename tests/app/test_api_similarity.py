@@ -187,8 +187,25 @@ def test_course_staff_start_an_assignment_check_and_outsiders_do_not(
     login(client, member)
     assert client.post(f"/api/assignments/{assignment.id}/similarity", json={}).status_code == 403
     client.post("/api/auth/logout")
+    assert client.get(f"/instructor/assignments/{assignment.id}/similarity").status_code == 403
+    client.post("/api/auth/logout")
     login(client, ta)
     answer = client.post(f"/api/assignments/{assignment.id}/similarity", json={})
     assert answer.status_code == 201 and answer.json()["assignment_id"] == assignment.id
     assert client.get(f"/api/similarity/runs/{answer.json()['id']}").status_code == 200  # a TA reads it too
     assert [r["id"] for r in client.get(f"/api/assignments/{assignment.id}/similarity").json()] == starter.started
+
+    # The page: linked from the assignment's page for its staff, a form that starts a check, the run's page.
+    landing = client.get(f"/courses/{course.slug}/assignments/{assignment.id}").text
+    assert f"/instructor/assignments/{assignment.id}/similarity" in landing
+    page = client.get(f"/instructor/assignments/{assignment.id}/similarity")
+    assert page.status_code == 200 and "Week 1" in page.text and "the submission that counts" in page.text
+    match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert match
+    started = client.post(
+        f"/instructor/assignments/{assignment.id}/similarity", data={"csrf_token": match.group(1)},
+        follow_redirects=False,
+    )  # fmt: skip
+    assert started.status_code == 303 and len(starter.started) == 2
+    run_page = client.get(started.headers["location"])
+    assert run_page.status_code == 200 and f"/instructor/assignments/{assignment.id}/similarity" in run_page.text

@@ -1,27 +1,30 @@
-"""Similarity pages for staff: an exercise's checks and a form to start one, a run's ranked pairs and clusters,
-and one pair side by side with the matched fragments highlighted.
+"""Similarity pages for staff: an exercise's or an assignment's checks and a form to start one, a run's ranked
+pairs and clusters, and one pair side by side with the matched fragments highlighted.
 
-Contract: an exercise's page and its form need the site's instructor or admin role; a run and its pairs are shown
-to whoever may see them through the API (``SimilarityRunDep``). Starting is a CSRF-checked form that commits a
-queued run, hands it to the dispatcher and redirects to the run's page, which polls
-``/api/similarity/runs/{id}`` until the run is done. Learners' code is rendered escaped (Jinja autoescape), split
-into matched and unmatched runs. Every page says that a similarity is a hint for a person, never a penalty.
+Contract: an exercise's page and its form need the site's instructor or admin role, an assignment's an instructor
+or TA of its course; a run and its pairs are shown to whoever may see them through the API (``SimilarityRunDep``).
+Starting is a CSRF-checked form that commits a queued run, hands it to the dispatcher and redirects to the run's
+page, which polls ``/api/similarity/runs/{id}`` until the run is done (refused thresholds: the form again, 422).
+Learners' code is rendered escaped (Jinja autoescape), split into matched and unmatched runs. Every page says that
+a similarity is a hint for a person, never a penalty.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import Response
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from app.domain import similarity
-from app.domain.models import SimilarityPair, Submission
-from app.domain.similarity_runs import create_run, pairs_of, runs_of, segments
-from app.web.deps import InstructorDep, SessionDep, StaffExerciseDep
+from app.domain.models import Assignment, Exercise, SimilarityPair, SimilarityRun, Submission, User
+from app.domain.similarity_runs import SimilarityStarter, create_run, pairs_of, runs_of, segments
+from app.web.deps import AssignmentStaffDep, InstructorDep, SessionDep, StaffExerciseDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from app.web.routes.api_similarity import HINT, SimilarityPairDep, SimilarityRunDep, SimilarityStarterDep
 from worker.core.errors import GpulabError, InvalidInput
@@ -39,15 +42,74 @@ def _params_form(noise_t: str, guarantee_t: str, display_t: str, cluster_t: str)
         raise InvalidInput("the thresholds must be numbers") from exc
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What a similarity page is about: an exercise or an assignment, its crumbs, its form's target."""
+
+    title: str
+    crumbs: list[tuple[str, str]]
+    action: str
+    compares: str
+    exercise: Exercise | None = None
+    assignment: Assignment | None = None
+
+
+def _exercise_scope(exercise: Exercise) -> Scope:
+    url = f"/instructor/exercises/{quote(exercise.slug)}"
+    return Scope(
+        title=exercise.slug, crumbs=[("/instructor", "Instructor"), (url, exercise.slug)],
+        action=f"{url}/similarity", exercise=exercise,
+        compares="each learner's newest graded submission with every other's",
+    )  # fmt: skip
+
+
+def _assignment_scope(assignment: Assignment) -> Scope:
+    course = assignment.course
+    course_url = f"/courses/{quote(course.slug)}"
+    return Scope(
+        title=assignment.title,
+        crumbs=[(course_url, course.title), (f"{course_url}/assignments/{assignment.id}", assignment.title)],
+        action=f"/instructor/assignments/{assignment.id}/similarity", assignment=assignment,
+        compares="for each code exercise of the assignment, the submission that counts for each learner",
+    )  # fmt: skip
+
+
+def _scope_page(request: Request, scope: Scope, session: Session, error: str = "", status_code: int = 200) -> Response:
+    runs = runs_of(session=session, exercise=scope.exercise, assignment=scope.assignment)
+    return render(
+        request, "instructor/similarity.html", status_code=status_code, scope=scope, runs=runs,
+        defaults=similarity.Params(), hint=HINT, error=error,
+    )  # fmt: skip
+
+
+def _start(
+    request: Request, scope: Scope, session: Session, starter: SimilarityStarter, user: User, form: tuple[str, ...]
+) -> Response:
+    try:
+        params = _params_form(*form)
+        run = create_run(
+            session=session, user=user, params=params, exercise=scope.exercise, assignment=scope.assignment
+        )
+        session.commit()
+    except GpulabError as exc:
+        session.rollback()
+        return _scope_page(request, scope, session, error=exc.message, status_code=422)
+    try:
+        starter.start_similarity(run.id)
+    except Exception:  # committed: the page shows it queued; starting again sends a new one
+        log.exception("could not send similarity run %s", run.id)
+    flash(request, "Similarity check started: it runs in the background, this page follows it.")
+    return redirect(f"/instructor/similarity/{run.id}")
+
+
+FormText = Annotated[str, Form()]
+
+
 @router.get("/exercises/{slug}/similarity")
 def exercise_similarity(
-    request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep
+    request: Request, _user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep
 ) -> Response:
-    runs = runs_of(session=session, exercise=exercise)
-    return render(
-        request, "instructor/similarity.html", user=user, exercise=exercise, runs=runs, defaults=similarity.Params(),
-        hint=HINT, error="",
-    )  # fmt: skip
+    return _scope_page(request, _exercise_scope(exercise), session)
 
 
 @router.post("/exercises/{slug}/similarity")
@@ -57,39 +119,41 @@ def start_exercise_similarity(
     exercise: StaffExerciseDep,
     session: SessionDep,
     starter: SimilarityStarterDep,
-    noise_t: Annotated[str, Form()] = str(similarity.NOISE_T),
-    guarantee_t: Annotated[str, Form()] = str(similarity.GUARANTEE_T),
-    display_t: Annotated[str, Form()] = str(similarity.DISPLAY_T),
-    cluster_t: Annotated[str, Form()] = str(similarity.CLUSTER_T),
+    noise_t: FormText = str(similarity.NOISE_T),
+    guarantee_t: FormText = str(similarity.GUARANTEE_T),
+    display_t: FormText = str(similarity.DISPLAY_T),
+    cluster_t: FormText = str(similarity.CLUSTER_T),
 ) -> Response:
-    try:
-        params = _params_form(noise_t, guarantee_t, display_t, cluster_t)
-        run = create_run(session=session, user=user, params=params, exercise=exercise)
-        session.commit()
-    except GpulabError as exc:
-        session.rollback()
-        return render(
-            request, "instructor/similarity.html", status_code=422, user=user, exercise=exercise,
-            runs=runs_of(session=session, exercise=exercise), defaults=similarity.Params(), hint=HINT,
-            error=exc.message,
-        )  # fmt: skip
-    try:
-        starter.start_similarity(run.id)
-    except Exception:  # committed: the page shows it queued; starting again sends a new one
-        log.exception("could not send similarity run %s", run.id)
-    flash(request, "Similarity check started: it runs in the background, this page follows it.")
-    return redirect(f"/instructor/similarity/{run.id}")
+    form = (noise_t, guarantee_t, display_t, cluster_t)
+    return _start(request, _exercise_scope(exercise), session, starter, user, form)
 
 
-def _back(run: object) -> tuple[str, str]:
-    exercise = getattr(run, "exercise", None)
-    if exercise is not None:
-        return f"/instructor/exercises/{quote(exercise.slug)}/similarity", exercise.slug
-    assignment = getattr(run, "assignment", None)
-    title = assignment.title if assignment is not None else "assignment"
-    if assignment is not None:
-        return f"/courses/{quote(assignment.course.slug)}/assignments/{assignment.id}", title
-    return "/instructor", title
+@router.get("/assignments/{assignment_id}/similarity")
+def assignment_similarity(request: Request, access: AssignmentStaffDep, session: SessionDep) -> Response:
+    return _scope_page(request, _assignment_scope(access.assignment), session)
+
+
+@router.post("/assignments/{assignment_id}/similarity")
+def start_assignment_similarity(
+    request: Request,
+    access: AssignmentStaffDep,
+    session: SessionDep,
+    starter: SimilarityStarterDep,
+    noise_t: FormText = str(similarity.NOISE_T),
+    guarantee_t: FormText = str(similarity.GUARANTEE_T),
+    display_t: FormText = str(similarity.DISPLAY_T),
+    cluster_t: FormText = str(similarity.CLUSTER_T),
+) -> Response:
+    form = (noise_t, guarantee_t, display_t, cluster_t)
+    return _start(request, _assignment_scope(access.assignment), session, starter, access.user, form)
+
+
+def _back(run: SimilarityRun) -> tuple[str, str]:
+    if run.exercise is not None:
+        return f"/instructor/exercises/{quote(run.exercise.slug)}/similarity", run.exercise.slug
+    if run.assignment is not None:
+        return f"/instructor/assignments/{run.assignment.id}/similarity", run.assignment.title
+    return "/instructor", "similarity"
 
 
 @router.get("/similarity/{run_id}")
