@@ -8,8 +8,8 @@ Contract:
   cases every time.
 - The app is the ``app`` fixture's: the test database, rolled back after the test, and the recording dispatcher;
   example runs grade with ``fake_sandbox``, so no learner code runs. Generated path parameters are replaced, in
-  a share of the cases, by ids that exist (an exercise, a quiz, a submission, a check, a regrade, a user), so the
-  routes past the load-or-404 are fuzzed too.
+  a share of the cases, by ids that exist (an exercise, a quiz, a submission, a check, a regrade, a user, a
+  similarity run and its pair), so the routes past the load-or-404 are fuzzed too.
 - Half the generated accounts to create get a valid e-mail address, so creating one succeeds too.
 - Requests are what a correct client sends: a role's session cookie, and ``Content-Type: application/json`` on
   a state-changing call without a body (the CSRF rule); after a logout the role logs in again. Event streams are
@@ -76,7 +76,10 @@ def existing(
     """Make rows for every kind of path id; return the ids that exist, by path parameter name."""
     from app.domain.checks import create_check
     from app.domain.exercises import upsert_exercise
+    from app.domain.models import SimilarityPair
     from app.domain.regrade import start_regrade
+    from app.domain.similarity import Params
+    from app.domain.similarity_runs import create_run
     from app.domain.submissions import create_submission
     from worker.bank.spec import ExerciseSpec
 
@@ -95,6 +98,14 @@ def existing(
     regrade, _ = start_regrade(
         session=db_session, exercise=exercise, target=version, submissions=[regraded], user=admin
     )
+    run = create_run(session=db_session, user=instructor, params=Params(), exercise=exercise)
+    run.status, run.submissions, run.pairs_found = "done", 2, 1
+    run.pairs.append(
+        SimilarityPair(
+            rank=1, exercise_id=exercise.id, submission_a_id=graded.id, submission_b_id=regraded.id, score=1.0,
+            share_a=1.0, share_b=1.0, tokens=6, fragments={"a": [[0, 5]], "b": [[0, 5]]},
+        )
+    )  # fmt: skip
     db_session.commit()
     return {
         "slug": [exercise.slug, quiz.slug],
@@ -102,6 +113,8 @@ def existing(
         "number": [version.number],
         "check_id": [check.id],
         "regrade_id": [regrade.id],
+        "run_id": [run.id],  # a done similarity run, with one pair
+        "rank": [1],
         "user_id": [learner.id],
     }
 
