@@ -37,7 +37,7 @@ from functools import partial
 from typing import Protocol, runtime_checkable
 
 from sqlalchemy import ColumnElement, delete, func, or_, select, update
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, load_only, selectinload
 
 from app.domain import courses, similarity
 from app.domain.assignments import choose, countable, current_extension, dates_from
@@ -354,13 +354,14 @@ def runs_of(
 
 
 def pairs_of(*, session: Session, run: SimilarityRun) -> list[SimilarityPair]:
-    """Return the run's stored pairs, highest first, with both submissions and their learners loaded."""
+    """Return the run's stored pairs, highest first, with both submissions (not their code) and learners loaded."""
+    side = (Submission.id, Submission.user_id, Submission.created_at)
     stmt = (
         select(SimilarityPair)
         .where(SimilarityPair.run_id == run.id)
         .options(
-            selectinload(SimilarityPair.submission_a).selectinload(Submission.user),
-            selectinload(SimilarityPair.submission_b).selectinload(Submission.user),
+            selectinload(SimilarityPair.submission_a).options(load_only(*side), selectinload(Submission.user)),
+            selectinload(SimilarityPair.submission_b).options(load_only(*side), selectinload(Submission.user)),
             selectinload(SimilarityPair.exercise),
         )
         .order_by(SimilarityPair.rank)
