@@ -317,3 +317,27 @@ def test_the_sweeper_sends_lost_and_abandoned_runs_again(db_session: Session, kl
     assert claim_run(session=db_session, run_id=dead.id, lease_s=30) == 2
     assert claim_run(session=db_session, run_id=alive.id, lease_s=30) is None
     assert claim_run(session=db_session, run_id=done.id, lease_s=30) is None
+
+
+def test_celery_sends_the_run_id_to_the_cpu_queue_and_the_task_refuses_other_messages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.jobs import similarity_tasks
+    from app.jobs.dispatch import CeleryDispatcher
+
+    sent: list[tuple[str, list[object], str]] = []
+
+    class Broker:
+        def send_task(self, name: str, *, args: list[object], queue: str, retry_policy: object) -> None:
+            sent.append((name, args, queue))
+
+    CeleryDispatcher(settings=None, celery=Broker()).start_similarity(7)  # type: ignore[arg-type]
+    assert sent == [("gpulab.run_similarity", [7], "cpu")]
+    assert similarity_tasks.SIMILARITY_TASK in similarity_tasks.celery_app.tasks
+    assert "app.jobs.similarity_tasks" in similarity_tasks.celery_app.conf.include  # every worker loads it
+    ran: list[object] = []
+    monkeypatch.setattr("app.domain.similarity_runs.run_similarity", lambda run_id, **_: ran.append(run_id))
+    for bad in ("7", True, 0, None, [7]):
+        similarity_tasks.run_similarity_job(bad)
+    similarity_tasks.run_similarity_job(7)
+    assert ran == [7]
