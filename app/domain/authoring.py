@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.exercises import add_version
+from app.domain.manual_grading import version_changed
 from app.domain.models import Exercise, ExerciseCheck, ExerciseVersion, User
 from app.domain.schemas import ExerciseDetail
 from worker.bank.folders import dump_exercise_toml
@@ -215,6 +216,7 @@ def publish(*, session: Session, exercise: Exercise, version: ExerciseVersion) -
             raise Conflict(f"version {version.number} has no passed check yet; run the check first")
     exercise.current_version = version
     exercise.is_published = True
+    version_changed(session=session, exercise=exercise, version=version)  # refuses dropping graded rubric items
 
 
 def unpublish(*, exercise: Exercise) -> None:

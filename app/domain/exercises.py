@@ -14,6 +14,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.domain.manual_grading import version_changed
 from app.domain.models import Exercise, ExerciseVersion, User
 from worker.bank.spec import ExerciseSpec, load_bank
 from worker.core.errors import NotFound
@@ -72,6 +73,7 @@ def upsert_exercise(*, session: Session, spec: ExerciseSpec) -> tuple[Exercise, 
     version = add_version(session=session, exercise=exercise, spec=spec)
     exercise.current_version = version
     exercise.is_published = True
+    version_changed(session=session, exercise=exercise, version=version)  # refuses dropping graded rubric items
     return exercise, True
 
 

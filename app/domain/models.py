@@ -31,6 +31,9 @@ Contract:
 - Regrade requests (``app.domain.regrade_requests``): a ``RegradeRequest`` is one learner's request on one item
   (exercise x assignment, or practice), at most one per item; its ``RegradeMessage`` rows are the thread, each
   with its author and what it did.
+- Manual grading (``app.domain.manual_grading``): a ``ManualGrade`` is staff's grade of one staff-graded text
+  answer of a quiz attempt (the rubric item ids that apply, a comment, who and when, a revision counter), made
+  when the attempt is stored; its points reach the submission's score once it is released.
 """
 
 from __future__ import annotations
@@ -639,3 +642,30 @@ class RegradeMessage(Base):
 
     request: Mapped[RegradeRequest] = relationship(back_populates="messages")
     author: Mapped[User | None] = relationship()
+
+
+# --- manual grading (app.domain.manual_grading) ---------------------------------------------------------------
+
+
+class ManualGrade(Base):
+    """Staff's grade of one staff-graded answer of a submission against its rubric; released to the learner or not."""
+
+    __tablename__ = "manual_grades"
+    __table_args__ = (UniqueConstraint("submission_id", "question"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    submission_id: Mapped[str] = mapped_column(ForeignKey("submissions.id", ondelete="CASCADE"), index=True)
+    exercise_id: Mapped[int] = mapped_column(ForeignKey("exercises.id", ondelete="CASCADE"), index=True)
+    question: Mapped[str] = mapped_column(String(64))  # the quiz question's id
+    checked: Mapped[list[str]] = mapped_column(JSON, default=list)  # the rubric item ids that apply
+    comment: Mapped[str] = mapped_column(Text, default="")
+    points: Mapped[float | None] = mapped_column(Float, nullable=True)  # None until graded
+    max_points: Mapped[float] = mapped_column(Float, default=0.0)
+    revision: Mapped[int] = mapped_column(Integer, default=0)  # bumped by every save: two graders see each other
+    graded_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    graded_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    submission: Mapped[Submission] = relationship()
+    graded_by: Mapped[User | None] = relationship()

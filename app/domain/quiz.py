@@ -3,8 +3,10 @@
 Contract:
 - No table of its own: an attempt is a ``Submission`` against the quiz's current version whose ``code`` is the
   canonical JSON of the answers, already ``graded`` with verdict ``passed``/``failed``, and one ``TestResult``
-  per question (name = question id; outcome ``passed`` for full points, ``skipped`` if unanswered, else
-  ``failed``; message = feedback plus explanation). So the submissions API, staff lists and recovery treat
+  per question (name = question id; outcome ``passed`` for full points, ``skipped`` if unanswered, ``pending``
+  for a staff-graded answer waiting for its grade, else ``failed``; message = feedback plus explanation). A
+  pending answer also gets its ungraded ``ManualGrade`` (``app.domain.manual_grading``), whose release later
+  puts its points into the attempt. So the submissions API, staff lists and recovery treat
   attempts like any other graded submission (recovery never sees them: they are never queued).
 - Retries are unlimited; ``progress`` reports the best score over the learner's attempts on any version.
 - Functions take keyword-only arguments and never commit; the route does.
@@ -18,6 +20,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.domain.manual_grading import open_grades
 from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
 from worker.bank.quiz import QuestionResult, Quiz, QuizResult, canonical_json, check_answers, grade, parse_quiz
 from worker.core.errors import InvalidInput
@@ -47,6 +50,8 @@ def _message(result: QuestionResult) -> str:
 
 
 def _outcome(result: QuestionResult) -> str:
+    if result.pending:
+        return "pending"
     if not result.answered:
         return "skipped"
     return "passed" if result.score >= result.max_score else "failed"
@@ -98,6 +103,7 @@ def answer_quiz(
             )
         )
     session.add(submission)
+    open_grades(session=session, submission=submission, exercise=exercise, results=result.questions)
     session.flush()
     return submission, result
 

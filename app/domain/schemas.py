@@ -22,7 +22,7 @@ Contract:
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -134,6 +134,9 @@ class QuizQuestionOut(BaseModel):
     options: list[QuizOptionOut]
     min_words: int | None
     max_chars: int | None
+    grading: Literal["staff", "self"] | None = Field(
+        default=None, description="text questions: graded by staff against a rubric, or self-assessed practice"
+    )
 
 
 class QuizOut(BaseModel):
@@ -364,6 +367,7 @@ class QuizQuestionResultOut(BaseModel):
     common_mistakes: list[str]
     model_answer: str | None
     rubric: list[str]
+    pending: bool = Field(default=False, description="a staff-graded answer waiting for its grade (0 until then)")
 
 
 class QuizAttemptOut(BaseModel):

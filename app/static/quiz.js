@@ -45,7 +45,8 @@
     if (!box) return;
     box.replaceChildren();
     let state = "wrong";
-    if (!result.answered) state = "unanswered";
+    if (result.pending) state = "pending";
+    else if (!result.answered) state = "unanswered";
     else if (result.correct) state = "correct";
     else if (result.score > 0) state = "partial";
     box.className = "q-feedback " + state;

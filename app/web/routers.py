@@ -15,6 +15,7 @@ from app.web.routes import (
     api_auth,
     api_courses,
     api_exercises,
+    api_grading,
     api_instructor,
     api_lti,
     api_quiz,
@@ -28,6 +29,7 @@ from app.web.routes import (
     pages_admin,
     pages_courses,
     pages_gradebook,
+    pages_grading,
     pages_instructor,
     pages_lti_admin,
     pages_regrade_requests,
@@ -45,6 +47,7 @@ for _router in (
     api_instructor.router,
     api_regrade_requests.router,  # a learner's request that staff look again at a grade, and its thread
     api_similarity.router,  # similarity checks of an exercise's or an assignment's submissions
+    api_grading.router,  # staff grading of text answers against their rubrics
     api_admin.router,
     api_lti.router,  # /api/admin/lti: platforms, gpulab's keys, the LTI scores still owed
     health.router,  # /healthz, /readyz, /metrics: no login, no session
@@ -59,6 +62,7 @@ for _router in (
     pages_gradebook.router,
     pages_instructor.router,
     pages_similarity.router,  # /instructor/.../similarity: runs, ranked pairs, side by side
+    pages_grading.router,  # /instructor/.../grading and /grading/{id}: staff grade text answers by rubric
     pages_admin.router,
     pages_lti_admin.router,  # /admin/lti: platforms, keys, the score outbox
     pages_regrade_requests.router,  # /regrade-requests: the list and each thread

@@ -45,6 +45,7 @@ min_words = 5
 max_chars = 300
 prompt = "Explain it."
 model_answer = "SECRET-MODEL-ANSWER"
+grading = "self"
 rubric = ["SECRET-RUBRIC"]
 """
 SECRETS = ("SECRET-", '"answer"', '"correct"', "explanation", "model_answer", "rubric")

@@ -21,6 +21,6 @@ def test_quiz_page_renders_questions_without_keys(learner_client: TestClient, qu
     html = response.text
     assert html.count("<fieldset") == 3 and html.count("<legend") == 3
     assert 'type="radio" name="q1" value="b"' in html and 'type="checkbox" name="q2" value="c"' in html
-    assert 'id="answer-q3"' in html and "Self-assessed" in html and 'maxlength="300"' in html
+    assert 'id="answer-q3"' in html and "Practice, self-assessed" in html and 'maxlength="300"' in html
     assert "/static/quiz.js" in html and "Answer the <strong>questions</strong>." in html
     assert "SECRET-" not in html

@@ -41,6 +41,7 @@ min_words = 6
 max_chars = 200
 prompt = "Explain."
 model_answer = "MODEL-ANSWER"
+grading = "self"
 rubric = ["RUBRIC-1"]
 
 [[question]]

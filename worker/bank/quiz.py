@@ -19,9 +19,12 @@ Contract (authors' guide: "Quiz format" in ``exercises/README.md``):
   - ``single``: all points for the keyed option, else none.
   - ``multiple``: ``points * max(0, right picks - wrong picks) / number of keyed options``; it counts as correct
     only when the picks are exactly the key. Picking everything therefore earns nothing unless all are keyed.
-  - ``text``: self-assessed. All points once the answer has ``min_words`` words with letters in them, at least
-    half of them different; only then are the model answer and the rubric returned, so an empty answer never
-    unlocks them.
+  - ``text`` with ``grading = "staff"`` (the default): any non-empty answer is *pending*, 0 points until staff
+    grade it against the rubric's items (``app.domain.manual_grading``); ``TextQuestion.rubric_score`` is the sum of
+    the checked items' points, clamped to 0..``points``.
+  - ``text`` with ``grading = "self"`` (practice, labelled so): all points once the answer has ``min_words`` words
+    with letters in them, at least half of them different; only then are the model answer and the rubric
+    returned, so an empty answer never unlocks them.
   - an unanswered question scores 0 and gets only its hint: its explanation would give the key away.
   The attempt passes when its score is at least ``pass_percent`` of the maximum.
 """
@@ -38,8 +41,10 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     StringConstraints,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -70,6 +75,7 @@ Text = Annotated[str, StringConstraints(strip_whitespace=True)]
 Required = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 Flag = Annotated[bool, Field(strict=True)]
 Points = Annotated[float, Field(strict=True, gt=0, le=100)]
+RubricPoints = Annotated[float, Field(strict=True, ge=-100, le=100)]
 QuestionId = Annotated[str, Field(pattern=ID_RE.pattern)]
 OptionId = Annotated[str, Field(pattern=OPTION_ID_RE.pattern)]
 
@@ -250,6 +256,7 @@ class _Question(FormatModel):
             "options": [],
             "min_words": None,
             "max_chars": None,
+            "grading": None,
         }
 
 
@@ -333,15 +340,80 @@ class MultipleQuestion(_ChoiceQuestion):
         return None
 
 
+class RubricItem(FormatModel):
+    """One line of a text question's rubric: what staff look for, and the points it adds (or, negative, takes)."""
+
+    id: QuestionId
+    text: Required
+    points: RubricPoints
+
+    @field_validator("points")
+    @classmethod
+    def _not_zero(cls, points: float) -> float:
+        """Refuse an item worth nothing: it would change no grade."""
+        if points == 0:
+            raise ValueError("must not be 0: an item adds points (positive) or takes them off (negative)")
+        return points
+
+
+def _line_kind(value: Any) -> str:
+    return "text" if isinstance(value, str) else "item"
+
+
+# A rubric line is a table (an item) or a string; the discriminator keeps errors about the one that was meant.
+RubricLine = Annotated[
+    Annotated[RubricItem, Tag("item")] | Annotated[Required, Tag("text")], Discriminator(_line_kind)
+]
+
+
 class TextQuestion(_Question):
-    """Explain in your own words: self-assessed against a model answer and a rubric."""
+    """Explain in your own words: graded by staff against a rubric, or, as practice, self-assessed."""
 
     type: Literal["text"]
+    grading: Literal["staff", "self"] = "staff"
     explanation: Text = ""
     min_words: Annotated[int, Field(strict=True, ge=1, le=500)] = DEFAULT_MIN_WORDS
     max_chars: Annotated[int, Field(strict=True, ge=100, le=MAX_CHARS_LIMIT)] = DEFAULT_MAX_CHARS
     model_answer: Required
-    rubric: tuple[Required, ...] = Field(min_length=1)  # the points a learner ticks off
+    # Staff grading: items with ids and points. Self-assessment: the lines a learner ticks off (items or text).
+    rubric: tuple[RubricLine, ...] = Field(min_length=1)
+    comments: tuple[Required, ...] = ()  # reusable comments offered to graders
+
+    @model_validator(mode="after")
+    def _rubric_fits_grading(self) -> TextQuestion:
+        """Refuse a staff rubric without points, with an id twice or with nothing to earn."""
+        if self.grading == "self":
+            if self.comments:
+                raise ValueError("comments are for staff grading; a self-assessed question takes none")
+            return self
+        plain = [r for r in self.rubric if not isinstance(r, RubricItem)]
+        if plain:
+            raise ValueError(
+                f"grading = \"staff\" needs rubric items with points, like {{ id = \"names-replicas\", points = 1, "
+                f"text = \"...\" }}, not plain text such as {plain[0][:40]!r} (or set grading = \"self\")"
+            )
+        twice = _twice(r.id for r in self.rubric_items)
+        if twice is not None:
+            raise ValueError(f"rubric item id {twice!r} is used twice; item ids are unique within the question")
+        if not any(r.points > 0 for r in self.rubric_items):
+            raise ValueError("the rubric needs at least one item with positive points, or no answer could earn any")
+        return self
+
+    @property
+    def rubric_items(self) -> tuple[RubricItem, ...]:
+        """Return the rubric as items (plain lines of a self-assessed rubric get ids ``r1``, ``r2``... and 1 point)."""
+        return tuple(r if isinstance(r, RubricItem) else RubricItem(id=f"r{i}", text=r, points=1.0)
+                     for i, r in enumerate(self.rubric, start=1))  # fmt: skip
+
+    @property
+    def staff_graded(self) -> bool:
+        return self.grading == "staff"
+
+    def rubric_score(self, checked: Iterable[str]) -> float:
+        """Return the points of the checked item ids, clamped to 0..``points``."""
+        chosen = set(checked)
+        total = sum(r.points for r in self.rubric_items if r.id in chosen)
+        return round(min(self.points, max(0.0, total)), 6)
 
     @property
     def program(self) -> None:
@@ -350,7 +422,8 @@ class TextQuestion(_Question):
 
     def public(self) -> dict[str, Any]:
         """Return what a learner may see before answering."""
-        return {**super().public(), "min_words": self.min_words, "max_chars": self.max_chars}
+        return {**super().public(), "min_words": self.min_words, "max_chars": self.max_chars,
+                "grading": self.grading}  # fmt: skip
 
 
 Question = Annotated[SingleQuestion | MultipleQuestion | TextQuestion, Field(discriminator="type")]
@@ -429,6 +502,7 @@ class QuestionResult:
     common_mistakes: list[str]
     model_answer: str | None = None
     rubric: list[str] = field(default_factory=list)
+    pending: bool = False  # a staff-graded answer waiting for its grade
 
 
 @dataclass(frozen=True)
@@ -437,6 +511,11 @@ class QuizResult:
     max_score: float
     passed: bool
     questions: list[QuestionResult]
+
+    @property
+    def pending(self) -> list[str]:
+        """Return the ids of the answers waiting for staff grading."""
+        return [q.id for q in self.questions if q.pending]
 
 
 # ---- answers -----------------------------------------------------------------------------------------------
@@ -518,12 +597,24 @@ def _grade_choice(question: ChoiceQuestion, picked: list[str]) -> QuestionResult
     )
 
 
+STAFF_PENDING = (
+    "Sent to staff, who grade it against the rubric. Its points count once they release the grades; until then "
+    "it counts 0."
+)
+
+
 def _grade_text(question: TextQuestion, text: str) -> QuestionResult:
+    if question.staff_graded:
+        return QuestionResult(
+            id=question.id, answered=True, correct=False, score=0.0, max_score=question.points,
+            feedback=STAFF_PENDING, explanation=None, hint=None, common_mistakes=[], pending=True,
+        )  # fmt: skip
     words, distinct = count_words(text)
     complete = words >= question.min_words and distinct * 2 >= question.min_words
     if complete:
         feedback = (
-            "Complete (self-assessed): compare your answer with the model answer and tick off the rubric yourself."
+            "Complete (practice, self-assessed): compare your answer with the model answer and tick off the rubric "
+            "yourself."
         )
     else:
         feedback = (
@@ -541,7 +632,7 @@ def _grade_text(question: TextQuestion, text: str) -> QuestionResult:
         hint=question.hint or None,
         common_mistakes=list(question.common_mistakes) if complete else [],
         model_answer=question.model_answer if complete else None,
-        rubric=list(question.rubric) if complete else [],
+        rubric=[r.text for r in question.rubric_items] if complete else [],
     )
 
 

@@ -1,0 +1,90 @@
+"""``/api/instructor/exercises/{slug}/grades`` and ``/api/grades/{id}``: the grading queue, one grade, release.
+
+Contract: as the grading pages (``app.web.routes.pages_grading``): the queue and releasing for instructors and
+admins, one grade for whoever ``manual_grading.may_grade``. A save names the ``revision`` it was based on; another
+grader's save in between is a 409, never a silent overwrite.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from app.domain import manual_grading as mg
+from app.domain.models import ManualGrade
+from app.domain.schemas import UtcDatetime
+from app.web.deps import CurrentUser, InstructorDep, RowId, SessionDep, StaffExerciseDep
+from app.web.errors import problem_responses
+
+router = APIRouter(tags=["grading"])
+
+
+class GradeOut(BaseModel):
+    id: int
+    submission_id: str
+    learner: str | None
+    question: str
+    answer: str = Field(description="the learner's text answer")
+    checked: list[str] = Field(description="the rubric item ids that apply")
+    comment: str
+    points: float | None = Field(description="None until graded")
+    max_points: float
+    revision: int = Field(description="send it back with a save: a stale one is refused (409)")
+    graded_by: str | None
+    graded_at: UtcDatetime | None
+    released_at: UtcDatetime | None
+
+    @classmethod
+    def of(cls, grade: ManualGrade) -> GradeOut:
+        sub = grade.submission
+        return cls(
+            id=grade.id, submission_id=grade.submission_id, learner=sub.user.email if sub.user else None,
+            question=grade.question, answer=mg.answer_text(grade), checked=list(grade.checked), comment=grade.comment,
+            points=grade.points, max_points=grade.max_points, revision=grade.revision,
+            graded_by=grade.graded_by.email if grade.graded_by else None, graded_at=grade.graded_at,
+            released_at=grade.released_at,
+        )  # fmt: skip
+
+
+class GradeIn(BaseModel):
+    checked: list[str] = Field(max_length=200)
+    comment: str = Field(default="", max_length=mg.MAX_COMMENT_CHARS)
+    revision: int = Field(ge=0, le=mg.MAX_ID)
+
+
+class ReleasedOut(BaseModel):
+    released: int
+
+
+GRADE_ERRORS = problem_responses(404, described={404: "no such grade that you may grade"})
+SAVE_ERRORS = problem_responses(404, 409, 422, described={409: "another grader saved it since your revision"})
+
+
+@router.get("/api/instructor/exercises/{slug}/grades")
+def list_grades(_user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> list[GradeOut]:
+    """List the exercise's grades of staff-graded answers, oldest attempt first."""
+    return [GradeOut.of(g) for g in mg.queue(session=session, exercise=exercise)]
+
+
+@router.post("/api/instructor/exercises/{slug}/grades/release")
+def release_grades(user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> ReleasedOut:
+    """Release every graded, unreleased answer of the exercise: its points reach the learner's score."""
+    released = mg.release(session=session, exercise=exercise, user=user)
+    session.commit()
+    return ReleasedOut(released=released)
+
+
+@router.get("/api/grades/{grade_id}", responses=GRADE_ERRORS)
+def get_grade(grade_id: RowId, user: CurrentUser, session: SessionDep) -> GradeOut:
+    """Return one grade with the learner's answer."""
+    return GradeOut.of(mg.get_grade(session=session, grade_id=grade_id, user=user))
+
+
+@router.put("/api/grades/{grade_id}", responses=SAVE_ERRORS)
+def save_grade(grade_id: RowId, body: GradeIn, user: CurrentUser, session: SessionDep) -> GradeOut:
+    """Grade an answer: the rubric items that apply and a comment, based on ``revision``."""
+    grade = mg.get_grade(session=session, grade_id=grade_id, user=user)
+    mg.save(session=session, grade=grade, user=user, checked=body.checked, comment=body.comment,
+            revision=body.revision)  # fmt: skip
+    session.commit()
+    return GradeOut.of(grade)

@@ -1,0 +1,33 @@
+"""The card quizzes' text questions are graded by staff against point rubrics that can award full marks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from worker.bank.quiz import TextQuestion, parse_quiz
+
+BANK = Path(__file__).resolve().parents[2] / "exercises"
+QUIZZES = sorted(p.parent.name for p in BANK.glob("quiz-*/quiz.toml"))
+
+
+def test_the_four_card_quizzes_are_there_with_their_text_questions() -> None:
+    assert len(QUIZZES) == 4, QUIZZES
+    texts = [f"{s}::{q.id}" for s in QUIZZES for q in parse_quiz(s, (BANK / s / "quiz.toml").read_text()).questions
+             if isinstance(q, TextQuestion)]  # fmt: skip
+    assert len(texts) >= 3, texts
+
+
+@pytest.mark.parametrize("slug", QUIZZES)
+def test_text_questions_are_staff_graded_with_points_that_reach_full_marks(slug: str) -> None:
+    quiz = parse_quiz(slug, (BANK / slug / "quiz.toml").read_text())
+    for question in quiz.questions:
+        if not isinstance(question, TextQuestion):
+            continue
+        assert question.grading == "staff", f"{slug}::{question.id} is self-assessed"
+        positive = [r.id for r in question.rubric_items if r.points > 0]
+        assert len(positive) >= 2, f"{slug}::{question.id}: a rubric of one item is a yes/no, not a rubric"
+        assert question.rubric_score(positive) == question.points, f"{slug}::{question.id} cannot reach full marks"
+        assert question.rubric_score([r.id for r in question.rubric_items if r.points < 0]) == 0
+        assert question.comments, f"{slug}::{question.id} offers graders no reusable comment"
