@@ -6,14 +6,16 @@ Contract:
   attempt's ``TestResult`` for that question says ``pending``.
 - Who grades: instructors and admins; for an attempt made under an assignment, the course's TAs too
   (``may_grade``). Anyone else gets ``NotFound``.
-- ``queue``: an exercise's grades, oldest attempt first; ``next_ungraded`` the first ungraded one after
-  ``after`` (or from the start), so a grader can skip one; ``counts`` how many are ungraded, graded, released.
+- ``queue``: an exercise's grades (or those of the work under an assignment, for its course's staff), oldest
+  attempt first; ``next_ungraded`` the first ungraded one after ``after`` (or from the start), so a grader can
+  skip one; ``counts`` how many are ungraded, graded, released.
 - ``save``: the checked rubric item ids (each must be an item of the question in the exercise's current quiz:
   ``InvalidInput`` otherwise) and a comment (at most ``MAX_COMMENT_CHARS``). ``revision`` must be the one the
   grader loaded, else ``Conflict``: another grader saved in between, and the caller shows their version instead
   of silently overwriting it. Points are ``TextQuestion.rubric_score``: the checked items' sum, clamped to
   0..points. Each save records who and when and bumps the revision.
-- ``release``: every graded, unreleased grade of the exercise becomes the learner's (``released_at``); from then
+- ``release`` (instructors and admins; an assignment's also by its course's instructors, not its TAs): every
+  graded, unreleased grade of the exercise (or assignment) becomes the learner's (``released_at``); from then
   on its points are in the submission (``apply``): the question's ``TestResult`` gets the points, an outcome
   (``passed`` at full points, else ``failed``) and a message listing the rubric items met and missed, plus the
   comment; the submission's score is the sum of its tests' points and its verdict follows the quiz's pass
@@ -30,13 +32,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, select
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain import courses
 from app.domain.lti.scores import queue_score
 from app.domain.models import (
     Assignment,
+    CourseRole,
     Exercise,
     ExerciseVersion,
     ManualGrade,
@@ -115,42 +118,48 @@ def get_grade(*, session: Session, grade_id: int, user: User) -> ManualGrade:
     return grade
 
 
-def _of_exercise(exercise: Exercise) -> Select[ManualGrade]:
-    return (
-        select(ManualGrade)
-        .join(Submission, ManualGrade.submission_id == Submission.id)
-        .where(ManualGrade.exercise_id == exercise.id)
-        .order_by(Submission.created_at, ManualGrade.id)
+def _scoped(*, exercise: Exercise | None = None, assignment: Assignment | None = None) -> Select[ManualGrade]:
+    stmt = select(ManualGrade).join(Submission, ManualGrade.submission_id == Submission.id)
+    if exercise is not None:
+        stmt = stmt.where(ManualGrade.exercise_id == exercise.id)
+    if assignment is not None:
+        stmt = stmt.where(Submission.assignment_id == assignment.id)
+    return stmt.order_by(Submission.created_at, ManualGrade.id)
+
+
+def queue(
+    *, session: Session, exercise: Exercise | None = None, assignment: Assignment | None = None, limit: int = 500
+) -> list[ManualGrade]:
+    """Return the grades of an exercise (or of the work under an assignment), oldest attempt first."""
+    stmt = _scoped(exercise=exercise, assignment=assignment).options(
+        selectinload(ManualGrade.submission).selectinload(Submission.user)
     )
-
-
-def queue(*, session: Session, exercise: Exercise, limit: int = 500) -> list[ManualGrade]:
-    """Return the exercise's grades, oldest attempt first (at most ``limit``)."""
-    stmt = _of_exercise(exercise).options(selectinload(ManualGrade.submission).selectinload(Submission.user))
     return list(session.scalars(stmt.limit(limit)))
 
 
-def next_ungraded(*, session: Session, exercise: Exercise, after: ManualGrade | None = None) -> ManualGrade | None:
-    """Return the oldest ungraded grade of the exercise, after ``after`` in the queue when given."""
-    stmt = _of_exercise(exercise).where(ManualGrade.graded_at.is_(None))
+def next_ungraded(
+    *,
+    session: Session,
+    exercise: Exercise | None = None,
+    assignment: Assignment | None = None,
+    after: ManualGrade | None = None,
+) -> ManualGrade | None:
+    """Return the oldest ungraded grade of the exercise (or assignment), after ``after`` in the queue when given."""
+    stmt = _scoped(exercise=exercise, assignment=assignment).where(ManualGrade.graded_at.is_(None))
     if after is not None:
-        key = (after.submission.created_at, after.id)
-        stmt = stmt.where(
-            (Submission.created_at > key[0]) | ((Submission.created_at == key[0]) & (ManualGrade.id > key[1]))
-        )
+        at, key = after.submission.created_at, after.id
+        stmt = stmt.where((Submission.created_at > at) | ((Submission.created_at == at) & (ManualGrade.id > key)))
     return session.scalars(stmt.limit(1)).first()
 
 
-def counts(*, session: Session, exercise: Exercise) -> Counts:
-    """Count the exercise's grades: ungraded, graded but not released, released."""
-    rows = session.execute(
-        select(ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_not(None), func.count())
-        .where(ManualGrade.exercise_id == exercise.id)
-        .group_by(ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_not(None))
-    ).all()
-    tally = {(bool(g), bool(r)): int(n) for g, r, n in rows}
-    return Counts(ungraded=tally.get((False, False), 0), graded=tally.get((True, False), 0),
-                  released=tally.get((True, True), 0))  # fmt: skip
+def counts(*, session: Session, exercise: Exercise | None = None, assignment: Assignment | None = None) -> Counts:
+    """Count the grades of an exercise (or assignment): ungraded, graded but not released, released."""
+    rows = session.execute(_scoped(exercise=exercise, assignment=assignment).order_by(None).with_only_columns(
+        ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_not(None)
+    )).all()  # fmt: skip
+    graded = [bool(g) for g, _ in rows]
+    released = sum(1 for _, r in rows if r)
+    return Counts(ungraded=graded.count(False), graded=graded.count(True) - released, released=released)
 
 
 def _comment(text: str) -> str:
@@ -234,14 +243,23 @@ def apply(*, session: Session, submission: Submission) -> None:
     queue_score(session=session, submission=submission)
 
 
-def release(*, session: Session, exercise: Exercise, user: User) -> int:
-    """Release every graded, unreleased grade of ``exercise`` to its learner; return how many (staff only)."""
-    if user.role not in (Role.instructor, Role.admin):
-        raise NotFound(f"no exercise {exercise.slug!r} to release grades of")
-    chosen = list(session.scalars(
-        select(ManualGrade).where(ManualGrade.exercise_id == exercise.id, ManualGrade.graded_at.is_not(None),
-                                  ManualGrade.released_at.is_(None))
-    ))  # fmt: skip
+def may_release(*, session: Session, user: User, assignment: Assignment | None = None) -> bool:
+    """Say whether ``user`` may release grades: instructors and admins; for an assignment, its course's instructors."""
+    if user.role in (Role.instructor, Role.admin):
+        return True
+    if assignment is None:
+        return False
+    return courses.course_role(session=session, course=assignment.course, user=user) is CourseRole.instructor
+
+
+def release(
+    *, session: Session, user: User, exercise: Exercise | None = None, assignment: Assignment | None = None
+) -> int:
+    """Release every graded, unreleased grade of the exercise (or assignment) to its learner; return how many."""
+    if not may_release(session=session, user=user, assignment=assignment):
+        raise NotFound("no grades here that you may release")
+    stmt = _scoped(exercise=exercise, assignment=assignment)
+    chosen = list(session.scalars(stmt.where(ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_(None))))
     now = utcnow()
     for grade in chosen:
         grade.released_at = now

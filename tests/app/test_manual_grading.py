@@ -243,3 +243,43 @@ def test_the_api_lists_saves_with_revisions_and_releases(
     login(client, learner)
     assert client.get(url).status_code == 404
     assert client.get(f"/api/instructor/exercises/{quiz.slug}/grades").status_code == 403
+
+
+def test_a_ta_works_through_the_assignments_queue_but_only_instructors_release(
+    client: TestClient, login: Callable[..., None], db_session: Session, quiz: Exercise, learner: User,
+    make_user: Callable[..., User], instructor: User,
+) -> None:  # fmt: skip
+    ta = make_user(Role.learner)
+    course = courses.create_course(session=db_session, slug=f"q-{uuid.uuid4().hex[:6]}", title="Q", creator=instructor)
+    courses.enroll(session=db_session, course=course, user=learner)
+    courses.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
+    db_session.commit()
+    assignment = add_assignment(db_session, course, "Week 1", 0, [(quiz, 1.0)])
+    attempt(db_session, quiz, learner)  # practice: not in the assignment's queue
+    sub, _ = answer_quiz(session=db_session, user=learner, exercise=quiz, answers={"explain": "Two replicas."},
+                         assignment_id=assignment.id)  # fmt: skip
+    db_session.commit()
+    queue_url = f"/courses/{course.slug}/assignments/{assignment.id}/grading"
+    login(client, ta)
+    page = client.get(queue_url)
+    assert page.status_code == 200 and "<strong>1</strong> to grade" in page.text and 'id="release"' not in page.text
+    assert client.get(f"/courses/nope/assignments/{assignment.id}/grading").status_code == 404
+    first = client.get(f"{queue_url}/next", follow_redirects=False).headers["location"]
+    grade = grade_of(db_session, sub)
+    assert first == f"/grading/{grade.id}?queue=a{assignment.id}"
+    form = client.get(first).text
+    assert f'href="{queue_url}"' in form
+    token = _csrf(client, first)
+    saved = client.post(f"/grading/{grade.id}", data={"csrf_token": token, "item": ["names"], "revision": "0",
+                                                     "then": "next", "queue": f"a{assignment.id}"},
+                        follow_redirects=False)  # fmt: skip
+    assert saved.headers["location"] == f"{queue_url}/next?after={grade.id}"
+    assert client.post(f"{queue_url}/release", data={"csrf_token": token}).status_code == 404
+    login(client, learner)
+    assert client.get(queue_url).status_code == 403
+    login(client, instructor)
+    token = _csrf(client, queue_url)
+    assert client.post(f"{queue_url}/release", data={"csrf_token": token}, follow_redirects=False).status_code == 303
+    db_session.refresh(sub)
+    assert sub.score == 2.0  # only the assignment's answer was released
+    assert mg.counts(session=db_session, exercise=quiz) == mg.Counts(ungraded=1, graded=0, released=1)

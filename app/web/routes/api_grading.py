@@ -69,7 +69,7 @@ def list_grades(_user: InstructorDep, exercise: StaffExerciseDep, session: Sessi
 @router.post("/api/instructor/exercises/{slug}/grades/release")
 def release_grades(user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> ReleasedOut:
     """Release every graded, unreleased answer of the exercise: its points reach the learner's score."""
-    released = mg.release(session=session, exercise=exercise, user=user)
+    released = mg.release(session=session, user=user, exercise=exercise)
     session.commit()
     return ReleasedOut(released=released)
 

@@ -1,78 +1,175 @@
-"""Staff grading pages: an exercise's grading queue, one answer's grading form, releasing the grades.
+"""Staff grading pages: a grading queue (an exercise's, or the work under an assignment), one answer's form, release.
 
-Contract: the queue and releasing are for instructors and admins (``InstructorDep``); one grade's page is for
-whoever ``manual_grading.may_grade`` (course TAs too, for assignment work; anyone else gets the 404 page). Forms
-carry the CSRF token and answer with a redirect; a refused save (an unknown item, a comment too long: 422; another
-grader saved first: 409) shows the form again with the reason, the grader's input kept and, on a conflict, the
-other grader's saved grade beside it.
+Contract: an exercise's queue is for instructors and admins (``InstructorDep``); an assignment's for its course's
+instructors and TAs (``AssignmentStaffDep``), whose instructors (not TAs) may release it. One grade's page is for
+whoever ``manual_grading.may_grade``; anyone else gets the 404 page. The page keeps the queue it was opened from
+(``queue=a<assignment id>``, or the exercise's), so "save and next" and "skip" stay in it. Forms carry the CSRF
+token and answer with a redirect; a refused save (an unknown item, a comment too long: 422; another grader saved
+first: 409) shows the form again with the reason and the grader's input kept and, on a conflict, the other
+grader's saved grade beside it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
 from app.domain import manual_grading as mg
 from app.domain.markdown import render_markdown
-from app.domain.models import Exercise, ManualGrade, User
-from app.web.deps import CurrentUser, InstructorDep, RowId, SessionDep, StaffExerciseDep
+from app.domain.models import Assignment, Exercise, ManualGrade, User
+from app.web.deps import AssignmentStaffDep, CurrentUser, InstructorDep, RowId, SessionDep, StaffExerciseDep
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from worker.core.errors import Conflict, GpulabError
+from worker.core.errors import Conflict, GpulabError, NotFound
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])
+QueueKey = Annotated[str, Query(max_length=16, pattern=r"^(a[0-9]{1,10})?$")]
 
 
-def _queue_url(slug: str) -> str:
-    return f"/instructor/exercises/{quote(slug)}/grading"
+@dataclass(frozen=True)
+class Scope:
+    """The queue a grader works through: an exercise's, or the work under one assignment."""
+
+    title: str
+    url: str
+    key: str  # "" for an exercise's queue, "a<id>" for an assignment's
+    crumbs: tuple[tuple[str, str], ...]
+    exercise: Exercise | None = None
+    assignment: Assignment | None = None
+
+
+def exercise_scope(exercise: Exercise) -> Scope:
+    title = exercise.current_version.title if exercise.current_version else exercise.slug
+    url = f"/instructor/exercises/{quote(exercise.slug)}"
+    return Scope(title=title, url=f"{url}/grading", key="", exercise=exercise,
+                 crumbs=(("Instructor", "/instructor"), (exercise.slug, url)))  # fmt: skip
+
+
+def assignment_scope(assignment: Assignment) -> Scope:
+    course = assignment.course
+    url = f"/courses/{quote(course.slug)}/assignments/{assignment.id}"
+    return Scope(title=assignment.title, url=f"{url}/grading", key=f"a{assignment.id}", assignment=assignment,
+                 crumbs=(("Courses", "/courses"), (course.title, f"/courses/{quote(course.slug)}"),
+                         (assignment.title, url)))  # fmt: skip
+
+
+def _queue_page(request: Request, user: User, session: Session, scope: Scope, *, can_release: bool) -> Response:
+    rows = mg.queue(session=session, exercise=scope.exercise, assignment=scope.assignment)
+    counts = mg.counts(session=session, exercise=scope.exercise, assignment=scope.assignment)
+    return render(request, "instructor/grading.html", user=user, scope=scope, rows=rows, counts=counts,
+                  can_release=can_release)  # fmt: skip
+
+
+def _next(request: Request, session: Session, scope: Scope, after: int) -> Response:
+    previous = session.get(ManualGrade, after) if 0 < after <= mg.MAX_ID else None
+    found = mg.next_ungraded(session=session, exercise=scope.exercise, assignment=scope.assignment, after=previous)
+    if found is None and previous is not None:  # wrap around to the ones skipped
+        found = mg.next_ungraded(session=session, exercise=scope.exercise, assignment=scope.assignment)
+    if found is None:
+        flash(request, "Nothing left to grade here.")
+        return redirect(scope.url)
+    return redirect(f"/grading/{found.id}" + (f"?queue={scope.key}" if scope.key else ""))
+
+
+def _release(request: Request, session: Session, user: User, scope: Scope) -> Response:
+    released = mg.release(session=session, user=user, exercise=scope.exercise, assignment=scope.assignment)
+    session.commit()
+    flash(request, f"Released {released} grade{'' if released == 1 else 's'}: learners now see them." if released
+          else "Nothing to release: every graded answer is released already.")  # fmt: skip
+    return redirect(scope.url)
+
+
+def _assignment(access: AssignmentStaffDep, slug: str) -> Assignment:
+    if access.course.slug != slug:
+        raise NotFound(f"no assignment {access.assignment.id} in the course {slug[:64]!r}")
+    return access.assignment
+
+
+# --- an exercise's queue (instructors and admins) ---------------------------------------------------------------
 
 
 @router.get("/instructor/exercises/{slug}/grading")
-def queue_page(request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> Response:
-    rows = mg.queue(session=session, exercise=exercise)
-    counts = mg.counts(session=session, exercise=exercise)
-    return render(request, "instructor/grading.html", user=user, exercise=exercise, rows=rows, counts=counts)
+def exercise_queue(request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> Response:
+    return _queue_page(request, user, session, exercise_scope(exercise), can_release=True)
 
 
 @router.get("/instructor/exercises/{slug}/grading/next")
-def next_page(
-    request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep, after: int = 0
+def exercise_next(
+    request: Request, _user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep, after: int = 0
 ) -> Response:
-    previous = session.get(ManualGrade, after) if 0 < after <= mg.MAX_ID else None
-    if previous is not None and previous.exercise_id != exercise.id:
-        previous = None
-    found = mg.next_ungraded(session=session, exercise=exercise, after=previous)
-    if found is None and previous is not None:  # wrap around to the ones skipped
-        found = mg.next_ungraded(session=session, exercise=exercise)
-    if found is None:
-        flash(request, "Nothing left to grade here.")
-        return redirect(_queue_url(exercise.slug))
-    return redirect(f"/grading/{found.id}")
+    return _next(request, session, exercise_scope(exercise), after)
+
+
+@router.post("/instructor/exercises/{slug}/grading/release")
+def exercise_release(
+    request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep
+) -> Response:
+    return _release(request, session, user, exercise_scope(exercise))
+
+
+# --- an assignment's queue (its course's instructors and TAs) ---------------------------------------------------
+
+
+@router.get("/courses/{slug}/assignments/{assignment_id}/grading")
+def assignment_queue(request: Request, slug: str, access: AssignmentStaffDep, session: SessionDep) -> Response:
+    assignment = _assignment(access, slug)
+    can_release = mg.may_release(session=session, user=access.user, assignment=assignment)
+    return _queue_page(request, access.user, session, assignment_scope(assignment), can_release=can_release)
+
+
+@router.get("/courses/{slug}/assignments/{assignment_id}/grading/next")
+def assignment_next(
+    request: Request, slug: str, access: AssignmentStaffDep, session: SessionDep, after: int = 0
+) -> Response:
+    return _next(request, session, assignment_scope(_assignment(access, slug)), after)
+
+
+@router.post("/courses/{slug}/assignments/{assignment_id}/grading/release")
+def assignment_release(request: Request, slug: str, access: AssignmentStaffDep, session: SessionDep) -> Response:
+    return _release(request, session, access.user, assignment_scope(_assignment(access, slug)))
+
+
+# --- one answer -------------------------------------------------------------------------------------------------
+
+
+def _scope_of(session: Session, grade: ManualGrade, key: str) -> Scope:
+    """Return the queue ``key`` names when the grade is in it, else the exercise's."""
+    if key.startswith("a") and grade.submission.assignment_id == int(key[1:]):
+        assignment = session.get(Assignment, grade.submission.assignment_id)
+        if assignment is not None:
+            return assignment_scope(assignment)
+    exercise = session.get(Exercise, grade.exercise_id)
+    assert exercise is not None  # the foreign key cascades
+    return exercise_scope(exercise)
 
 
 def _grade_page(
-    request: Request, user: User, session: Session, grade: ManualGrade, *, error: str = "",
+    request: Request, user: User, session: Session, grade: ManualGrade, key: str, *, error: str = "",
     mine: tuple[list[str], str] | None = None, status_code: int = 200,
 ) -> Response:  # fmt: skip
     exercise = session.get(Exercise, grade.exercise_id)
     assert exercise is not None
     question = mg.question_of(exercise, grade.question)
+    scope = _scope_of(session, grade, key)
     checked, comment = mine if mine is not None else (list(grade.checked), grade.comment)
     return render(
         request, "instructor/grade.html", status_code=status_code, user=user, exercise=exercise, grade=grade,
-        question=question, prompt_html=render_markdown(question.prompt), answer=mg.answer_text(grade), checked=checked,
-        comment=comment, error=error, conflict=status_code == 409,
-        counts=mg.counts(session=session, exercise=exercise),
+        question=question, prompt_html=render_markdown(question.prompt), answer=mg.answer_text(grade),
+        checked=checked, comment=comment, error=error, conflict=status_code == 409, scope=scope,
+        counts=mg.counts(session=session, exercise=scope.exercise, assignment=scope.assignment),
     )  # fmt: skip
 
 
 @router.get("/grading/{grade_id}")
-def grade_page(request: Request, grade_id: RowId, user: CurrentUser, session: SessionDep) -> Response:
-    return _grade_page(request, user, session, mg.get_grade(session=session, grade_id=grade_id, user=user))
+def grade_page(
+    request: Request, grade_id: RowId, user: CurrentUser, session: SessionDep, queue: QueueKey = ""
+) -> Response:
+    return _grade_page(request, user, session, mg.get_grade(session=session, grade_id=grade_id, user=user), queue)
 
 
 @router.post("/grading/{grade_id}")
@@ -85,6 +182,7 @@ def save_grade(
     comment: Annotated[str, Form(max_length=mg.MAX_COMMENT_CHARS + 100)] = "",
     revision: Annotated[int, Form(ge=0, le=mg.MAX_ID)] = 0,
     then: Annotated[str, Form(max_length=8)] = "",
+    queue: Annotated[str, Form(max_length=16, pattern=r"^(a[0-9]{1,10})?$")] = "",
 ) -> Response:
     grade = mg.get_grade(session=session, grade_id=grade_id, user=user)
     checked = list(item or [])
@@ -95,18 +193,10 @@ def save_grade(
         session.rollback()
         grade = mg.get_grade(session=session, grade_id=grade_id, user=user)
         code = 409 if isinstance(exc, Conflict) else http_status(exc)
-        return _grade_page(request, user, session, grade, error=exc.message, mine=(checked, comment), status_code=code)
+        return _grade_page(request, user, session, grade, queue, error=exc.message, mine=(checked, comment),
+                           status_code=code)  # fmt: skip
     flash(request, f"Saved: {grade.points or 0:g} of {grade.max_points:g} points.")
-    exercise = session.get(Exercise, grade.exercise_id)
-    if then == "next" and exercise is not None:
-        return redirect(f"{_queue_url(exercise.slug)}/next?after={grade.id}")
-    return redirect(f"/grading/{grade.id}")
-
-
-@router.post("/instructor/exercises/{slug}/grading/release")
-def release(request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> Response:
-    released = mg.release(session=session, exercise=exercise, user=user)
-    session.commit()
-    flash(request, f"Released {released} grade{'' if released == 1 else 's'}: learners now see them." if released
-          else "Nothing to release: every graded answer is released already.")  # fmt: skip
-    return redirect(_queue_url(exercise.slug))
+    scope = _scope_of(session, grade, queue)
+    if then == "next":
+        return redirect(f"{scope.url}/next?after={grade.id}")
+    return redirect(f"/grading/{grade.id}" + (f"?queue={scope.key}" if scope.key else ""))
