@@ -1,9 +1,16 @@
-"""Staff grading of quiz text answers against their rubrics: the queue, one grade, release, and re-scoring.
+"""Staff grading against rubrics, of quiz text answers and of code: the queue, one grade, release, re-scoring.
 
 Contract:
 - A staff-graded text question (``grading = "staff"``, the default) earns nothing when answered: ``open_grades``
   (called by ``quiz.answer_quiz``) adds one ungraded ``ManualGrade`` per pending answer of the attempt, and the
   attempt's ``TestResult`` for that question says ``pending``.
+- A code exercise with ``[[rubric]]`` items in its ``exercise.toml``: ``open_code_grade`` (called where a grading
+  is stored) adds one ungraded grade (question ``CODE``) for the learner's newest graded submission of the item
+  (exercise x assignment, or practice), replacing an older one nobody graded yet. Its points (the checked items'
+  sum, at most the positive items' sum, deductions allowed) and its line comments come on top of the tests:
+  once released, a ``RUBRIC_TEST`` test result carries them, and the submission's score is the sum of its
+  tests' points clamped to 0..the sum of their maxima; the tests' verdict stands. A submission graded again
+  (a regrade) keeps its staff grade, applied again once released.
 - Who grades: instructors and admins; for an attempt made under an assignment, the course's TAs too
   (``may_grade``). Anyone else gets ``NotFound``.
 - ``queue``: an exercise's grades (or those of the work under an assignment, for its course's staff), oldest
@@ -12,8 +19,9 @@ Contract:
 - ``save``: the checked rubric item ids (each must be an item of the question in the exercise's current quiz:
   ``InvalidInput`` otherwise) and a comment (at most ``MAX_COMMENT_CHARS``). ``revision`` must be the one the
   grader loaded, else ``Conflict``: another grader saved in between, and the caller shows their version instead
-  of silently overwriting it. Points are ``TextQuestion.rubric_score``: the checked items' sum, clamped to
-  0..points. Each save records who and when and bumps the revision.
+  of silently overwriting it. Points are ``Rubric.score``: the checked items' sum, clamped to 0..points for a
+  text answer (a code rubric may deduct below 0). Line comments (code only, at most ``MAX_LINE_COMMENTS``) name a
+  line of the submission. Each save records who and when and bumps the revision.
 - ``release`` (instructors and admins; an assignment's also by its course's instructors, not its TAs): every
   graded, unreleased grade of the exercise (or assignment) becomes the learner's (``released_at``); from then
   on its points are in the submission (``apply``): the question's ``TestResult`` gets the points, an outcome
@@ -30,6 +38,8 @@ Contract:
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import Select, select
@@ -49,11 +59,15 @@ from app.domain.models import (
     User,
     utcnow,
 )
-from worker.bank.quiz import QuestionResult, Quiz, TextQuestion, parse_quiz
+from worker.bank.quiz import QuestionResult, Quiz, RubricItem, TextQuestion, parse_quiz
+from worker.bank.spec import read_meta
 from worker.core.errors import Conflict, InvalidInput, NotFound
 from worker.core.outcome import Verdict
 
 MAX_COMMENT_CHARS = 4000
+MAX_LINE_COMMENTS = 200
+CODE = "code"  # the question name of a code submission's grade
+RUBRIC_TEST = "staff rubric"  # the test result that carries a code grade's points
 MAX_ID = 2**31 - 1
 
 
@@ -72,13 +86,50 @@ def current_quiz(exercise: Exercise) -> Quiz | None:
     return parse_quiz(exercise.slug, dict(version.files)["quiz.toml"])
 
 
-def question_of(exercise: Exercise, question_id: str) -> TextQuestion:
-    """Return the staff-graded text question ``question_id`` of the exercise's current quiz."""
-    quiz = current_quiz(exercise)
-    question = quiz.by_id().get(question_id) if quiz is not None else None
-    if not isinstance(question, TextQuestion):
-        raise InvalidInput(f"the current version of {exercise.slug!r} has no text question {question_id!r}")
-    return question
+@dataclass(frozen=True)
+class Rubric:
+    """What a grader grades against: a text question's rubric, or a code exercise's ``[[rubric]]``."""
+
+    kind: str  # "text" or "code"
+    prompt: str
+    rubric_items: tuple[RubricItem, ...]
+    points: float  # the most staff grading can give
+    comments: tuple[str, ...]
+    model_answer: str
+
+    def score(self, checked: Iterable[str]) -> float:
+        """Return the checked items' points: clamped to 0..points for a text answer; a code rubric may deduct."""
+        chosen = set(checked)
+        total = sum(r.points for r in self.rubric_items if r.id in chosen)
+        low = 0.0 if self.kind == "text" else -math.inf
+        return round(min(self.points, max(low, total)), 6)
+
+
+def rubric_of_version(version: ExerciseVersion, question: str) -> Rubric | None:
+    """Return the rubric ``question`` has in ``version`` (``CODE`` for a code exercise's), or None."""
+    files = dict(version.files)
+    if version.kind == "quiz":
+        found = parse_quiz(version.exercise.slug, files["quiz.toml"]).by_id().get(question)
+        if not isinstance(found, TextQuestion):
+            return None
+        return Rubric(kind="text", prompt=found.prompt, rubric_items=found.rubric_items, points=found.points,
+                      comments=found.comments, model_answer=found.model_answer)  # fmt: skip
+    if question != CODE or "rubric" not in files.get("exercise.toml", ""):
+        return None
+    meta = read_meta(version.exercise.slug, files["exercise.toml"])
+    if not meta.rubric:
+        return None
+    positive = float(sum(r.points for r in meta.rubric if r.points > 0))
+    return Rubric(kind="code", prompt=files.get("prompt.md", ""), rubric_items=meta.rubric, points=positive,
+                  comments=meta.rubric_comments, model_answer="")  # fmt: skip
+
+
+def rubric_for(exercise: Exercise, question: str) -> Rubric:
+    """Return the rubric ``question`` has in the exercise's current version; ``InvalidInput`` if none."""
+    found = rubric_of_version(exercise.current_version, question) if exercise.current_version else None
+    if found is None:
+        raise InvalidInput(f"the current version of {exercise.slug!r} has no rubric for {question!r}")
+    return found
 
 
 def open_grades(*, session: Session, submission: Submission, exercise: Exercise, results: list[QuestionResult]) -> None:
@@ -89,8 +140,37 @@ def open_grades(*, session: Session, submission: Submission, exercise: Exercise,
                                     max_points=result.max_score))  # fmt: skip
 
 
+def open_code_grade(*, session: Session, submission: Submission) -> None:
+    """Queue a just-graded code submission for staff grading when its version has a rubric (see the contract)."""
+    version = submission.exercise_version
+    if version.kind != "code" or submission.user_id is None or rubric_of_version(version, CODE) is None:
+        return
+    existing = session.scalar(select(ManualGrade).where(ManualGrade.submission_id == submission.id))
+    if existing is not None:  # graded again (a regrade): the staff grade stays, and counts again once released
+        if existing.released_at is not None:
+            apply(session=session, submission=submission)
+        return
+    # Only a learner's newest attempt waits for a grader: an older ungraded one of the same item is superseded.
+    older = select(Submission.id).where(
+        Submission.user_id == submission.user_id, Submission.exercise_version_id.in_(
+            select(ExerciseVersion.id).where(ExerciseVersion.exercise_id == version.exercise_id)
+        ), Submission.assignment_id.is_(None) if submission.assignment_id is None
+        else Submission.assignment_id == submission.assignment_id,
+    )  # fmt: skip
+    for stale in session.scalars(select(ManualGrade).where(ManualGrade.submission_id.in_(older),
+                                                           ManualGrade.graded_at.is_(None))):  # fmt: skip
+        session.delete(stale)
+    rubric = rubric_of_version(version, CODE)
+    assert rubric is not None
+    session.add(ManualGrade(submission_id=submission.id, exercise_id=version.exercise_id, question=CODE,
+                            max_points=rubric.points))  # fmt: skip
+    session.flush()
+
+
 def answer_text(grade: ManualGrade) -> str:
-    """Return the learner's text answer to the grade's question (an attempt stores its answers as JSON)."""
+    """Return the learner's answer: their code, or their text answer to the question (quiz answers are JSON)."""
+    if grade.question == CODE:
+        return grade.submission.code
     try:
         answers = json.loads(grade.submission.code)
     except ValueError:
@@ -171,15 +251,40 @@ def _comment(text: str) -> str:
     return comment
 
 
+def _line_comments(grade: ManualGrade, lines: list[tuple[int, str]]) -> list[dict[str, object]]:
+    if lines and grade.question != CODE:
+        raise InvalidInput("line comments are for code submissions")
+    if len(lines) > MAX_LINE_COMMENTS:
+        raise InvalidInput(f"at most {MAX_LINE_COMMENTS} line comments")
+    count = grade.submission.code.count("\n") + 1
+    out: list[dict[str, object]] = []
+    for line, text in sorted(lines):
+        body = text.strip()
+        if not body:
+            continue
+        if not 1 <= line <= count:
+            raise InvalidInput(f"line {line} is not in the submission (it has {count} lines)")
+        out.append({"line": line, "text": _comment(body)})
+    return out
+
+
 def save(
-    *, session: Session, grade: ManualGrade, user: User, checked: list[str], comment: str, revision: int
+    *,
+    session: Session,
+    grade: ManualGrade,
+    user: User,
+    checked: list[str],
+    comment: str,
+    revision: int,
+    line_comments: list[tuple[int, str]] | None = None,
 ) -> ManualGrade:
     """Record ``user``'s grade: the ``checked`` rubric items and a comment, if ``revision`` is still current."""
     if not may_grade(session=session, grade=grade, user=user):
         raise NotFound(f"no grade {grade.id} to grade")
     exercise = session.get(Exercise, grade.exercise_id)
     assert exercise is not None  # the foreign key cascades
-    question = question_of(exercise, grade.question)
+    question = rubric_for(exercise, grade.question)
+    lines = _line_comments(grade, list(line_comments or []))
     known = [r.id for r in question.rubric_items]
     unknown = sorted(set(checked) - set(known))
     if unknown:
@@ -190,7 +295,8 @@ def save(
         raise Conflict(f"{who} saved this grade while you were grading it: look at their grade, then save again")
     grade.checked = [i for i in known if i in set(checked)]
     grade.comment = text
-    grade.points = question.rubric_score(grade.checked)
+    grade.line_comments = lines
+    grade.points = question.score(grade.checked)
     grade.max_points = question.points
     grade.graded_by_id, grade.graded_at = user.id, utcnow()
     grade.revision += 1
@@ -200,45 +306,58 @@ def save(
     return grade
 
 
-def _message(question: TextQuestion, grade: ManualGrade) -> str:
-    lines = [f"Graded by staff: {grade.points or 0:g} of {question.points:g} points."]
-    for item in question.rubric_items:
+def _message(rubric: Rubric, grade: ManualGrade) -> str:
+    lines = [f"Graded by staff: {grade.points or 0:g} of {rubric.points:g} points."]
+    for item in rubric.rubric_items:
         if item.id in grade.checked:
             lines.append(f"✓ {item.points:+g} {item.text}")
         elif item.points > 0:  # a deduction that did not apply is not worth a line
             lines.append(f"✗ missed {item.points:+g}: {item.text}")
     if grade.comment:
         lines.append(f"Comment: {grade.comment}")
-    lines.append(f"Model answer: {question.model_answer}")
+    lines.extend(f"Line {c['line']}: {c['text']}" for c in grade.line_comments or [])
+    if rubric.model_answer:
+        lines.append(f"Model answer: {rubric.model_answer}")
     return "\n".join(lines)
 
 
 def apply(*, session: Session, submission: Submission) -> None:
-    """Put the submission's released grades into its test results, score and verdict; queue its LTI score."""
-    grades = {g.question: g for g in session.scalars(
-        select(ManualGrade).where(ManualGrade.submission_id == submission.id, ManualGrade.released_at.is_not(None))
-    )}  # fmt: skip
+    """Put the submission's released grades into its test results and score; queue its LTI score."""
+    grades = list(session.scalars(
+        select(ManualGrade).where(ManualGrade.submission_id == submission.id, ManualGrade.released_at.is_not(None),
+                                  ManualGrade.points.is_not(None))
+    ))  # fmt: skip
     exercise = submission.exercise_version.exercise
-    quiz = current_quiz(exercise)
-    if quiz is None or not grades:
+    if not grades or exercise.current_version is None:
         return
-    for test in session.scalars(select(TestResult).where(TestResult.submission_id == submission.id)):
-        grade = grades.get(test.name)
-        question = quiz.by_id().get(test.name)
-        if grade is None or not isinstance(question, TextQuestion) or grade.points is None:
+    tests = {t.name: t for t in session.scalars(select(TestResult).where(TestResult.submission_id == submission.id))}
+    for grade in grades:
+        rubric = rubric_of_version(exercise.current_version, grade.question)
+        if rubric is None:
             continue
-        test.points = grade.points
-        test.max_points = question.points
-        test.outcome = "passed" if grade.points >= question.points else "failed"
-        test.message = _message(question, grade)
+        name = RUBRIC_TEST if grade.question == CODE else grade.question
+        test = tests.get(name)
+        if test is None:
+            if grade.question != CODE:
+                continue  # a question the attempt does not have
+            test = TestResult(submission_id=submission.id, position=len(tests), name=RUBRIC_TEST)
+            session.add(test)
+            tests[name] = test
+        test.points = grade.points or 0.0
+        test.max_points = rubric.points
+        test.outcome = "passed" if test.points >= rubric.points else "failed"
+        test.message = _message(rubric, grade)
     session.flush()
-    tests = session.scalars(select(TestResult).where(TestResult.submission_id == submission.id)).all()
-    submission.score = round(sum(t.points for t in tests), 6)
-    submission.max_score = round(sum(t.max_points for t in tests), 6)  # the current quiz's, after a re-score
-    pass_mark = submission.max_score * quiz.pass_percent / 100 - 1e-9
-    submission.verdict = Verdict.passed if submission.score >= pass_mark else Verdict.failed
-    submission.message = (f"quiz attempt: {submission.score:g} of {submission.max_score:g} points "
-                          f"(pass mark {quiz.pass_percent:g}%), staff-graded answers included")  # fmt: skip
+    every = list(tests.values())
+    maximum = round(sum(t.max_points for t in every), 6)  # the current rubric's, after a re-score
+    submission.score = round(min(maximum, max(0.0, sum(t.points for t in every))), 6)
+    submission.max_score = maximum
+    quiz = current_quiz(exercise)
+    if quiz is not None:  # a quiz passes at its pass mark; a code exercise keeps its tests' verdict
+        pass_mark = submission.max_score * quiz.pass_percent / 100 - 1e-9
+        submission.verdict = Verdict.passed if submission.score >= pass_mark else Verdict.failed
+        submission.message = (f"quiz attempt: {submission.score:g} of {submission.max_score:g} points "
+                              f"(pass mark {quiz.pass_percent:g}%), staff-graded answers included")  # fmt: skip
     session.flush()
     queue_score(session=session, submission=submission)
 
@@ -273,21 +392,20 @@ def release(
 
 def version_changed(*, session: Session, exercise: Exercise, version: ExerciseVersion) -> None:
     """Refuse ``version`` if it drops a graded question or checked item; else re-score the exercise's grades."""
-    if version.kind != "quiz":
-        return
     grades = list(session.scalars(select(ManualGrade).where(ManualGrade.exercise_id == exercise.id)))
     if not grades:
         return
-    quiz = parse_quiz(exercise.slug, dict(version.files)["quiz.toml"])
-    questions = quiz.by_id()
+    rubrics = {q: rubric_of_version(version, q) for q in {g.question for g in grades}}
     missing: set[str] = set()
     for grade in grades:
-        question = questions.get(grade.question)
-        if not isinstance(question, TextQuestion):
-            missing.add(f"question {grade.question!r}")
+        rubric = rubrics[grade.question]
+        what = "the code rubric" if grade.question == CODE else f"question {grade.question!r}"
+        if rubric is None:
+            if grade.graded_at is not None:
+                missing.add(what)
             continue
-        ids = {r.id for r in question.rubric_items}
-        missing.update(f"item {i!r} of question {grade.question!r}" for i in grade.checked if i not in ids)
+        ids = {r.id for r in rubric.rubric_items}
+        missing.update(f"item {i!r} of {what}" for i in grade.checked if i not in ids)
     if missing:
         raise Conflict(
             f"version {version.number} of {exercise.slug!r} drops what staff grades use: {', '.join(sorted(missing))}; "
@@ -295,11 +413,13 @@ def version_changed(*, session: Session, exercise: Exercise, version: ExerciseVe
         )
     touched: set[str] = set()
     for grade in grades:
-        question = questions[grade.question]
-        assert isinstance(question, TextQuestion)
-        grade.max_points = question.points
+        rubric = rubrics[grade.question]
+        if rubric is None:  # ungraded, and nothing to grade it against any more
+            session.delete(grade)
+            continue
+        grade.max_points = rubric.points
         if grade.graded_at is not None:
-            grade.points = question.rubric_score(grade.checked)
+            grade.points = rubric.score(grade.checked)
             if grade.released_at is not None:
                 touched.add(grade.submission_id)
     session.flush()

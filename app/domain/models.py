@@ -648,7 +648,7 @@ class RegradeMessage(Base):
 
 
 class ManualGrade(Base):
-    """Staff's grade of one staff-graded answer of a submission against its rubric; released to the learner or not."""
+    """Staff's grade of one answer (a quiz text answer, or a code submission) against its rubric; released or not."""
 
     __tablename__ = "manual_grades"
     __table_args__ = (UniqueConstraint("submission_id", "question"),)
@@ -659,6 +659,7 @@ class ManualGrade(Base):
     question: Mapped[str] = mapped_column(String(64))  # the quiz question's id
     checked: Mapped[list[str]] = mapped_column(JSON, default=list)  # the rubric item ids that apply
     comment: Mapped[str] = mapped_column(Text, default="")
+    line_comments: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)  # code: {"line", "text"}
     points: Mapped[float | None] = mapped_column(Float, nullable=True)  # None until graded
     max_points: Mapped[float] = mapped_column(Float, default=0.0)
     revision: Mapped[int] = mapped_column(Integer, default=0)  # bumped by every save: two graders see each other

@@ -35,6 +35,7 @@ from app.domain.db import session_scope
 from app.domain.exercises import spec_of
 from app.domain.leases import LeaseKeeper, renew
 from app.domain.lti.scores import queue_score
+from app.domain.manual_grading import open_code_grade
 from app.domain.models import Submission
 from app.domain.submissions import claim, held, record_outcome, record_platform_failure
 from app.jobs.celery_app import GRADE_TASK, celery_app
@@ -92,6 +93,7 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
                     session=session, submission=stored, message=outcome.message, max_attempts=settings.max_attempts
                 )
             record_outcome(session=session, submission=stored, outcome=outcome)
+            open_code_grade(session=session, submission=stored)  # staff grading, when the version has a rubric
             queue_score(session=session, submission=stored)  # the LMS gradebook's score, in this transaction
             return True
 

@@ -1,5 +1,6 @@
 // The grading form (instructor/grade.html): the running total of the checked rubric items, keyboard shortcuts
-// (1-9 toggle an item, c the comment, s skip, Ctrl+Enter save and next) and the reusable comments.
+// (1-9 toggle an item, c the comment, s skip, Ctrl+Enter save and next), the reusable comments, and line
+// comments on a code submission (a click on a line number).
 (function () {
   "use strict";
 
@@ -7,7 +8,8 @@
     let sum = 0;
     for (const box of form.querySelectorAll("input[name=item]:checked")) sum += Number(box.dataset.points);
     const max = Number(out.dataset.max);
-    out.value = String(Math.round(Math.min(max, Math.max(0, sum)) * 1000) / 1000);
+    const min = out.dataset.min === "" ? -Infinity : Number(out.dataset.min);
+    out.value = String(Math.round(Math.min(max, Math.max(min, sum)) * 1000) / 1000);
   }
 
   document.addEventListener("DOMContentLoaded", () => {
@@ -23,6 +25,19 @@
         const text = button.dataset.comment || "";
         comment.value = comment.value.trim() ? comment.value.trimEnd() + "\n" + text : text;
         comment.focus();
+      });
+    }
+    // A click on a line number of the code fills the blank line-comment row (adding another blank one after it).
+    const notes = document.getElementById("line-comments");
+    for (const pick of document.querySelectorAll("button.line-pick")) {
+      pick.addEventListener("click", () => {
+        const blank = notes.querySelector("[data-blank]");
+        const fresh = blank.cloneNode(true);
+        blank.removeAttribute("data-blank");
+        blank.querySelector("input[name=line]").value = pick.dataset.line;
+        for (const input of fresh.querySelectorAll("input")) input.value = "";
+        notes.appendChild(fresh);
+        blank.querySelector("input[name=line_text]").focus();
       });
     }
     document.addEventListener("keydown", (event) => {

@@ -25,6 +25,7 @@ def upgrade() -> None:
         sa.Column("question", sa.String(length=64), nullable=False),
         sa.Column("checked", sa.JSON(), nullable=False),
         sa.Column("comment", sa.Text(), nullable=False),
+        sa.Column("line_comments", sa.JSON(), nullable=False),
         sa.Column("points", sa.Float(), nullable=True),
         sa.Column("max_points", sa.Float(), nullable=False),
         sa.Column("revision", sa.Integer(), nullable=False),

@@ -26,9 +26,13 @@ SCREENSHOTS = REPO_ROOT / "docs" / "screenshots"
 
 
 @contextmanager
-def serve_gpulab(data: Path, users: Sequence[tuple[str, str]], *, sync: bool = True) -> Iterator[str]:
-    """Prepare ``data`` with the CLI, serve it, yield the base URL, and stop the server afterwards."""
-    env = child_env(mode="dev", data_dir=str(data), secret_key="k" * 48)
+def serve_gpulab(
+    data: Path, users: Sequence[tuple[str, str]], *, sync: bool = True, **settings: str
+) -> Iterator[str]:
+    """Prepare ``data`` with the CLI, serve it, yield the base URL, and stop the server afterwards.
+
+    ``settings`` are more ``GPULAB_*`` settings, lower case without the prefix (``exercises_dir=...``)."""
+    env = child_env(mode="dev", data_dir=str(data), secret_key="k" * 48, **settings)
     steps: list[tuple[list[str], str | None]] = [(["db", "upgrade"], None)]
     if sync:
         steps.append((["exercises", "sync"], None))

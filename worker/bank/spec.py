@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from worker.bank.quiz import FormatModel, Required, Text, parse_quiz, readable_problem
+from worker.bank.quiz import FormatModel, Required, RubricItem, Text, parse_quiz, readable_problem
 from worker.core.errors import ExerciseFormatError
 
 Kind = Literal["code", "quiz"]
@@ -126,6 +126,19 @@ class ExerciseMeta(FormatModel):
     default_visibility: Tier = "now"
     visibility: dict[str, Tier] = {}  # test id -> tier; default default_visibility
     wrong: tuple[WrongVariant, ...] = ()
+    # Staff grading of a code submission on top of its tests: [[rubric]] items, and comments graders reuse.
+    rubric: tuple[RubricItem, ...] = ()
+    rubric_comments: tuple[Required, ...] = ()
+
+    @field_validator("rubric")
+    @classmethod
+    def _rubric_ids_once(cls, rubric: tuple[RubricItem, ...]) -> tuple[RubricItem, ...]:
+        """Refuse two rubric items with one id."""
+        ids = [r.id for r in rubric]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError(f"uses the item id {twice[0]!r} twice; rubric item ids are unique")
+        return rubric
 
     @field_validator("wrong")
     @classmethod
@@ -142,7 +155,7 @@ class ExerciseMeta(FormatModel):
         """Refuse ``[points]``, ``[[wrong]]`` and visibility tiers on a quiz: it has no hidden tests."""
         if self.kind != "quiz":
             return self
-        misplaced = sorted({"points", "wrong"} & self.model_fields_set)
+        misplaced = sorted({"points", "wrong", "rubric", "rubric_comments"} & self.model_fields_set)
         if misplaced:
             raise ValueError(f"a quiz takes no {' or '.join(misplaced)}: its questions in quiz.toml carry the points")
         tiers = sorted({"default_visibility", "visibility"} & self.model_fields_set)
@@ -173,6 +186,13 @@ class ExerciseSpec:
     devices: DeviceMode = "auto"
     learner_process: LearnerProcess = "per-test"
     test_visibility: Visibility = field(default_factory=Visibility)
+    rubric: tuple[RubricItem, ...] = ()
+    rubric_comments: tuple[str, ...] = ()
+
+    @property
+    def rubric_points(self) -> float:
+        """Return what staff grading can add: the sum of the rubric's positive items (0 without a rubric)."""
+        return float(sum(r.points for r in self.rubric if r.points > 0))
 
     def visibility(self, test_id: str) -> Tier:
         """Return when a learner may see ``test_id``'s outcome and message: "now", "after_due" or "never"."""
@@ -282,6 +302,8 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
         devices=meta.devices,
         learner_process=meta.learner_process,
         test_visibility=meta.visibility_rule(),
+        rubric=meta.rubric,
+        rubric_comments=meta.rubric_comments,
     )
     if meta.kind == "code":
         for required in ("starter.py", "solution.py"):

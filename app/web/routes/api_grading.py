@@ -19,6 +19,11 @@ from app.web.errors import problem_responses
 router = APIRouter(tags=["grading"])
 
 
+class LineComment(BaseModel):
+    line: int = Field(ge=1, le=1_000_000, description="a line of the submission, from 1")
+    text: str = Field(min_length=1, max_length=mg.MAX_COMMENT_CHARS)
+
+
 class GradeOut(BaseModel):
     id: int
     submission_id: str
@@ -27,6 +32,7 @@ class GradeOut(BaseModel):
     answer: str = Field(description="the learner's text answer")
     checked: list[str] = Field(description="the rubric item ids that apply")
     comment: str
+    line_comments: list[LineComment] = Field(description="code submissions: comments on lines")
     points: float | None = Field(description="None until graded")
     max_points: float
     revision: int = Field(description="send it back with a save: a stale one is refused (409)")
@@ -40,6 +46,7 @@ class GradeOut(BaseModel):
         return cls(
             id=grade.id, submission_id=grade.submission_id, learner=sub.user.email if sub.user else None,
             question=grade.question, answer=mg.answer_text(grade), checked=list(grade.checked), comment=grade.comment,
+            line_comments=[LineComment.model_validate(c) for c in grade.line_comments or []],
             points=grade.points, max_points=grade.max_points, revision=grade.revision,
             graded_by=grade.graded_by.email if grade.graded_by else None, graded_at=grade.graded_at,
             released_at=grade.released_at,
@@ -49,6 +56,7 @@ class GradeOut(BaseModel):
 class GradeIn(BaseModel):
     checked: list[str] = Field(max_length=200)
     comment: str = Field(default="", max_length=mg.MAX_COMMENT_CHARS)
+    line_comments: list[LineComment] = Field(default_factory=list, max_length=mg.MAX_LINE_COMMENTS)
     revision: int = Field(ge=0, le=mg.MAX_ID)
 
 
@@ -85,6 +93,6 @@ def save_grade(grade_id: RowId, body: GradeIn, user: CurrentUser, session: Sessi
     """Grade an answer: the rubric items that apply and a comment, based on ``revision``."""
     grade = mg.get_grade(session=session, grade_id=grade_id, user=user)
     mg.save(session=session, grade=grade, user=user, checked=body.checked, comment=body.comment,
-            revision=body.revision)  # fmt: skip
+            revision=body.revision, line_comments=[(c.line, c.text) for c in body.line_comments])  # fmt: skip
     session.commit()
     return GradeOut.of(grade)

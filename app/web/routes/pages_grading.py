@@ -25,7 +25,7 @@ from app.domain.models import Assignment, Exercise, ManualGrade, User
 from app.web.deps import AssignmentStaffDep, CurrentUser, InstructorDep, RowId, SessionDep, StaffExerciseDep
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from worker.core.errors import Conflict, GpulabError, NotFound
+from worker.core.errors import Conflict, GpulabError, InvalidInput, NotFound
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])
 QueueKey = Annotated[str, Query(max_length=16, pattern=r"^(a[0-9]{1,10})?$")]
@@ -137,6 +137,18 @@ def assignment_release(request: Request, slug: str, access: AssignmentStaffDep, 
 # --- one answer -------------------------------------------------------------------------------------------------
 
 
+def _line_pairs(numbers: list[str], texts: list[str]) -> list[tuple[int, str]]:
+    """Pair the form's line numbers with their comments; a row without a comment is left out."""
+    pairs = []
+    for number, text in zip(numbers, texts, strict=False):
+        if not text.strip():
+            continue
+        if not number.strip().isdigit() or len(number.strip()) > 7:
+            raise InvalidInput(f"give the line of the comment {text.strip()[:40]!r} as a number")
+        pairs.append((int(number), text))
+    return pairs
+
+
 def _scope_of(session: Session, grade: ManualGrade, key: str) -> Scope:
     """Return the queue ``key`` names when the grade is in it, else the exercise's."""
     if key.startswith("a") and grade.submission.assignment_id == int(key[1:]):
@@ -150,17 +162,21 @@ def _scope_of(session: Session, grade: ManualGrade, key: str) -> Scope:
 
 def _grade_page(
     request: Request, user: User, session: Session, grade: ManualGrade, key: str, *, error: str = "",
-    mine: tuple[list[str], str] | None = None, status_code: int = 200,
+    mine: tuple[list[str], str, list[tuple[int, str]]] | None = None, status_code: int = 200,
 ) -> Response:  # fmt: skip
     exercise = session.get(Exercise, grade.exercise_id)
     assert exercise is not None
-    question = mg.question_of(exercise, grade.question)
+    question = mg.rubric_for(exercise, grade.question)
     scope = _scope_of(session, grade, key)
-    checked, comment = mine if mine is not None else (list(grade.checked), grade.comment)
+    checked, comment, lines = mine if mine is not None else (
+        list(grade.checked), grade.comment, [(int(c["line"]), str(c["text"])) for c in grade.line_comments or []]
+    )
     return render(
         request, "instructor/grade.html", status_code=status_code, user=user, exercise=exercise, grade=grade,
         question=question, prompt_html=render_markdown(question.prompt), answer=mg.answer_text(grade),
         checked=checked, comment=comment, error=error, conflict=status_code == 409, scope=scope,
+        code_lines=mg.answer_text(grade).split("\n") if question.kind == "code" else [],
+        line_comments=dict(lines),
         counts=mg.counts(session=session, exercise=scope.exercise, assignment=scope.assignment),
     )  # fmt: skip
 
@@ -183,17 +199,22 @@ def save_grade(
     revision: Annotated[int, Form(ge=0, le=mg.MAX_ID)] = 0,
     then: Annotated[str, Form(max_length=8)] = "",
     queue: Annotated[str, Form(max_length=16, pattern=r"^(a[0-9]{1,10})?$")] = "",
+    line: Annotated[list[str] | None, Form(max_length=mg.MAX_LINE_COMMENTS + 50)] = None,
+    line_text: Annotated[list[str] | None, Form(max_length=mg.MAX_LINE_COMMENTS + 50)] = None,
 ) -> Response:
     grade = mg.get_grade(session=session, grade_id=grade_id, user=user)
     checked = list(item or [])
+    lines: list[tuple[int, str]] = []
     try:
-        mg.save(session=session, grade=grade, user=user, checked=checked, comment=comment, revision=revision)
+        lines = _line_pairs(line or [], line_text or [])
+        mg.save(session=session, grade=grade, user=user, checked=checked, comment=comment, revision=revision,
+                line_comments=lines)  # fmt: skip
         session.commit()
     except GpulabError as exc:
         session.rollback()
         grade = mg.get_grade(session=session, grade_id=grade_id, user=user)
         code = 409 if isinstance(exc, Conflict) else http_status(exc)
-        return _grade_page(request, user, session, grade, queue, error=exc.message, mine=(checked, comment),
+        return _grade_page(request, user, session, grade, queue, error=exc.message, mine=(checked, comment, lines),
                            status_code=code)  # fmt: skip
     flash(request, f"Saved: {grade.points or 0:g} of {grade.max_points:g} points.")
     scope = _scope_of(session, grade, queue)
