@@ -1,0 +1,142 @@
+"""Probes for torch-ddp-capstone: run the learner's train(rank, world_size, checkpoint_path) in real processes with
+real DDP over gloo (runner.vdev.ddp) and report, as data, what each rank returned and what it did.
+
+Observations, recorded inside each rank (forgeable by a learner who patches this file, like every probe; the
+tests also check results that cannot be forged without training correctly):
+- the dataset index of every training sample that went through a DistributedDataParallel forward (grad enabled,
+  training mode), in order, and the size of each such batch;
+- the learning rate of every optimizer step (a global step pre-hook);
+- how many times the rank called torch.save, and the final parameters of the model it wrapped in DDP.
+After the ranks finish, the probe loads the checkpoint file into a plain build_model() and reports how that went.
+Each rank keeps its DDP wrappers alive until it exits (see init below): that avoids a teardown hang of the grader.
+The hidden tests import make_data, build_model and the constants from here.
+"""
+
+import os
+import tempfile
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.utils.data import TensorDataset
+
+# Warm the subject before it forks per-test children, so ranks start in ~0.1 s instead of seconds.
+import torch._dynamo  # noqa: E402,F401
+
+torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+
+# The single-device script's settings (the prompt and starter.py state the same).
+FEATURES, CLASSES = 16, 4
+N_TRAIN, N_VAL = 1024, 1024
+BATCH, LR, EPOCHS, TARGET = 32, 0.005, 6, 0.90
+PREFIX = "__probe__."
+MAX_SAMPLES = 4096
+
+
+def make_data() -> tuple[TensorDataset, TensorDataset]:
+    """The starter's data: 1024 training and 1024 validation samples from 4 overlapping Gaussian clusters."""
+    g = torch.Generator().manual_seed(2024)
+    centers = torch.randn(CLASSES, FEATURES, generator=g)
+    y = torch.randint(0, CLASSES, (2048,), generator=g)
+    x = centers[y] + torch.randn(2048, FEATURES, generator=g)
+    return TensorDataset(x[:1024], y[:1024]), TensorDataset(x[1024:], y[1024:])
+
+
+def build_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
+
+
+_seen: dict = {"indices": [], "sizes": [], "lrs": [], "saves": [], "modules": [], "wrappers": []}
+
+
+def _instrument() -> None:
+    if getattr(DistributedDataParallel.forward, "_gpulab_probe", False):
+        return
+    train_x = make_data()[0].tensors[0]
+    original_init, original_forward, original_save = (
+        DistributedDataParallel.__init__, DistributedDataParallel.forward, torch.save)
+
+    def init(self, module, *args, **kwargs):
+        original_init(self, module, *args, **kwargs)
+        _seen["modules"].append(self.module)
+        # Keep the wrapper (and its Reducer) alive until the rank exits with os._exit. Freeing it when train
+        # returned hung about 1 rank run in 10 (torch 2.13, gloo, forked ranks) in submissions whose ranks leave
+        # train at different moments (no barrier at the end): a teardown race in the grader, not the learner's bug.
+        _seen["wrappers"].append(self)
+
+    def forward(self, *inputs, **kwargs):
+        first = inputs[0] if inputs else next(iter(kwargs.values()), None)
+        if self.training and torch.is_grad_enabled() and isinstance(first, torch.Tensor) and first.dim() == 2:
+            _seen["sizes"].append(int(first.shape[0]))
+            if len(_seen["indices"]) < MAX_SAMPLES and first.shape[1] == FEATURES:
+                rows = first.detach().cpu().float()
+                dist_to = (rows[:, None, :] - train_x[None, :, :]).abs().amax(dim=2)
+                best, index = dist_to.min(dim=1)
+                _seen["indices"].extend(torch.where(best < 1e-6, index, -1).tolist())
+        return original_forward(self, *inputs, **kwargs)
+
+    def save(obj, f, *args, **kwargs):
+        _seen["saves"].append(str(f)[:200])
+        return original_save(obj, f, *args, **kwargs)
+
+    def step_hook(optimizer, args, kwargs):
+        _seen["lrs"].append(float(optimizer.param_groups[0]["lr"]))
+
+    forward._gpulab_probe = True
+    DistributedDataParallel.__init__ = init
+    DistributedDataParallel.forward = forward
+    torch.save = save
+    register_optimizer_step_pre_hook(step_hook)
+
+
+def _load_checkpoint(path: str) -> dict:
+    seen = {"exists": os.path.exists(path), "keys": [], "load_error": None, "type": None, "state": {}}
+    if not seen["exists"]:
+        return seen
+    try:
+        obj = torch.load(path, weights_only=True)
+    except Exception as exc:
+        seen["load_error"] = f"torch.load: {type(exc).__name__}: {str(exc)[:300]}"
+        return seen
+    seen["type"] = type(obj).__name__
+    if not isinstance(obj, Mapping):
+        return seen
+    seen["keys"] = [str(k) for k in obj][:20]
+    model = build_model()
+    try:
+        model.load_state_dict(obj)
+    except Exception as exc:
+        seen["load_error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+        return seen
+    seen["state"] = {k: v.detach().double().flatten().tolist() for k, v in model.state_dict().items()}
+    return seen
+
+
+def run(submission, world_size: int = 2, timeout_s: float = 40.0) -> dict:
+    """Run submission.train on world_size ranks with one checkpoint path; return the ranks and the checkpoint."""
+    from runner.vdev import ddp
+
+    _instrument()
+    folder = tempfile.mkdtemp(prefix="capstone-")
+    path = os.path.join(folder, "model.pt")
+
+    def train(rank: int, ws: int):
+        result = submission.train(rank, ws, path)
+        if not isinstance(result, Mapping):
+            return result  # the harness reports the wrong type
+        extra = {
+            PREFIX + "indices": torch.tensor(_seen["indices"] or [-2], dtype=torch.int64),
+            PREFIX + "sizes": torch.tensor(_seen["sizes"] or [0], dtype=torch.int64),
+            PREFIX + "lrs": torch.tensor(_seen["lrs"] or [-1.0], dtype=torch.float64),
+            PREFIX + "saves": torch.tensor(len(_seen["saves"])),
+            PREFIX + "wrapped": torch.tensor(len(_seen["modules"])),
+        }
+        if _seen["modules"]:
+            for k, v in _seen["modules"][0].state_dict().items():
+                extra[PREFIX + "param." + k] = v.detach().cpu().clone()
+        return {**dict(result), **extra}
+
+    ranks = [r.plain() for r in ddp.run(train, world_size=world_size, timeout_s=timeout_s)]
+    return {"ranks": ranks, "checkpoint": _load_checkpoint(path), "path": path}
