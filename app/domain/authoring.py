@@ -61,6 +61,33 @@ class AuthoringForm:
     test_file: str = "test_exercise.py"
     tests: str = ""
     wrong: list[WrongForm] = field(default_factory=list)
+    rubric: str = ""  # one item per line: "points | id | text"
+    rubric_comments: str = ""  # one reusable comment per line
+
+
+RUBRIC_LINE_HINT = "write each rubric item as `points | id | text`, e.g. `1 | clear-names | Names say what they hold.`"
+
+
+def rubric_from_text(text: str) -> list[dict[str, Any]]:
+    """Read the editor's rubric lines (``points | id | text``) into ``[[rubric]]`` tables (the format checks them)."""
+    items = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = [part.strip() for part in line.split("|", 2)]
+        if len(parts) != 3:
+            raise InvalidInput(f"rubric line {number}: {RUBRIC_LINE_HINT}")
+        try:
+            points = float(parts[0])
+        except ValueError:
+            raise InvalidInput(f"rubric line {number}: {parts[0]!r} is not a number; {RUBRIC_LINE_HINT}") from None
+        items.append({"id": parts[1], "points": points, "text": parts[2]})
+    return items
+
+
+def rubric_to_text(items: list[dict[str, Any]]) -> str:
+    """Write ``[[rubric]]`` tables as the editor's lines."""
+    return "\n".join(f"{float(i.get('points', 0)):g} | {i.get('id', '')} | {i.get('text', '')}" for i in items)
 
 
 def _safe_name(name: str, what: str) -> str:
@@ -103,6 +130,12 @@ def files_from_form(form: AuthoringForm, base: dict[str, str] | None = None) -> 
             entry["why"] = variant.why.strip()
         wrong.append(entry)
     meta.pop("wrong", None)
+    for key in ("rubric", "rubric_comments"):  # written again below, after the other keys
+        meta.pop(key, None)
+    rubric = rubric_from_text(form.rubric)
+    comments = [c.strip() for c in form.rubric_comments.splitlines() if c.strip()]
+    if comments:
+        meta["rubric_comments"] = comments
     points = meta.pop("points", None)
     files.update({"prompt.md": form.prompt_md, "starter.py": form.starter, "solution.py": form.solution})
     files[f"tests/{test_file}"] = form.tests
@@ -118,6 +151,8 @@ def files_from_form(form: AuthoringForm, base: dict[str, str] | None = None) -> 
             meta["points"] = kept
     if wrong:
         meta["wrong"] = wrong
+    if rubric:
+        meta["rubric"] = rubric
     files["exercise.toml"] = dump_exercise_toml(meta)
     return {p: c.replace("\r\n", "\n") for p, c in sorted(files.items())}
 
@@ -153,6 +188,8 @@ def form_from_version(version: ExerciseVersion) -> AuthoringForm:
         test_file=test_path.removeprefix("tests/"),
         tests=files.get(test_path, ""),
         wrong=wrong,
+        rubric=rubric_to_text(list(meta.get("rubric", []))),
+        rubric_comments="\n".join(str(c) for c in meta.get("rubric_comments", [])),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Callable
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -302,3 +303,23 @@ def test_run_check_records_progress(db_session: Session, settings, fake_sandbox:
     assert check.status == "passed", check.problems
     assert len(check.lines) == 2 and all(line.startswith("ok") for line in check.lines)
     assert check.attempts == 1 and check.started_at is not None and check.heartbeat_at is not None
+
+
+def test_the_editor_writes_a_rubric_and_reads_it_back(staff_client: TestClient, db_session: Session) -> None:
+    fields = author_fields("with-rubric", token(staff_client, "/instructor/new"))
+    fields.update(rubric="1 | clear-names | Names say what they hold.\n\n-1 | hardcoded | Hard-codes answers.",
+                  rubric_comments="Name the numbers.\n")  # fmt: skip
+    saved = staff_client.post("/instructor/new", data=fields, follow_redirects=False)
+    assert saved.status_code == 303, saved.text
+    exercise = db_session.scalars(select(Exercise).where(Exercise.slug == "with-rubric")).one()
+    version = exercise.versions[-1]
+    meta = tomllib.loads(dict(version.files)["exercise.toml"])
+    assert [(r["id"], r["points"]) for r in meta["rubric"]] == [("clear-names", 1.0), ("hardcoded", -1.0)]
+    assert meta["rubric_comments"] == ["Name the numbers."]
+    again = staff_client.get(f"/instructor/new?from=with-rubric&version={version.number}")
+    assert "1 | clear-names | Names say what they hold.\n-1 | hardcoded | Hard-codes answers." in again.text
+    for bad, reason in (("one | x | y", "is not a number"), ("1 | only two", "points | id | text"),
+                        ("0 | zero | Nothing.", "must not be 0")):  # fmt: skip
+        refused = staff_client.post("/instructor/new", data={**fields, "slug": "bad-rubric", "rubric": bad})
+        assert refused.status_code == 422 and reason in refused.text, bad
+    assert db_session.scalar(select(Exercise).where(Exercise.slug == "bad-rubric")) is None

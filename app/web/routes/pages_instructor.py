@@ -139,6 +139,7 @@ def _form_from(data: FormData) -> AuthoringForm:
         framework=text("framework"), queue=text("queue"), timeout_s=timeout_s, memory_mb=memory_mb,
         prompt_md=text("prompt_md"), starter=text("starter"), solution=text("solution"),
         test_file=text("test_file") or "test_exercise.py", tests=text("tests"), wrong=wrong,
+        rubric=text("rubric"), rubric_comments=text("rubric_comments"),
     )  # fmt: skip
 
 
