@@ -8,6 +8,8 @@ Contract:
   and virtual CUDA turned off (DDP on CPU workers is real DDP over gloo on CPU tensors).
 - Each rank sends its returned tensors (or its exception) to the parent over a pipe as a JSON header plus
   raw little-endian bytes, never pickle, then leaves with ``os._exit`` (gloo can hang at interpreter exit).
+- Every ``DistributedDataParallel`` a rank makes stays referenced until that exit (``_keep_wrappers``): freeing
+  one when ``train`` returns can hang in gloo's teardown (below), and a rank never needs it freed.
 - Every rank is killed when ``timeout_s`` passes; ``RankResult`` says which ranks finished, failed, timed
   out or died, and ``RankResult.plain()`` is JSON-ready data for the judge.
 """
@@ -161,6 +163,32 @@ def _no_tls_context(torch: Any) -> None:
         c._remove_obj_from_tls = lambda *args, **kwargs: None
 
 
+_KEPT: list[Any] = []  # this rank's DDP wrappers, referenced until os._exit
+
+
+def _keep_wrappers(torch: Any) -> None:
+    """Keep every ``DistributedDataParallel`` the rank makes alive until the rank leaves with ``os._exit``.
+
+    When ``train`` returns, its locals are freed, and with them the wrapper, its Reducer and their hold on the
+    process group. In torch 2.13 on gloo, freeing them while the other rank is still in its last collective
+    (a submission without a final barrier, whose ranks leave ``train`` at different moments) hung about 1 rank
+    run in 10 (seen in the capstone's variants). The hang is in the destructors, which ``os._exit`` never runs,
+    so the harness keeps the wrappers referenced instead. ``_no_tls_context`` covers the other teardown
+    deadlock, in backward's thread-local state.
+    """
+    ddp = torch.nn.parallel.DistributedDataParallel
+    if getattr(ddp.__init__, "_gpulab_kept", False):
+        return
+    original = ddp.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        _KEPT.append(self)
+
+    init._gpulab_kept = True  # type: ignore[attr-defined]
+    ddp.__init__ = init
+
+
 def _rank_main(train: Callable[[int, int], Any], rank: int, world_size: int, port: int, fd: int, release: int) -> None:
     """Run one rank in the forked child, report through ``fd``, wait for ``release`` to close; never returns."""
     code = 0
@@ -173,6 +201,7 @@ def _rank_main(train: Callable[[int, int], Any], rank: int, world_size: int, por
         torch_cuda.disable()
         torch.set_num_threads(1)
         _no_tls_context(torch)
+        _keep_wrappers(torch)
         os.environ.update(
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
