@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from app.domain.exercises import upsert_exercise
 from app.domain.models import CourseRole, Exercise, ManualGrade, Role, Submission, TestResult, User
 from app.domain.quiz import answer_quiz
 from tests.app.test_gradebook import add_assignment
+from tests.app.test_instructor import token as csrf_token
 from worker.bank.spec import ExerciseSpec
 from worker.core.errors import Conflict, InvalidInput, NotFound
 from worker.core.outcome import Verdict
@@ -175,11 +175,6 @@ def test_who_may_grade(
         mg.release(session=db_session, exercise=quiz, user=ta)
 
 
-def _csrf(client: TestClient, path: str) -> str:
-    match = re.search(r'name="csrf_token" value="([^"]+)"', client.get(path).text)
-    assert match, f"no CSRF token on {path}"
-    return match.group(1)
-
 
 def test_the_queue_the_form_a_conflict_and_the_learners_view(
     client: TestClient, login: Callable[..., None], db_session: Session, quiz: Exercise, learner: User,
@@ -199,7 +194,7 @@ def test_the_queue_the_form_a_conflict_and_the_learners_view(
     page = client.get(url)
     assert "&lt;script&gt;alert(1)&lt;/script&gt; two replicas" in page.text and "<script>alert(1)" not in page.text
     assert "Say how many replicas there are." in page.text and "<strong>data parallelism</strong>" in page.text
-    token = _csrf(client, url)
+    token = csrf_token(client, url)
     saved = client.post(url, data={"csrf_token": token, "item": ["names", "reason"], "comment": "Good.",
                                    "revision": "0", "then": "next"}, follow_redirects=False)  # fmt: skip
     assert saved.status_code == 303 and saved.headers["location"].endswith(f"/grading/next?after={url.split('/')[-1]}")
@@ -269,7 +264,7 @@ def test_a_ta_works_through_the_assignments_queue_but_only_instructors_release(
     assert first == f"/grading/{grade.id}?queue=a{assignment.id}"
     form = client.get(first).text
     assert f'href="{queue_url}"' in form
-    token = _csrf(client, first)
+    token = csrf_token(client, first)
     saved = client.post(f"/grading/{grade.id}", data={"csrf_token": token, "item": ["names"], "revision": "0",
                                                      "then": "next", "queue": f"a{assignment.id}"},
                         follow_redirects=False)  # fmt: skip
@@ -278,7 +273,7 @@ def test_a_ta_works_through_the_assignments_queue_but_only_instructors_release(
     login(client, learner)
     assert client.get(queue_url).status_code == 403
     login(client, instructor)
-    token = _csrf(client, queue_url)
+    token = csrf_token(client, queue_url)
     assert client.post(f"{queue_url}/release", data={"csrf_token": token}, follow_redirects=False).status_code == 303
     db_session.refresh(sub)
     assert sub.score == 2.0  # only the assignment's answer was released

@@ -3,7 +3,6 @@ deductions, line comments, release, regrades, and rubric changes."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -16,6 +15,7 @@ from app.domain import manual_grading as mg
 from app.domain.exercises import upsert_exercise
 from app.domain.models import Exercise, ManualGrade, Role, Submission, SubmissionStatus, TestResult, User
 from app.domain.regrade import start_regrade
+from tests.app.test_instructor import token as csrf_token
 from tests.conftest import tiny_files
 from worker.bank.spec import ExerciseSpec
 from worker.core.errors import Conflict, ExerciseFormatError, InvalidInput
@@ -184,8 +184,7 @@ def test_the_form_refuses_a_line_that_is_not_one(
     url = f"/grading/{grade.id}"
     page = client.get(url)
     assert page.status_code == 200 and 'id="learner-code"' in page.text and "# plain addition" in page.text
-    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
-    base = {"csrf_token": token, "revision": "0", "item": ["explains"]}
+    base = {"csrf_token": csrf_token(client, url), "revision": "0", "item": ["explains"]}
     for number, reason in (("abc", "as a number"), ("99", "line 99 is not in the submission")):
         refused = client.post(url, data={**base, "line": [number, ""], "line_text": ["Look here.", ""]})
         assert refused.status_code == 422 and reason in refused.text, number

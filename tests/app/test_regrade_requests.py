@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from app.domain.models import (
     User,
 )
 from tests.app.test_gradebook import add_assignment, submit
+from tests.app.test_instructor import token as csrf_token
 from tests.conftest import RecordingDispatcher, TinyExercise
 from worker.core.errors import Conflict, InvalidInput, NotFound
 from worker.core.outcome import Verdict
@@ -222,11 +222,6 @@ def test_the_api_round_trip_and_its_errors(
     ]  # fmt: skip
 
 
-def _csrf(client: TestClient, path: str) -> str:
-    match = re.search(r'name="csrf_token" value="([^"]+)"', client.get(path).text)
-    assert match, f"no CSRF token on {path}"
-    return match.group(1)
-
 
 def test_the_pages_ask_answer_and_show_the_thread(
     client: TestClient, login: Callable[..., None], klass: Class, db_session: Session
@@ -235,7 +230,7 @@ def test_the_pages_ask_answer_and_show_the_thread(
     login(client, klass.learner)
     history = client.get(f"/exercises/{slug}/history?attempt={klass.graded.id}")
     assert history.status_code == 200 and 'id="regrade-form"' in history.text
-    token = _csrf(client, f"/exercises/{slug}/history?attempt={klass.graded.id}")
+    token = csrf_token(client, f"/exercises/{slug}/history?attempt={klass.graded.id}")
     form = {"csrf_token": token, "reason": "<b>test 2</b> is right"}
     sent = client.post(f"/submissions/{klass.graded.id}/regrade-request", data=form, follow_redirects=False)
     assert sent.status_code == 303
@@ -245,7 +240,7 @@ def test_the_pages_ask_answer_and_show_the_thread(
     assert "answer-form" not in page.text
     assert "regrade-form" not in client.get(f"/exercises/{slug}/history?attempt={klass.graded.id}").text
     login(client, klass.ta)
-    token = _csrf(client, thread_url)
+    token = csrf_token(client, thread_url)
     refused = client.post(thread_url, data={"csrf_token": token, "body": "x", "action": "adjust", "score_pct": "abc"})
     assert refused.status_code == 422 and "0 to 100" in refused.text
     done = client.post(thread_url, data={"csrf_token": token, "body": "Fair point.", "action": "adjust",

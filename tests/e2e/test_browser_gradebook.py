@@ -11,12 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, select
-from sqlalchemy.orm import Session
 
-from app.domain.models import Exercise, Submission, SubmissionStatus, User, utcnow
-from tests.e2e.conftest import SCREENSHOTS, log_in, serve_gpulab, watched_page
-from worker.core.outcome import Verdict
+from app.domain.models import utcnow
+from tests.e2e.conftest import SCREENSHOTS, log_in, post_json, serve_gpulab, store_graded, watched_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 USERS = (("gina@example.com", "instructor"), ("leo@example.com", "learner"))
@@ -32,30 +29,11 @@ def gradebook_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple
         yield base, data / "gpulab.db"
 
 
-def _api(page: Any, base: str, path: str, body: dict[str, Any]) -> Any:
-    answer = page.request.post(f"{base}{path}", data=body, headers={"Origin": base})
-    assert answer.ok, answer.text()
-    return answer.json()
-
-
 def _late_submission(db_file: Path, assignment_id: int) -> None:
     """Store leo's fully passing submission, made after the due date (in the late period)."""
-    engine = create_engine(f"sqlite:///{db_file}")
-    try:
-        with Session(engine) as db:
-            exercise = db.scalars(select(Exercise).where(Exercise.slug == SLUG)).one()
-            learner = db.scalars(select(User).where(User.email == "leo@example.com")).one()
-            assert exercise.current_version is not None
-            db.add(
-                Submission(
-                    user_id=learner.id, exercise_version_id=exercise.current_version.id, assignment_id=assignment_id,
-                    code="pass", status=SubmissionStatus.graded, verdict=Verdict.passed, score=4.0, max_score=4.0,
-                    created_at=utcnow() - timedelta(days=1), finished_at=utcnow() - timedelta(days=1),
-                )
-            )  # fmt: skip
-            db.commit()
-    finally:
-        engine.dispose()
+    late = utcnow() - timedelta(days=1)
+    store_graded(db_file, slug=SLUG, email="leo@example.com", assignment_id=assignment_id, created_at=late,
+                 finished_at=late)  # fmt: skip
 
 
 def test_override_and_revert_a_cell_and_the_learner_sees_it(
@@ -67,10 +45,10 @@ def test_override_and_revert_a_cell_and_the_learner_sees_it(
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     staff = watched_page(browser)
     log_in(staff, base, "gina@example.com")
-    _api(staff, base, "/api/courses", {"slug": COURSE, "title": "GPU grading"})
-    _api(staff, base, f"/api/courses/{COURSE}/members", {"csv": "leo@example.com\n"})
+    post_json(staff, base, "/api/courses", {"slug": COURSE, "title": "GPU grading"})
+    post_json(staff, base, f"/api/courses/{COURSE}/members", {"csv": "leo@example.com\n"})
     now = utcnow()
-    made = _api(staff, base, f"/api/courses/{COURSE}/assignments", {
+    made = post_json(staff, base, f"/api/courses/{COURSE}/assignments", {
         "title": "Week 1", "items": [{"exercise": SLUG, "weight": 1}], "due_at": (now - timedelta(days=2)).isoformat(),
         "late_until": (now + timedelta(days=2)).isoformat(), "late_credit_pct": 50,
     })  # fmt: skip

@@ -6,16 +6,12 @@ thread and the new score in their grades. Screenshot: ``docs/screenshots/regrade
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, select
-from sqlalchemy.orm import Session
 
-from app.domain.models import Exercise, Submission, SubmissionStatus, User, utcnow
-from tests.e2e.conftest import SCREENSHOTS, log_in, serve_gpulab, watched_page
+from tests.e2e.conftest import SCREENSHOTS, log_in, post_json, serve_gpulab, store_graded, watched_page
 from worker.core.outcome import Verdict
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -32,42 +28,18 @@ def regrade_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[s
         yield base, data / "gpulab.db"
 
 
-def _api(page: Any, base: str, path: str, body: dict[str, Any]) -> Any:
-    answer = page.request.post(f"{base}{path}", data=body, headers={"Origin": base})
-    assert answer.ok, answer.text()
-    return answer.json()
-
-
-def _graded(db_file: Path, assignment_id: int) -> str:
-    """Store lou's graded, half-right submission under the assignment; return its id."""
-    engine = create_engine(f"sqlite:///{db_file}")
-    try:
-        with Session(engine) as db:
-            exercise = db.scalars(select(Exercise).where(Exercise.slug == SLUG)).one()
-            learner = db.scalars(select(User).where(User.email == "lou@example.com")).one()
-            assert exercise.current_version is not None
-            submission = Submission(
-                user_id=learner.id, exercise_version_id=exercise.current_version.id, assignment_id=assignment_id,
-                code="def split_batch(x):\n    return x\n", status=SubmissionStatus.graded, verdict=Verdict.failed,
-                score=2.0, max_score=4.0, created_at=utcnow() - timedelta(hours=1), finished_at=utcnow(),
-            )  # fmt: skip
-            db.add(submission)
-            db.commit()
-            return submission.id
-    finally:
-        engine.dispose()
-
-
 def test_a_learner_asks_staff_adjust_and_the_learner_sees_it(regrade_server: tuple[str, Path], browser: Any) -> None:
     from playwright.sync_api import expect
 
     base, db_file = regrade_server
     staff = watched_page(browser)
     log_in(staff, base, "rita@example.com")
-    _api(staff, base, "/api/courses", {"slug": COURSE, "title": "GPU regrades"})
-    _api(staff, base, f"/api/courses/{COURSE}/members", {"csv": "lou@example.com\n"})
-    made = _api(staff, base, f"/api/courses/{COURSE}/assignments", {"title": "Week 1", "items": [{"exercise": SLUG}]})
-    sid = _graded(db_file, made["id"])
+    post_json(staff, base, "/api/courses", {"slug": COURSE, "title": "GPU regrades"})
+    post_json(staff, base, f"/api/courses/{COURSE}/members", {"csv": "lou@example.com\n"})
+    week = {"title": "Week 1", "items": [{"exercise": SLUG}]}
+    made = post_json(staff, base, f"/api/courses/{COURSE}/assignments", week)
+    sid = store_graded(db_file, slug=SLUG, email="lou@example.com", assignment_id=made["id"], verdict=Verdict.failed,
+                       score=2.0, code="def split_batch(x):\n    return x\n")  # fmt: skip
 
     learner = watched_page(browser)
     log_in(learner, base, "lou@example.com")
