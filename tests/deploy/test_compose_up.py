@@ -181,14 +181,22 @@ def _settle(client: httpx.Client, url: str, done: set[str]) -> dict[str, Any]:
         time.sleep(0.5)
 
 
-def _grader_starts(since: float) -> int:
-    """Count grading containers the engine started since ``since`` (epoch seconds)."""
-    out = subprocess.run(
-        ["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter", "type=container",
-         "--filter", "event=start", "--filter", f"image={GRADER}", "--format", "{{.ID}}"],
-        capture_output=True, text=True, timeout=30,
-    ).stdout  # fmt: skip
-    return len(out.split())
+def _grader_runs(since: float, *, at_least: int, wait_s: float = 60.0) -> int:
+    """Count grading containers that ended (``die``) since ``since`` (epoch seconds), waiting for ``at_least``.
+
+    Ends, not starts: a job may take a warm pair started before ``since``, but every job's containers end with
+    it, fresh or warm, and the pair's replacement starting afterwards is not this job's."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = subprocess.run(
+            ["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter",
+             "type=container", "--filter", "event=die", "--filter", f"image={GRADER}", "--format", "{{.ID}}"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout  # fmt: skip
+        count = len(out.split())
+        if count >= at_least or time.monotonic() >= deadline:
+            return count
+        time.sleep(0.5)
 
 
 @pytest.mark.timeout(600)  # above the sum of this test's own deadlines, so they name what hung, and down -v runs
@@ -212,7 +220,7 @@ def test_compose_stack_grades_a_submission_an_example_run_and_a_check(tmp_path: 
         assert right["score"] == right["max_score"] > 0 and right["tests"]
         failed = _settle(learner, f"/api/submissions/{ids['wrong']}", {"graded", "error"})
         assert (failed["status"], failed["verdict"]) == ("graded", "failed"), failed
-        assert _grader_starts(since) >= 4  # two gradings, two containers each: none ran in the app's image
+        assert _grader_runs(since, at_least=4) >= 4  # two gradings, two containers each: none in the app's image
 
         # An example run: the API holds no Docker socket, so it can only pass through a worker's example lane.
         since = time.time()
@@ -221,7 +229,7 @@ def test_compose_stack_grades_a_submission_an_example_run_and_a_check(tmp_path: 
         outcome = run.json()
         assert (outcome["id"], outcome["status"], outcome["verdict"]) == ("", "graded", "passed"), outcome
         assert outcome["tests"] and all(t["outcome"] == "passed" for t in outcome["tests"])
-        assert _grader_starts(since) >= 2
+        assert _grader_runs(since, at_least=2) >= 2
 
         # An instructor check of the published version, started from its page's form like a browser would.
         exercises = instructor.get("/api/instructor/exercises").raise_for_status().json()
