@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import math
 
-from sqlalchemy import or_, select
+from sqlalchemy import case, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain import courses, gradebook
@@ -165,8 +165,8 @@ def respond(
     action: StaffAction,
     body: str,
     score_pct: float | None = None,
-) -> list[tuple[str, str]]:
-    """Answer ``request`` as staff with ``action``; return the ``(submission id, queue)`` pairs to dispatch."""
+) -> list[Submission]:
+    """Answer ``request`` as staff with ``action``; return the submissions to dispatch once committed."""
     if not can_answer(session=session, request=request, user=user):
         raise NotFound(f"no regrade request {request.id}")
     text = _text(body)
@@ -175,7 +175,7 @@ def respond(
         raise Conflict("this regrade request is closed; reopen it first")
     if not closed and action is StaffAction.reopen:
         raise Conflict("this regrade request is not closed, so there is nothing to reopen")
-    dispatch: list[tuple[str, str]] = []
+    dispatch: list[Submission] = []
     if action is StaffAction.adjust:
         if request.assignment_id is None:
             raise InvalidInput("a practice submission counts in no grade book: re-run it, or answer without a score")
@@ -192,10 +192,9 @@ def respond(
         exercise = request.exercise
         if exercise.current_version is None:
             raise InvalidInput("the exercise has no version to grade against")
-        _, dispatch = start_regrade(
-            session=session, exercise=exercise, target=exercise.current_version, submissions=[request.submission],
-            user=user,
-        )  # fmt: skip
+        start_regrade(session=session, exercise=exercise, target=exercise.current_version,
+                      submissions=[request.submission], user=user)  # fmt: skip
+        dispatch = [request.submission]
     adjusted = score_pct if action is StaffAction.adjust else None
     _add(request, author=user, action=action.value, body=text, score_pct=adjusted)
     request.status = {
@@ -214,7 +213,7 @@ def write(
     body: str,
     action: StaffAction | None = None,
     score_pct: float | None = None,
-) -> list[tuple[str, str]]:
+) -> list[Submission]:
     """Add ``user``'s message: staff answer with ``action`` (a comment by default), the learner replies."""
     if request.user_id != user.id and can_answer(session=session, request=request, user=user):
         return respond(session=session, request=request, user=user, action=action or StaffAction.comment, body=body,
@@ -239,6 +238,7 @@ def visible_to(*, session: Session, user: User, limit: int = 200) -> list[Regrad
         if user.role is Role.instructor:
             mine.append(RegradeRequest.assignment_id.is_(None))
         stmt = stmt.where(or_(*mine))
-    order = {RegradeRequestStatus.open: 0, RegradeRequestStatus.answered: 1, RegradeRequestStatus.closed: 2}
-    rows = list(session.scalars(stmt.order_by(RegradeRequest.updated_at.desc()).limit(limit)))
-    return sorted(rows, key=lambda r: order[r.status])  # stable: newest first within each status
+    # Waiting first in the query itself: sorting after the limit could drop an old open request for a new closed one.
+    waiting = case({RegradeRequestStatus.open: 0, RegradeRequestStatus.answered: 1}, value=RegradeRequest.status,
+                   else_=2)  # fmt: skip
+    return list(session.scalars(stmt.order_by(waiting, RegradeRequest.updated_at.desc()).limit(limit)))

@@ -175,7 +175,7 @@ def test_rerun_requeues_the_submission_and_close_then_reopen_gate_the_learner(
     request = rr.ask(session=db_session, user=klass.learner, submission=klass.graded, reason="flaky?")
     jobs = rr.respond(session=db_session, request=request, user=instructor, action=rr.StaffAction.rerun,
                       body="Grading it again.")  # fmt: skip
-    assert jobs == [(klass.graded.id, "cpu")] and klass.graded.status is SubmissionStatus.queued
+    assert jobs == [klass.graded] and klass.graded.status is SubmissionStatus.queued
     rr.respond(session=db_session, request=request, user=instructor, action=rr.StaffAction.close, body="Done.")
     assert request.status is RegradeRequestStatus.closed
     with pytest.raises(Conflict, match="closed"):
@@ -253,3 +253,13 @@ def test_the_pages_ask_answer_and_show_the_thread(
     assert client.get("/regrade-requests").status_code == 200
     login(client, klass.other)
     assert client.get(thread_url).status_code == 404
+
+
+def test_waiting_requests_come_first_even_when_a_closed_one_is_newer(
+    db_session: Session, klass: Class, instructor: User
+) -> None:
+    older = rr.ask(session=db_session, user=klass.learner, submission=klass.graded, reason="first")
+    newer = rr.ask(session=db_session, user=klass.learner, submission=klass.practice, reason="second")
+    rr.respond(session=db_session, request=newer, user=instructor, action=rr.StaffAction.close, body="No.")
+    db_session.commit()
+    assert [r.id for r in rr.visible_to(session=db_session, user=klass.learner, limit=1)] == [older.id]

@@ -7,18 +7,16 @@ rule covers them.
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from app.domain import regrade_requests as rr
 from app.domain.models import RegradeRequest
 from app.domain.schemas import UtcDatetime
-from app.web.deps import CurrentUser, Dispatcher, DispatcherDep, RowId, SessionDep, SubmissionDep
+from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep, SubmissionDep
 from app.web.errors import problem_responses
+from app.web.routes.api_exercises import dispatch_committed
 
-log = logging.getLogger(__name__)
 router = APIRouter(tags=["regrade requests"])
 
 
@@ -110,14 +108,6 @@ def add_message(
     jobs = rr.write(session=session, request=request, user=user, body=body.body, action=body.action,
                     score_pct=body.score_pct)  # fmt: skip
     session.commit()
-    dispatch_all(dispatcher, jobs)
+    for submission in jobs:
+        dispatch_committed(dispatcher, submission)
     return RegradeRequestOut.of(request, can_answer=rr.can_answer(session=session, request=request, user=user))
-
-
-def dispatch_all(dispatcher: Dispatcher, jobs: list[tuple[str, str]]) -> None:
-    """Send committed regrades to their queues (a failed send stays queued for recovery)."""
-    for sid, queue in jobs:
-        try:
-            dispatcher.dispatch(sid, queue)
-        except Exception:  # committed and queued: recovery at the next start dispatches it
-            log.exception("could not dispatch the regrade of %s", sid)

@@ -19,7 +19,7 @@ from app.domain.submissions import get_for_user
 from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from app.web.routes.api_regrade_requests import dispatch_all
+from app.web.routes.api_exercises import dispatch_committed
 from worker.core.errors import GpulabError, InvalidInput, NotFound
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])
@@ -76,7 +76,8 @@ def write(
         session.rollback()
         found = rr.get_request(session=session, request_id=request_id, user=user)
         return _thread(request, user, session, found, error=exc.message, body=body, status_code=http_status(exc))
-    dispatch_all(dispatcher, jobs)
+    for submission in jobs:
+        dispatch_committed(dispatcher, submission)
     flash(request, "Sent." if chosen is None else f"Done: {chosen.value}.")
     return redirect(f"/regrade-requests/{found.id}")
 
