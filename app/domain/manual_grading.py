@@ -42,7 +42,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, selectinload
 
 from app.domain import courses
@@ -143,7 +143,8 @@ def open_grades(*, session: Session, submission: Submission, exercise: Exercise,
 def open_code_grade(*, session: Session, submission: Submission) -> None:
     """Queue a just-graded code submission for staff grading when its version has a rubric (see the contract)."""
     version = submission.exercise_version
-    if version.kind != "code" or submission.user_id is None or rubric_of_version(version, CODE) is None:
+    rubric = rubric_of_version(version, CODE) if version.kind == "code" and submission.user_id is not None else None
+    if rubric is None:
         return
     existing = session.scalar(select(ManualGrade).where(ManualGrade.submission_id == submission.id))
     if existing is not None:  # graded again (a regrade): the staff grade stays, and counts again once released
@@ -151,17 +152,15 @@ def open_code_grade(*, session: Session, submission: Submission) -> None:
             apply(session=session, submission=submission)
         return
     # Only a learner's newest attempt waits for a grader: an older ungraded one of the same item is superseded.
-    older = select(Submission.id).where(
-        Submission.user_id == submission.user_id, Submission.exercise_version_id.in_(
-            select(ExerciseVersion.id).where(ExerciseVersion.exercise_id == version.exercise_id)
-        ), Submission.assignment_id.is_(None) if submission.assignment_id is None
-        else Submission.assignment_id == submission.assignment_id,
+    same_item = (
+        select(Submission.id)
+        .join(ExerciseVersion, Submission.exercise_version_id == ExerciseVersion.id)
+        .where(ExerciseVersion.exercise_id == version.exercise_id, Submission.user_id == submission.user_id,
+               Submission.assignment_id.is_not_distinct_from(submission.assignment_id))
     )  # fmt: skip
-    for stale in session.scalars(select(ManualGrade).where(ManualGrade.submission_id.in_(older),
-                                                           ManualGrade.graded_at.is_(None))):  # fmt: skip
-        session.delete(stale)
-    rubric = rubric_of_version(version, CODE)
-    assert rubric is not None
+    stale = select(ManualGrade).where(ManualGrade.submission_id.in_(same_item), ManualGrade.graded_at.is_(None))
+    for grade in session.scalars(stale):
+        session.delete(grade)
     session.add(ManualGrade(submission_id=submission.id, exercise_id=version.exercise_id, question=CODE,
                             max_points=rubric.points))  # fmt: skip
     session.flush()
@@ -234,12 +233,12 @@ def next_ungraded(
 
 def counts(*, session: Session, exercise: Exercise | None = None, assignment: Assignment | None = None) -> Counts:
     """Count the grades of an exercise (or assignment): ungraded, graded but not released, released."""
-    rows = session.execute(_scoped(exercise=exercise, assignment=assignment).order_by(None).with_only_columns(
-        ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_not(None)
-    )).all()  # fmt: skip
-    graded = [bool(g) for g, _ in rows]
-    released = sum(1 for _, r in rows if r)
-    return Counts(ungraded=graded.count(False), graded=graded.count(True) - released, released=released)
+    graded, released = ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_not(None)
+    scoped = _scoped(exercise=exercise, assignment=assignment).order_by(None)
+    rows = session.execute(scoped.with_only_columns(graded, released, func.count()).group_by(graded, released))
+    tally = {(bool(g), bool(r)): int(n) for g, r, n in rows}
+    return Counts(ungraded=tally.get((False, False), 0), graded=tally.get((True, False), 0),
+                  released=tally.get((True, True), 0))  # fmt: skip
 
 
 def _comment(text: str) -> str:
