@@ -59,7 +59,7 @@ from app.domain.models import (
     User,
     utcnow,
 )
-from worker.bank.quiz import QuestionResult, Quiz, RubricItem, TextQuestion, parse_quiz
+from worker.bank.quiz import QuestionResult, Quiz, RubricItem, TextQuestion, parse_quiz, score_items
 from worker.bank.spec import read_meta
 from worker.core.errors import Conflict, InvalidInput, NotFound
 from worker.core.outcome import Verdict
@@ -99,10 +99,8 @@ class Rubric:
 
     def score(self, checked: Iterable[str]) -> float:
         """Return the checked items' points: clamped to 0..points for a text answer; a code rubric may deduct."""
-        chosen = set(checked)
-        total = sum(r.points for r in self.rubric_items if r.id in chosen)
-        low = 0.0 if self.kind == "text" else -math.inf
-        return round(min(self.points, max(low, total)), 6)
+        return score_items(self.rubric_items, checked, most=self.points,
+                           least=0.0 if self.kind == "text" else -math.inf)  # fmt: skip
 
 
 def rubric_of_version(version: ExerciseVersion, question: str) -> Rubric | None:

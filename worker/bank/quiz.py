@@ -356,6 +356,13 @@ class RubricItem(FormatModel):
         return points
 
 
+def score_items(items: Iterable[RubricItem], checked: Iterable[str], *, most: float, least: float) -> float:
+    """Return the points of the checked rubric items, clamped to ``least``..``most``."""
+    chosen = set(checked)
+    total = sum(r.points for r in items if r.id in chosen)
+    return round(min(most, max(least, total)), 6)
+
+
 def _line_kind(value: Any) -> str:
     return "text" if isinstance(value, str) else "item"
 
@@ -411,9 +418,7 @@ class TextQuestion(_Question):
 
     def rubric_score(self, checked: Iterable[str]) -> float:
         """Return the points of the checked item ids, clamped to 0..``points``."""
-        chosen = set(checked)
-        total = sum(r.points for r in self.rubric_items if r.id in chosen)
-        return round(min(self.points, max(0.0, total)), 6)
+        return score_items(self.rubric_items, checked, most=self.points, least=0.0)
 
     @property
     def program(self) -> None:
