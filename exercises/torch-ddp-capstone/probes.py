@@ -8,7 +8,6 @@ tests also check results that cannot be forged without training correctly):
 - the learning rate of every optimizer step (a global step pre-hook);
 - how many times the rank called torch.save, and the final parameters of the model it wrapped in DDP.
 After the ranks finish, the probe loads the checkpoint file into a plain build_model() and reports how that went.
-Each rank keeps its DDP wrappers alive until it exits (see init below): that avoids a teardown hang of the grader.
 The hidden tests import make_data, build_model and the constants from here.
 """
 
@@ -48,7 +47,7 @@ def build_model() -> nn.Module:
     return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
 
 
-_seen: dict = {"indices": [], "sizes": [], "lrs": [], "saves": [], "modules": [], "wrappers": []}
+_seen: dict = {"indices": [], "sizes": [], "lrs": [], "saves": [], "modules": []}
 
 
 def _instrument() -> None:
@@ -61,10 +60,6 @@ def _instrument() -> None:
     def init(self, module, *args, **kwargs):
         original_init(self, module, *args, **kwargs)
         _seen["modules"].append(self.module)
-        # Keep the wrapper (and its Reducer) alive until the rank exits with os._exit. Freeing it when train
-        # returned hung about 1 rank run in 10 (torch 2.13, gloo, forked ranks) in submissions whose ranks leave
-        # train at different moments (no barrier at the end): a teardown race in the grader, not the learner's bug.
-        _seen["wrappers"].append(self)
 
     def forward(self, *inputs, **kwargs):
         first = inputs[0] if inputs else next(iter(kwargs.values()), None)
