@@ -18,7 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from worker.bank.spec import Limits
+from worker.bank.specdata import Limits
 from worker.grading.sandbox.base import SandboxRun
 from worker.grading.sandbox.policy import RUNNER_DIR, cpu_rlimit_s, hard_output_cap, sandbox_env
 from worker.grading.sandbox.process import run_process

@@ -1,0 +1,304 @@
+"""Grade every torch exercise with this machine's real GPU through the grading pipeline (``scripts/gpu-check``).
+
+Contract:
+- For a bare GPU machine: a Python (3.11 or newer) with torch and pytest and nothing else of ours, no Docker,
+  no bubblewrap. This module and everything it imports use only the standard library, so nothing needs
+  carrying (``tests/worker/test_gpucheck.py`` runs it with every other import refused). torch is used only
+  by the child processes: ``find_gpus`` asks one (the Python that will grade) what ``torch.cuda`` sees, so this
+  process never starts CUDA, and grading runs the runner as a child of its own.
+- It grades each torch code exercise's ``solution.py``, ``right/*.py`` and ``wrong/*.py`` with
+  ``bankcheck.check_variant`` (the pipeline of every worker, ``pipeline.grade``) in the ``unsafe`` backend,
+  the only one that runs here (no isolation: it says so, and every label ends in "(unsandboxed)"), giving the
+  job the machine's GPUs. The runner decides what a job does with them (``runner.vdev.setup``): with fewer
+  GPUs than an exercise's replicas it grades as on a CPU worker, and the output names those exercises' tests
+  as not checked on the real GPU, with why.
+- It prints, per exercise, each variant's verdict (as expected or not), the device label the result carries
+  and the time, then a summary line for ``docs/gpu.md``.
+- ``main(argv)`` returns 2 with the reason where no GPU is found (or torch or pytest is missing), 1 when a
+  verdict is not as expected, 0 otherwise. ``--cpu-dry-run`` grades without a GPU (as a CPU worker would).
+- ``load_exercise`` reads a folder with ``tomllib`` alone, without the format's checks (they need pydantic,
+  which such a machine lacks): the bank is checked where it is authored (``load_bank``), and the tests assert
+  that both read every torch exercise the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from worker.bank.specdata import (
+    ExerciseData,
+    ExpectedTest,
+    Limits,
+    Visibility,
+    WrongFile,
+    discover_test_ids,
+    read_exercise_files,
+)
+from worker.grading.bankcheck import VariantCheck, check_variant, summary, variants
+from worker.grading.devices import uses_real_gpus
+from worker.grading.sandbox.unsafe import UnsafeSandbox
+
+EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
+PROBE_TIMEOUT_S = 180.0
+# Run in the Python that will grade: what it can import, and what torch.cuda sees. A small matmul proves CUDA
+# works rather than only being reported.
+PROBE = """
+import json, sys
+info = {"python": sys.version.split()[0]}
+try:
+    import pytest
+    info["pytest"] = pytest.__version__
+    import torch
+except Exception as exc:
+    info["error"] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps(info))
+    raise SystemExit(0)
+info.update(torch=torch.__version__, cuda=torch.version.cuda, gpus=[])
+try:
+    if torch.cuda.is_available():
+        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        x = torch.ones(256, 256, device="cuda")
+        info["matmul_ok"] = bool(((x @ x) == 256).all().item())
+except Exception as exc:
+    info["cuda_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(info))
+"""
+WHY_NOT_FAITHFUL = {
+    "auto": "one GPU cannot show a batch split across two devices, so the runner grades it on virtual CUDA "
+    "devices on the CPU, as a CPU worker does",
+    "processes": "NCCL refuses two ranks on one GPU (and the learner's code picks NCCL and cuda:<rank> whenever "
+    "CUDA is there), so the runner hides CUDA from the job and its ranks run DDP over gloo on the CPU",
+}
+
+
+class CannotRun(Exception):
+    """This machine cannot run the check; the message says why (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the grading Python found: versions and the real GPUs (empty on a CPU dry run)."""
+
+    python: str
+    torch: str
+    cuda: str | None
+    gpus: tuple[str, ...]
+
+    def describe(self) -> str:
+        """Return one line: the GPUs, torch and its CUDA, and the Python."""
+        counted = f"{len(self.gpus)} \u00d7 {self.gpus[0]}" if self.gpus else "no GPU"
+        return f"{counted} (torch {self.torch}, CUDA {self.cuda or 'none'}), Python {self.python}"
+
+
+def find_gpus(python: str = sys.executable) -> tuple[Machine, str | None]:
+    """Ask ``python`` what it can import and which GPUs torch sees; return them and, if it cannot grade, why."""
+    try:
+        done = subprocess.run(
+            [python, "-c", PROBE], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise CannotRun(f"{python} did not answer within {PROBE_TIMEOUT_S:g} s when asked about torch.cuda") from None
+    try:
+        info: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise CannotRun(f"{python} could not be asked about torch.cuda: {done.stderr.strip()[-800:]}") from None
+    if "error" in info:
+        raise CannotRun(f"{python} (Python {info['python']}) cannot grade torch exercises: {info['error']}")
+    machine = Machine(info["python"], info["torch"], info["cuda"], tuple(info["gpus"]))
+    if info.get("cuda_error"):
+        return machine, f"torch sees a GPU but CUDA does not work: {info['cuda_error']}"
+    if not machine.gpus:
+        built = f"CUDA {machine.cuda}" if machine.cuda else "without CUDA"
+        return machine, f"no GPU: torch.cuda.is_available() is False (torch {machine.torch} is built {built})"
+    if not info.get("matmul_ok"):
+        return machine, "a 256 x 256 matmul on the GPU gave a wrong result"
+    return machine, None
+
+
+def _as_field(field: dataclasses.Field[Any], value: Any) -> Any:
+    """Give a TOML value its field's type where the format would (an integer for a float limit)."""
+    return float(value) if field.type == "float" and isinstance(value, int) else value
+
+
+def load_exercise(folder: Path) -> ExerciseData:
+    """Read an exercise folder with the standard library alone, without the format's checks (see the contract)."""
+    files = read_exercise_files(folder)
+    meta = tomllib.loads(files["exercise.toml"])
+    limit_fields = {f.name: f for f in dataclasses.fields(Limits)}
+    limits = Limits(**{k: _as_field(limit_fields[k], v) for k, v in meta.get("limits", {}).items()})
+    points = meta.get("points", {})
+    kind = meta.get("kind", "code")
+    tests_dir = {p[len("tests/") :]: c for p, c in files.items() if p.startswith("tests/")}
+    ids = discover_test_ids(folder.name, tests_dir) if kind == "code" else []
+    return ExerciseData(
+        slug=folder.name,
+        title=meta["title"],
+        kind=kind,
+        topic=meta.get("topic", "General"),
+        difficulty=meta.get("difficulty", "beginner"),
+        framework=meta.get("framework", "python"),
+        queue=meta.get("queue", "cpu"),
+        limits=limits,
+        files=files,
+        tests=[ExpectedTest(i, float(points.get(i, 1.0))) for i in ids],
+        wrong=[WrongFile(w["file"], tuple(w["must_fail"]), w.get("why", "").strip()) for w in meta.get("wrong", [])],
+        replicas=meta.get("replicas", 1),
+        devices=meta.get("devices", "auto"),
+        learner_process=meta.get("learner_process", "per-test"),
+        test_visibility=Visibility(meta.get("default_visibility", "now"), dict(meta.get("visibility", {}))),
+    )
+
+
+def torch_exercises(root: Path, only: Sequence[str] = ()) -> list[ExerciseData]:
+    """Return the torch code exercises below ``root`` (those named in ``only``, when given), sorted by slug."""
+    specs = [load_exercise(p.parent) for p in sorted(root.glob("*/exercise.toml"))]
+    picked = [s for s in specs if s.kind == "code" and s.framework == "torch" and (not only or s.slug in only)]
+    missing = sorted(set(only) - {s.slug for s in picked})
+    if missing:
+        raise CannotRun(f"no torch code exercise called {', '.join(missing)} in {root}")
+    return picked
+
+
+def not_faithful(spec: ExerciseData, gpus: tuple[str, ...]) -> str | None:
+    """Return why ``spec`` is not graded on the real GPUs ``gpus`` (``None`` when it is, or on a dry run)."""
+    if not gpus or uses_real_gpus(spec, gpus):
+        return None
+    have = f"{len(gpus)} GPU" + ("s" if len(gpus) > 1 else "")
+    return f"it declares {spec.replicas} replicas and this machine has {have}: {WHY_NOT_FAITHFUL[spec.devices]}"
+
+
+def _git_revision() -> str:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=EXERCISES.parent, capture_output=True, text=True, check=False
+        )
+    except OSError:
+        return "?"
+    return done.stdout.strip() or "?"
+
+
+def _driver() -> str:
+    if not shutil.which("nvidia-smi"):
+        return "?"
+    done = subprocess.run(
+        ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    return done.stdout.strip().splitlines()[0] if done.returncode == 0 and done.stdout.strip() else "?"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/gpu-check",
+        description="Grade every torch exercise's reference, right and wrong variants with this machine's GPU "
+        "through the grading pipeline (unsafe backend); exit 2 without a GPU, 1 when a verdict is wrong.",
+    )
+    parser.add_argument("--cpu-dry-run", action="store_true", help="grade without a GPU, as a CPU worker would")
+    parser.add_argument("--only", action="append", default=[], metavar="SLUG", help="grade only this exercise")
+    parser.add_argument("--exercises", type=Path, default=EXERCISES, help="the exercise bank (default: ours)")
+    parser.add_argument(
+        "--jobs", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)), help="gradings run at once"
+    )
+    return parser
+
+
+def run(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
+    """Run the check as ``args`` say; return the exit code."""
+    started = time.monotonic()
+    machine, no_gpu = find_gpus()
+    if no_gpu and not args.cpu_dry_run:
+        raise CannotRun(no_gpu)
+    gpus = () if args.cpu_dry_run else machine.gpus
+    specs = torch_exercises(args.exercises, args.only)
+    echo(f"gpu-check: {machine.describe()}, {platform.machine()}")
+    if args.cpu_dry_run:
+        echo("CPU dry run (forced with --cpu-dry-run): the jobs get no GPU; labels and verdicts are a CPU worker's")
+    echo(
+        "sandbox: unsafe (no isolation: the learner's code runs as this user; every label says \"unsandboxed\"). "
+        "The docker backend, the only one that hands GPUs to a job, needs Docker and the NVIDIA container toolkit "
+        f"({'found: use scripts/gpu-smoke' if shutil.which('docker') else 'absent here'}); "
+        "the local backend (bubblewrap) has no GPU path."
+    )
+    sandbox = UnsafeSandbox()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        pending = [
+            (spec, [(v, pool.submit(check_variant, spec, v, sandbox=sandbox, gpus=gpus)) for v in variants(spec)])
+            for spec in specs
+        ]
+        total = bad = 0
+        for spec, futures in pending:
+            bad_here = _report(spec, futures, gpus, echo)
+            total += len(futures)
+            bad += bad_here
+    elapsed = time.monotonic() - started
+    verdict = "every verdict as expected" if not bad else f"{bad} verdicts NOT as expected"
+    echo("")
+    echo(f"summary: {len(specs)} torch exercises, {total} gradings, {verdict}, {elapsed:.0f} s")
+    where = f"{len(gpus)} \u00d7 {gpus[0]}, driver {_driver()}" if gpus else "CPU dry run"
+    echo(
+        f"for docs/gpu.md: - {time.strftime('%Y-%m-%d', time.gmtime())}, {_git_revision()}, {where}, torch "
+        f"{machine.torch}, Python {machine.python}, unsafe backend: {total - bad}/{total} verdicts as expected "
+        f"in {elapsed:.0f} s"
+    )
+    return 1 if bad else 0
+
+
+def _report(
+    spec: ExerciseData,
+    futures: list[tuple[Any, Future[VariantCheck]]],
+    gpus: tuple[str, ...],
+    echo: Callable[[str], None],
+) -> int:
+    """Print one exercise's block as its gradings finish; return how many verdicts were not as expected."""
+    echo("")
+    echo(f"{spec.slug}: {spec.replicas} replica(s), devices \"{spec.devices}\", {len(spec.tests)} tests, "
+         f"{len(futures)} gradings")  # fmt: skip
+    why = not_faithful(spec, gpus)
+    if why:
+        tests = ", ".join(t.id.split("::")[-1] for t in spec.tests)
+        echo(f"  not on the real GPU: {why}. Not checked on real CUDA: {tests}")
+    labels: dict[str, None] = {}
+    bad = 0
+    seconds = 0.0
+    width = max(len(v.path) for v, _ in futures)
+    for variant, future in futures:
+        check = future.result()
+        labels[check.outcome.device] = None
+        seconds += check.outcome.runtime_ms / 1000
+        expected = "must pass" if variant.must_fail is None else "must fail"
+        mark = "ok " if check.ok else "BAD"
+        echo(
+            f"  {mark} {variant.path:<{width}}  {expected}: {summary(check.outcome)}  "
+            f"[{check.outcome.device}, {check.outcome.runtime_ms / 1000:.1f} s]"
+        )
+        if check.problem:
+            bad += 1
+            echo(f"      NOT AS EXPECTED: {check.problem}")
+    state = "as expected" if not bad else f"{bad} NOT as expected"
+    echo(f"  => {state}; device label: {' | '.join(labels)}; {seconds:.1f} s of grading")
+    return bad
+
+
+def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] | None = None) -> int:
+    """Run ``scripts/gpu-check``; return 0 (all as expected), 1 (a verdict is not) or 2 (cannot run here)."""
+    args = _parser().parse_args(argv)
+    out = echo or (lambda line: print(line, flush=True))
+    try:
+        return run(args, out)
+    except CannotRun as exc:
+        print(f"gpu-check: cannot run here: {exc}", file=sys.stderr, flush=True)
+        return 2
