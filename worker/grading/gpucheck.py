@@ -228,7 +228,7 @@ def run(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
     if args.cpu_dry_run:
         echo("CPU dry run (forced with --cpu-dry-run): the jobs get no GPU; labels and verdicts are a CPU worker's")
     echo(
-        "sandbox: unsafe (no isolation: the learner's code runs as this user; every label says \"unsandboxed\"). "
+        'sandbox: unsafe (no isolation: the learner\'s code runs as this user; every label says "unsandboxed"). '
         "The docker backend, the only one that hands GPUs to a job, needs Docker and the NVIDIA container toolkit "
         f"({'found: use scripts/gpu-smoke' if shutil.which('docker') else 'absent here'}); "
         "the local backend (bubblewrap) has no GPU path."
