@@ -18,7 +18,18 @@ import pytest
 
 from worker.bank.spec import load_bank
 from worker.bank.specdata import ExerciseData
-from worker.grading.gpucheck import CannotRun, find_gpus, load_exercise, not_faithful, torch_exercises
+from worker.core.outcome import Verdict
+from worker.grading.bankcheck import check_variant, variants
+from worker.grading.gpucheck import (
+    GPU_ENV,
+    CannotRun,
+    find_gpus,
+    load_exercise,
+    not_faithful,
+    probe_exercise,
+    torch_exercises,
+)
+from worker.grading.sandbox.unsafe import UnsafeSandbox
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu-check"
@@ -146,7 +157,18 @@ def test_cpu_dry_run_grades_an_exercise_with_the_verdicts_expected() -> None:
     assert sum("must pass: passed" in line for line in out.splitlines()) == 1 + len(spec.right_solutions)
     assert f'{spec.slug}: 1 replica(s), devices "auto"' in out
     assert "=> as expected; device label: CPU (unsandboxed);" in out
-    assert f"summary: 1 torch exercises, {expected} gradings, every verdict as expected" in out
+    assert f"summary: GPU probe ok; 1 torch exercises, {expected}/{expected} verdicts as expected;" in out
+    assert "probe ok: passed 1/1 [CPU (unsandboxed)" in out and "the job sees: {'count': 0, 'matmul_ok': None}" in out
+
+
+@pytest.mark.slow
+def test_the_probe_fails_when_the_job_does_not_see_the_gpu_it_was_given() -> None:
+    """On this CPU machine a job given one GPU sees none: the probe must say so rather than pass."""
+    probe = probe_exercise(("NVIDIA H200",))
+    check = check_variant(probe, variants(probe)[0], sandbox=UnsafeSandbox(pass_env=GPU_ENV), gpus=("NVIDIA H200",))
+    assert not check.ok and check.outcome.verdict is Verdict.failed
+    assert "the job sees 0 GPUs, not 1" in check.outcome.tests[0].message
+    assert check.outcome.device == "1 \u00d7 NVIDIA H200 (unsandboxed)"
 
 
 @pytest.mark.slow
@@ -162,4 +184,4 @@ def test_a_wrong_verdict_exits_1(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "  BAD solution.py  must pass: failed 0/1 failing test_one.py::test_one" in done.stdout
     assert "NOT AS EXPECTED: torch-broken/solution.py should pass with full marks" in done.stdout
-    assert "1 verdicts NOT as expected" in done.stdout
+    assert "summary: GPU probe ok; 1 torch exercises, 0/1 verdicts as expected;" in done.stdout

@@ -12,6 +12,10 @@ Contract:
   job the machine's GPUs. The runner decides what a job does with them (``runner.vdev.setup``): with fewer
   GPUs than an exercise's replicas it grades as on a CPU worker, and the output names those exercises' tests
   as not checked on the real GPU, with why.
+- First it grades a probe of its own the same way: its test asserts that the job sees exactly the GPUs it was
+  given and that a matmul on them is right (none, on a dry run), so "real CUDA" is shown, not assumed. The
+  job's environment is the backend's (empty but ``PATH``) plus the host's variables the driver may be found by
+  (``GPU_ENV``).
 - It prints, per exercise, each variant's verdict (as expected or not), the device label the result carries
   and the time, then a summary line for ``docs/gpu.md``.
 - ``main(argv)`` returns 2 with the reason where no GPU is found (or torch or pytest is missing), 1 when a
@@ -76,6 +80,31 @@ try:
 except Exception as exc:
     info["cuda_error"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps(info))
+"""
+# Host variables a job needs to find the GPU driver and the devices as the host does (unsafe backend's pass_env).
+GPU_ENV = ("LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "NVIDIA_VISIBLE_DEVICES",
+           "NVIDIA_DRIVER_CAPABILITIES")  # fmt: skip
+PROBE_CODE = """
+import torch
+
+
+def info():
+    seen = {"count": torch.cuda.device_count() if torch.cuda.is_available() else 0, "matmul_ok": None}
+    if seen["count"]:
+        seen["names"] = [torch.cuda.get_device_name(i) for i in range(seen["count"])]
+        x = torch.ones(64, 64, device="cuda")
+        seen["matmul_ok"] = bool(((x @ x) == 64).all().item())
+    print("the job sees:", seen)
+    return seen
+"""
+PROBE_TEST = """
+EXPECTED = {count}
+
+
+def test_the_job_uses_the_gpus_it_was_given(submission):
+    seen = submission.info()
+    assert seen["count"] == EXPECTED, f"the job sees {{seen['count']}} GPUs, not {{EXPECTED}}: {{seen}}"
+    assert seen["matmul_ok"] is (True if EXPECTED else None), f"a matmul on the GPU went wrong: {{seen}}"
 """
 WHY_NOT_FAITHFUL = {
     "auto": "one GPU cannot show a batch split across two devices, so the runner grades it on virtual CUDA "
@@ -173,6 +202,20 @@ def torch_exercises(root: Path, only: Sequence[str] = ()) -> list[ExerciseData]:
     return picked
 
 
+def probe_exercise(gpus: tuple[str, ...]) -> ExerciseData:
+    """Return the probe: one torch test that the job sees ``len(gpus)`` GPUs and computes right on them.
+
+    It declares one replica per GPU, so the runner hands it every GPU as it is (``runner.vdev.setup``).
+    """
+    files = {"solution.py": PROBE_CODE, "tests/test_probe.py": PROBE_TEST.format(count=len(gpus))}
+    ids = discover_test_ids("gpu-probe", {"test_probe.py": files["tests/test_probe.py"]})
+    return ExerciseData(
+        slug="gpu-probe", title="GPU probe", kind="code", topic="", difficulty="beginner", framework="torch",
+        queue="gpu", limits=Limits(timeout_s=120.0, memory_mb=4096), files=files,
+        tests=[ExpectedTest(i, 1.0) for i in ids], replicas=max(1, len(gpus)),
+    )  # fmt: skip
+
+
 def not_faithful(spec: ExerciseData, gpus: tuple[str, ...]) -> str | None:
     """Return why ``spec`` is not graded on the real GPUs ``gpus`` (``None`` when it is, or on a dry run)."""
     if not gpus or uses_real_gpus(spec, gpus):
@@ -233,7 +276,14 @@ def run(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
         f"({'found: use scripts/gpu-smoke' if shutil.which('docker') else 'absent here'}); "
         "the local backend (bubblewrap) has no GPU path."
     )
-    sandbox = UnsafeSandbox()
+    sandbox = UnsafeSandbox(pass_env=GPU_ENV)
+    probe = probe_exercise(gpus)
+    check = check_variant(probe, variants(probe)[0], sandbox=sandbox, gpus=gpus)
+    seen = next((line for line in check.outcome.stdout.splitlines() if line.startswith("the job sees:")), "nothing")
+    echo(f"probe {'ok' if check.ok else 'BAD'}: {summary(check.outcome)} [{check.outcome.device}, "
+         f"{check.outcome.runtime_ms / 1000:.1f} s]; {seen}")  # fmt: skip
+    if check.problem:
+        echo(f"      NOT AS EXPECTED: {check.problem}")
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         pending = [
             (spec, [(v, pool.submit(check_variant, spec, v, sandbox=sandbox, gpus=gpus)) for v in variants(spec)])
@@ -245,16 +295,17 @@ def run(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
             total += len(futures)
             bad += bad_here
     elapsed = time.monotonic() - started
-    verdict = "every verdict as expected" if not bad else f"{bad} verdicts NOT as expected"
+    probe_state = "ok" if check.ok else "NOT as expected"
+    as_expected = f"{total - bad}/{total} verdicts as expected"
     echo("")
-    echo(f"summary: {len(specs)} torch exercises, {total} gradings, {verdict}, {elapsed:.0f} s")
+    echo(f"summary: GPU probe {probe_state}; {len(specs)} torch exercises, {as_expected}; {elapsed:.0f} s")
     where = f"{len(gpus)} \u00d7 {gpus[0]}, driver {_driver()}" if gpus else "CPU dry run"
     echo(
         f"for docs/gpu.md: - {time.strftime('%Y-%m-%d', time.gmtime())}, {_git_revision()}, {where}, torch "
-        f"{machine.torch}, Python {machine.python}, unsafe backend: {total - bad}/{total} verdicts as expected "
-        f"in {elapsed:.0f} s"
+        f"{machine.torch}, Python {machine.python}, unsafe backend: GPU probe {probe_state}, {as_expected}, "
+        f"{elapsed:.0f} s"
     )
-    return 1 if bad else 0
+    return 1 if bad or not check.ok else 0
 
 
 def _report(
