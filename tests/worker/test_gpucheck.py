@@ -19,6 +19,7 @@ import pytest
 from worker.bank.spec import load_bank
 from worker.bank.specdata import ExerciseData
 from worker.core.outcome import Verdict
+from worker.grading import gpucheck
 from worker.grading.bankcheck import check_variant, variants
 from worker.grading.gpucheck import (
     GPU_ENV,
@@ -172,6 +173,28 @@ def test_the_probe_fails_when_the_job_does_not_see_the_gpu_it_was_given() -> Non
 
 
 @pytest.mark.slow
+def test_with_one_gpu_a_two_replica_exercise_is_named_not_faithful_and_graded_as_on_a_cpu_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pretend discovery found one GPU; everything after it is real. The jobs hide CUDA and grade as on a CPU
+    worker, the output says which tests one GPU cannot check, and the probe catches that no job sees a GPU."""
+    one = gpucheck.Machine("3.12.3", "2.11.0+cu130", "13.0", ("NVIDIA H200",))
+    monkeypatch.setattr(gpucheck, "find_gpus", lambda: (one, None))
+    lines: list[str] = []
+    code = gpucheck.main(["--only", "torch-dataparallel", "--jobs", "2"], echo=lines.append)
+    out = "\n".join(lines)
+    assert code == 1, "a CPU machine claiming a GPU must not pass: the probe sees none"
+    assert "probe BAD: failed 0/1" in out and "the job sees: {'count': 0, 'matmul_ok': None}" in out
+    assert "      test_probe.py::test_the_job_uses_the_gpus_it_was_given: the job sees 0 GPUs, not 1" in out
+    assert "not on the real GPU: it declares 2 replicas and this machine has 1 GPU" in out
+    assert "Not checked on real CUDA: test_returns_a_dataparallel, test_uses_every_gpu_and_gathers_on_cuda0" in out
+    variant_lines = [line for line in lines if line.startswith(("  ok ", "  BAD "))]
+    assert variant_lines and all(line.startswith("  ok ") for line in variant_lines), out
+    assert all("[2 virtual CUDA devices (CPU) (unsandboxed)," in line for line in variant_lines)
+    assert "summary: GPU probe NOT as expected; 1 torch exercises, 13/13 verdicts as expected;" in out
+
+
+@pytest.mark.slow
 def test_a_wrong_verdict_exits_1(tmp_path: Path) -> None:
     """A bank whose reference solution is wrong: the check must say so and exit 1, not pass it."""
     folder = tmp_path / "torch-broken"
@@ -184,4 +207,5 @@ def test_a_wrong_verdict_exits_1(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "  BAD solution.py  must pass: failed 0/1 failing test_one.py::test_one" in done.stdout
     assert "NOT AS EXPECTED: torch-broken/solution.py should pass with full marks" in done.stdout
+    assert "      test_one.py::test_one: " in done.stdout, "a verdict not as expected shows the failing test's message"
     assert "summary: GPU probe ok; 1 torch exercises, 0/1 verdicts as expected;" in done.stdout

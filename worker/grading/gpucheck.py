@@ -58,6 +58,7 @@ from worker.grading.sandbox.unsafe import UnsafeSandbox
 
 EXERCISES = Path(__file__).resolve().parents[2] / "exercises"
 PROBE_TIMEOUT_S = 180.0
+EXPLAIN_CHARS = 600  # of each failing test's message and of stderr, for a verdict not as expected
 # Run in the Python that will grade: what it can import, and what torch.cuda sees. A small matmul proves CUDA
 # works rather than only being reported.
 PROBE = """
@@ -282,8 +283,7 @@ def run(args: argparse.Namespace, echo: Callable[[str], None]) -> int:
     seen = next((line for line in check.outcome.stdout.splitlines() if line.startswith("the job sees:")), "nothing")
     echo(f"probe {'ok' if check.ok else 'BAD'}: {summary(check.outcome)} [{check.outcome.device}, "
          f"{check.outcome.runtime_ms / 1000:.1f} s]; {seen}")  # fmt: skip
-    if check.problem:
-        echo(f"      NOT AS EXPECTED: {check.problem}")
+    _explain(check, echo)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         pending = [
             (spec, [(v, pool.submit(check_variant, spec, v, sandbox=sandbox, gpus=gpus)) for v in variants(spec)])
@@ -338,10 +338,22 @@ def _report(
         )
         if check.problem:
             bad += 1
-            echo(f"      NOT AS EXPECTED: {check.problem}")
+        _explain(check, echo)
     state = "as expected" if not bad else f"{bad} NOT as expected"
     echo(f"  => {state}; device label: {' | '.join(labels)}; {seconds:.1f} s of grading")
     return bad
+
+
+def _explain(check: VariantCheck, echo: Callable[[str], None]) -> None:
+    """Print what a person needs to see why a verdict is not as expected: the tests' messages, the stderr tail."""
+    if check.problem is None:
+        return
+    echo(f"      NOT AS EXPECTED: {check.problem}")
+    for test in check.outcome.tests:
+        if test.outcome.value != "passed":
+            echo(f"      {test.name}: {' '.join(test.message.split())[:EXPLAIN_CHARS]}")
+    if check.outcome.stderr.strip():
+        echo(f"      stderr (end): {' '.join(check.outcome.stderr.split())[-EXPLAIN_CHARS:]}")
 
 
 def main(argv: Sequence[str] | None = None, echo: Callable[[str], None] | None = None) -> int:
