@@ -50,6 +50,24 @@ def test_labels_follow_the_exercise(framework: str, replicas: int, devices: str,
     assert device_label(spec, UnsafeSandbox()) == f"{label} (unsandboxed)"
 
 
+@pytest.mark.parametrize(
+    ("replicas", "devices", "gpus", "label"),
+    [
+        (1, "auto", ("NVIDIA H200",), "1 \u00d7 NVIDIA H200"),
+        (2, "auto", ("NVIDIA H200", "NVIDIA H200"), "2 \u00d7 NVIDIA H200"),
+        (2, "processes", ("NVIDIA H200", "NVIDIA H200"), "2 processes on 2 \u00d7 NVIDIA H200"),
+        # Fewer GPUs than replicas: the runner grades as on a CPU worker, and the label says that, not the GPU.
+        (2, "auto", ("NVIDIA H200",), "2 virtual CUDA devices (CPU)"),
+        (2, "processes", ("NVIDIA H200",), "2 CPU processes (gloo)"),
+    ],
+)
+def test_labels_name_real_gpus_only_when_there_are_enough(
+    replicas: int, devices: str, gpus: tuple[str, ...], label: str
+) -> None:
+    spec = spec_for("torch", replicas, "def test_x(submission):\n    pass\n", devices=devices)
+    assert device_label(spec, UnsafeSandbox(), gpus=gpus) == f"{label} (unsandboxed)"
+
+
 @pytest.mark.parametrize("replicas", [0, 9, "2", True])
 def test_replicas_out_of_range_are_refused(replicas: object) -> None:
     toml = f'title = "x"\nreplicas = {replicas!r}\n'.replace("'", '"').replace("True", "true")
@@ -80,6 +98,26 @@ def test_torch_exercise_with_two_replicas_sees_two_virtual_gpus(local_sandbox: L
     outcome = grade(spec, TORCH_CODE, sandbox=local_sandbox)
     assert outcome.verdict is Verdict.passed, outcome.tests
     assert outcome.device == "2 virtual CUDA devices (CPU)"
+
+
+@pytest.mark.slow
+def test_one_gpu_for_two_replicas_grades_on_virtual_devices_with_cuda_hidden() -> None:
+    """The runner's rule for a bare GPU machine (scripts/gpu-check), run on the CPU: nothing here needs the GPU."""
+    tests = """
+        def test_sees(submission):
+            assert submission.info() == {"cuda_visible_devices": "", "count": 2}
+    """
+    code = """
+import os
+import torch
+
+def info():
+    return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "count": torch.cuda.device_count()}
+"""
+    spec = spec_for("torch", 2, tests)
+    outcome = grade(spec, code, sandbox=UnsafeSandbox(), gpus=("NVIDIA H200",))
+    assert outcome.verdict is Verdict.passed, (outcome.tests, outcome.stderr[-2000:])
+    assert outcome.device == "2 virtual CUDA devices (CPU) (unsandboxed)"
 
 
 TF_TESTS = """

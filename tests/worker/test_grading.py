@@ -153,6 +153,18 @@ def test_unsafe_sandbox_grades_and_says_so(tiny_spec: SpecFactory, monkeypatch: 
     assert "[]" in result.stdout
 
 
+def test_unsafe_sandbox_passes_only_the_named_host_variables(
+    tiny_spec: SpecFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/usr/local/nvidia/lib64")
+    monkeypatch.setenv("GPULAB_SECRET_KEY", "host-secret-that-must-not-leak-0123456789")
+    code = CORRECT + "import os\nprint(sorted(k for k in os.environ if k in ('LD_LIBRARY_PATH','GPULAB_SECRET_KEY')))\n"
+    box = UnsafeSandbox(timeout_margin_s=1.0, pass_env=("LD_LIBRARY_PATH", "GPULAB_SECRET_KEY_UNSET_NAME"))
+    result = grade(tiny_spec(timeout_s=5), code, sandbox=box)
+    assert result.verdict is Verdict.passed
+    assert "['LD_LIBRARY_PATH']" in result.stdout
+
+
 def test_unsafe_sandbox_times_out(tiny_spec: SpecFactory) -> None:
     code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\ntime.sleep(3600)\n"
     result = grade(tiny_spec(timeout_s=1), code, sandbox=UnsafeSandbox(timeout_margin_s=0.5))

@@ -48,7 +48,7 @@ def test_write_job_dir_lays_out_the_contract(tmp_path: Path, tiny_spec: Callable
         "module": "submission",
         "preload": [],
         "max_reply_bytes": 4 * 1024 * 1024,
-        "devices": {"framework": "none", "replicas": 1},
+        "devices": {"framework": "none", "replicas": 1, "gpus": 0},
     }
     assert "test_add" not in (job / "subject.json").read_text(), "the subject's config names no hidden test"
     assert (job / "ipc").is_dir() and (job / "probes").is_dir()
@@ -58,6 +58,11 @@ def test_write_job_dir_lays_out_the_contract(tmp_path: Path, tiny_spec: Callable
     for path in [job / "job.json", job / "submission" / "submission.py", job / "tests" / "test_add.py"]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert stat.S_IMODE((job / "tests").stat().st_mode) == 0o755
+
+
+def test_write_job_dir_tells_the_subject_its_real_gpus(tmp_path: Path, tiny_spec: Callable[..., ExerciseSpec]) -> None:
+    job = write_job_dir(tmp_path / "job", spec=tiny_spec(), code="x = 1\n", gpus=1)
+    assert json.loads((job / "subject.json").read_text())["devices"]["gpus"] == 1
 
 
 def test_write_job_dir_refuses_escaping_test_paths(tmp_path: Path, tiny_spec: Callable[..., ExerciseSpec]) -> None:

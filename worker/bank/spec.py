@@ -4,7 +4,7 @@ Contract (the format is documented for authors in ``exercises/README.md``):
 - A folder holds ``exercise.toml``, ``prompt.md``, ``starter.py``, ``solution.py``, ``tests/`` (hidden),
   and optionally ``examples/`` (visible tests), ``wrong/`` (known-wrong variants) and ``right/``
   (alternative correct solutions). Quiz exercises hold ``quiz.toml`` instead of code files.
-- ``exercise.toml`` is the pydantic model ``ExerciseMeta`` (with ``Limits`` for ``[limits]`` and ``WrongVariant``
+- ``exercise.toml`` is the pydantic model ``ExerciseMeta`` (with ``LimitsMeta`` for ``[limits]`` and ``WrongVariant``
   for each ``[[wrong]]``): keys, types, choices, ranges and defaults are declared there, an unknown key is
   refused, and values keep their TOML types. What needs the folder's other files (tests that ``[points]`` and
   ``must_fail`` name, files that ``[[wrong]]`` declares) is checked against them once the metadata is valid.
@@ -23,64 +23,66 @@ Contract (the format is documented for authors in ``exercises/README.md``):
 
 from __future__ import annotations
 
-import ast
-import hashlib
-import re
 import tomllib
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal, get_args
+from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from worker.bank.quiz import FormatModel, Required, RubricItem, Text, parse_quiz, readable_problem
+from worker.bank.specdata import (
+    DEVICE_MODES,
+    DIFFICULTIES,
+    FRAMEWORKS,
+    KINDS,
+    LEARNER_PROCESS_MODES,
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    PRELOADS,
+    QUEUES,
+    SLUG_RE,
+    TEXT_SUFFIXES,
+    TIERS,
+    DeviceMode,
+    Difficulty,
+    ExerciseData,
+    ExpectedTest,
+    Framework,
+    Kind,
+    LearnerProcess,
+    Limits,
+    Queue,
+    Tier,
+    Visibility,
+    WrongFile,
+    discover_test_ids,
+    read_exercise_files,
+)
 from worker.core.errors import ExerciseFormatError
 
-Kind = Literal["code", "quiz"]
-Queue = Literal["cpu", "gpu"]
-Framework = Literal["python", "torch", "tensorflow"]
-Difficulty = Literal["beginner", "intermediate", "advanced"]
-# "auto": the framework's virtual devices on CPU workers (virtual CUDA for torch, logical CPUs for TensorFlow);
-# "processes": one real process per replica (DistributedDataParallel over gloo), no virtual CUDA.
-DeviceMode = Literal["auto", "processes"]
-# "per-test": each test gets a fresh learner process (nothing leaks between tests); "per-file": the tests of one
-# file share it (the learner's module is imported once per file), for exercises whose set-up dominates.
-LearnerProcess = Literal["per-test", "per-file"]
-# When a learner may see a hidden test's outcome and message: at once, once their deadline passed, or never
-# (its name and worth only). Who decides from it is app.domain.visibility.
-Tier = Literal["now", "after_due", "never"]
-
-SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")
-KINDS: tuple[str, ...] = get_args(Kind)
-QUEUES: tuple[str, ...] = get_args(Queue)
-FRAMEWORKS: tuple[str, ...] = get_args(Framework)
-DIFFICULTIES: tuple[str, ...] = get_args(Difficulty)
-DEVICE_MODES: tuple[str, ...] = get_args(DeviceMode)
-LEARNER_PROCESS_MODES: tuple[str, ...] = get_args(LearnerProcess)
-TIERS: tuple[str, ...] = get_args(Tier)
-MAX_FILE_BYTES = 256 * 1024
-MAX_FILES = 200
-PRELOADS: dict[str, tuple[str, ...]] = {"python": (), "torch": ("torch",), "tensorflow": ("tensorflow",)}
-TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".json", ".csv", ".cfg"}
+# What the rest of the project imports from here; the plain shapes live in specdata (no pydantic there).
+__all__ = [
+    "DEVICE_MODES", "DIFFICULTIES", "FRAMEWORKS", "KINDS", "LEARNER_PROCESS_MODES", "MAX_FILES", "MAX_FILE_BYTES",
+    "PRELOADS", "QUEUES", "SLUG_RE", "TEXT_SUFFIXES", "TIERS", "ExerciseMeta", "ExerciseSpec", "ExpectedTest",
+    "Limits", "LimitsMeta", "Visibility", "WrongFile", "WrongVariant", "discover_test_ids", "load_bank",
+    "load_exercise", "read_exercise_files", "read_meta",
+]  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Sandbox limits of one grading run: ``[limits]``, read by pydantic with the ranges below.
+class LimitsMeta(FormatModel):
+    """``[limits]``: the ranges an author may ask for; the defaults are ``Limits``' own (``specdata``)."""
 
-    A plain dataclass, not a model: the sandboxes derive the judge's limits from it (``dataclasses.replace``),
-    and those may go past what an author may ask for.
-    """
+    timeout_s: Annotated[float, Field(strict=True, ge=1, le=600)] = Limits.timeout_s
+    memory_mb: Annotated[int, Field(strict=True, ge=64, le=65536)] = Limits.memory_mb
+    pids: Annotated[int, Field(strict=True, ge=1)] = Limits.pids
+    cpus: Annotated[float, Field(strict=True, gt=0)] = Limits.cpus
+    output_bytes: Annotated[int, Field(strict=True, ge=1)] = Limits.output_bytes
+    tmpfs_mb: Annotated[int, Field(strict=True, ge=1)] = Limits.tmpfs_mb
+    file_size_mb: Annotated[int, Field(strict=True, ge=1)] = Limits.file_size_mb
 
-    __pydantic_config__ = ConfigDict(extra="forbid")
-
-    timeout_s: Annotated[float, Field(strict=True, ge=1, le=600)] = 30.0
-    memory_mb: Annotated[int, Field(strict=True, ge=64, le=65536)] = 1024
-    pids: Annotated[int, Field(strict=True, ge=1)] = 64
-    cpus: Annotated[float, Field(strict=True, gt=0)] = 1.0
-    output_bytes: Annotated[int, Field(strict=True, ge=1)] = 64 * 1024
-    tmpfs_mb: Annotated[int, Field(strict=True, ge=1)] = 64
-    file_size_mb: Annotated[int, Field(strict=True, ge=1)] = 16
+    def limits(self) -> Limits:
+        """Return these limits as the plain dataclass the sandboxes take."""
+        return Limits(**self.model_dump())
 
 
 class WrongVariant(FormatModel):
@@ -89,24 +91,6 @@ class WrongVariant(FormatModel):
     path: str = Field(validation_alias="file", min_length=1)  # inside the exercise folder
     must_fail: tuple[str, ...] = Field(min_length=1)
     why: Text = ""  # the mistake it stands for, in one sentence
-
-
-@dataclass(frozen=True)
-class ExpectedTest:
-    id: str
-    points: float
-
-
-@dataclass(frozen=True)
-class Visibility:
-    """The tier of every hidden test: the ones ``[visibility]`` names, ``default`` for the rest."""
-
-    default: Tier = "now"
-    tiers: dict[str, Tier] = field(default_factory=dict)
-
-    def of(self, test_id: str) -> Tier:
-        """Return the tier of ``test_id``."""
-        return self.tiers.get(test_id, self.default)
 
 
 class ExerciseMeta(FormatModel):
@@ -121,7 +105,7 @@ class ExerciseMeta(FormatModel):
     replicas: Annotated[int, Field(strict=True, ge=1, le=8)] = 1
     devices: DeviceMode = "auto"
     learner_process: LearnerProcess = "per-test"
-    limits: Limits = Limits()
+    limits: LimitsMeta = LimitsMeta()
     points: dict[str, Annotated[float, Field(strict=True, gt=0, le=100)]] = {}  # test id -> weight; default 1
     default_visibility: Tier = "now"
     visibility: dict[str, Tier] = {}  # test id -> tier; default default_visibility
@@ -169,95 +153,8 @@ class ExerciseMeta(FormatModel):
         return Visibility(default=self.default_visibility, tiers=dict(self.visibility))
 
 
-@dataclass
-class ExerciseSpec:
-    slug: str
-    title: str
-    kind: Kind
-    topic: str
-    difficulty: Difficulty
-    framework: Framework
-    queue: Queue
-    limits: Limits
-    files: dict[str, str] = field(default_factory=dict)
-    tests: list[ExpectedTest] = field(default_factory=list)
-    wrong: list[WrongVariant] = field(default_factory=list)
-    replicas: int = 1
-    devices: DeviceMode = "auto"
-    learner_process: LearnerProcess = "per-test"
-    test_visibility: Visibility = field(default_factory=Visibility)
-    rubric: tuple[RubricItem, ...] = ()
-    rubric_comments: tuple[str, ...] = ()
-
-    @property
-    def rubric_points(self) -> float:
-        """Return what staff grading can add: the sum of the rubric's positive items (0 without a rubric)."""
-        return float(sum(r.points for r in self.rubric if r.points > 0))
-
-    def visibility(self, test_id: str) -> Tier:
-        """Return when a learner may see ``test_id``'s outcome and message: "now", "after_due" or "never"."""
-        return self.test_visibility.of(test_id)
-
-    @property
-    def prompt_md(self) -> str:
-        return self.files.get("prompt.md", "")
-
-    @property
-    def starter(self) -> str:
-        return self.files.get("starter.py", "")
-
-    @property
-    def solution(self) -> str:
-        return self.files.get("solution.py", "")
-
-    @property
-    def max_score(self) -> float:
-        return float(sum(t.points for t in self.tests))
-
-    @property
-    def hidden_test_files(self) -> dict[str, str]:
-        """Return the hidden test files keyed by their path below ``tests/``."""
-        return {p[len("tests/") :]: c for p, c in self.files.items() if p.startswith("tests/")}
-
-    @property
-    def probe_files(self) -> dict[str, str]:
-        """Return the probe module(s) that run next to the learner's code, keyed by name below ``probes/``."""
-        return {p: c for p, c in self.files.items() if p == "probes.py"}
-
-    @property
-    def vdev_framework(self) -> str:
-        """Return which framework's virtual devices the subject prepares ("none" for one plain CPU)."""
-        if self.replicas < 2 or self.devices == "processes" or self.framework == "python":
-            return "none"
-        return self.framework
-
-    @property
-    def preload(self) -> tuple[str, ...]:
-        """Return the modules the subject imports once, before it forks a process per test."""
-        return PRELOADS[self.framework]
-
-    @property
-    def example_test_files(self) -> dict[str, str]:
-        return {p[len("examples/") :]: c for p, c in self.files.items() if p.startswith("examples/")}
-
-    @property
-    def right_solutions(self) -> dict[str, str]:
-        return {p: c for p, c in self.files.items() if p.startswith("right/") and p.endswith(".py")}
-
-    @property
-    def content_hash(self) -> str:
-        """Return a stable hash of everything that defines this version."""
-        digest = hashlib.sha256()
-        for path in sorted(self.files):
-            digest.update(path.encode())
-            digest.update(b"\0")
-            digest.update(self.files[path].encode())
-            digest.update(b"\0")
-        return digest.hexdigest()
-
-    def to_json(self) -> dict[str, Any]:
-        """Return the form stored in the database; ``from_files`` rebuilds the spec from ``files`` alone."""
-        return {"slug": self.slug, "files": self.files}
+class ExerciseSpec(ExerciseData):
+    """An exercise version read from its folder's files and checked against the format (``from_files``)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ExerciseSpec:
@@ -296,7 +193,7 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
         difficulty=meta.difficulty,
         framework=meta.framework,
         queue=meta.queue,
-        limits=meta.limits,
+        limits=meta.limits.limits(),
         files=dict(files),
         replicas=meta.replicas,
         devices=meta.devices,
@@ -314,7 +211,7 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
             raise ExerciseFormatError(slug, "tests/ holds no test functions")
         _check_references(slug, meta, files, set(ids))
         spec.tests = [ExpectedTest(id=i, points=meta.points.get(i, 1.0)) for i in ids]
-        spec.wrong = list(meta.wrong)
+        spec.wrong = [WrongFile(v.path, v.must_fail, v.why) for v in meta.wrong]
     else:
         # Quizzes are graded in the app, without a sandbox; each question counts as one "test" for the score.
         if "quiz.toml" not in files:
@@ -341,54 +238,6 @@ def _check_references(slug: str, meta: ExerciseMeta, files: dict[str, str], ids:
     undeclared = {p for p in files if p.startswith("wrong/") and p.endswith(".py")} - {v.path for v in meta.wrong}
     if undeclared:
         raise ExerciseFormatError(slug, f"wrong/ files without a [[wrong]] entry: {', '.join(sorted(undeclared))}")
-
-
-def discover_test_ids(slug: str, test_files: dict[str, str]) -> list[str]:
-    """List ``file.py::test`` and ``file.py::Class::test`` ids by parsing (never importing) the test files."""
-    ids: list[str] = []
-    for path in sorted(test_files):
-        name = PurePosixPath(path).name
-        if not (name.startswith("test_") and name.endswith(".py")):
-            continue
-        try:
-            tree = ast.parse(test_files[path], filename=path)
-        except SyntaxError as exc:
-            raise ExerciseFormatError(slug, f"tests/{path} has a syntax error: {exc}") from exc
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test"):
-                ids.append(f"{path}::{node.name}")
-            elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
-                ids.extend(
-                    f"{path}::{node.name}::{item.name}"
-                    for item in node.body
-                    if isinstance(item, ast.FunctionDef) and item.name.startswith("test")
-                )
-    return ids
-
-
-def read_exercise_files(folder: Path) -> dict[str, str]:
-    """Read a folder's text files, refusing links, binaries and oversized or too many files."""
-    files: dict[str, str] = {}
-    root = folder.resolve()
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root)
-        if any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
-            continue
-        if path.is_symlink():
-            raise ExerciseFormatError(folder.name, f"{rel} is a symbolic link; links are not allowed")
-        if path.is_dir():
-            continue
-        if path.suffix not in TEXT_SUFFIXES:
-            raise ExerciseFormatError(folder.name, f"{rel} has an unsupported file type")
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ExerciseFormatError(folder.name, f"{rel} is larger than {MAX_FILE_BYTES // 1024} KiB")
-        try:
-            files[rel.as_posix()] = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ExerciseFormatError(folder.name, f"{rel} is not UTF-8 text") from exc
-        if len(files) > MAX_FILES:
-            raise ExerciseFormatError(folder.name, f"more than {MAX_FILES} files")
-    return files
 
 
 def load_exercise(folder: Path) -> ExerciseSpec:

@@ -3,54 +3,98 @@
 Contract: for every code exercise, ``solution.py`` and each ``right/*.py`` must pass with full marks, and
 each ``wrong/*.py`` must not pass and must fail every test its ``[[wrong]]`` entry names. Each mismatch is
 one human-readable problem in the returned list (empty means the bank checks out).
+``variants(spec)`` lists what is graded and ``check_variant`` grades one and judges it: ``check_exercise``
+(``gpulab exercises check``, instructor checks) and ``scripts/gpu-check`` share them. Only ``check_bank`` reads
+a bank folder with the format's checks (pydantic); the rest runs on the standard library.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from worker.bank.spec import ExerciseSpec, load_bank
+from worker.bank.specdata import ExerciseData
 from worker.core.outcome import GradeOutcome, Verdict
 from worker.grading.pipeline import grade
 from worker.grading.sandbox.base import Sandbox
 
 
-def _summary(outcome: GradeOutcome) -> str:
+@dataclass(frozen=True)
+class Variant:
+    """One file to grade: its path in the exercise folder, and ``must_fail`` (``None``: it must pass)."""
+
+    path: str
+    code: str
+    must_fail: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class VariantCheck:
+    """A graded variant: what grading said, and the problem (``None`` when the verdict is as intended)."""
+
+    variant: Variant
+    outcome: GradeOutcome
+    problem: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def summary(outcome: GradeOutcome) -> str:
+    """Return the verdict, score and failing tests of ``outcome`` on one line."""
     failed = [t.name for t in outcome.tests if t.outcome.value != "passed"]
     detail = f" failing {', '.join(failed)}" if failed else ""
     extra = f" ({outcome.message})" if outcome.message else ""
     return f"{outcome.verdict.value} {outcome.score:g}/{outcome.max_score:g}{detail}{extra}"
 
 
-def check_exercise(spec: ExerciseSpec, *, sandbox: Sandbox, echo: Callable[[str], None]) -> list[str]:
+def variants(spec: ExerciseData) -> list[Variant]:
+    """Return the reference solution, the right alternatives and the wrong variants of a code exercise."""
+    if spec.kind != "code":
+        return []
+    must_pass = {"solution.py": spec.solution, **spec.right_solutions}
+    return [Variant(path, code) for path, code in must_pass.items()] + [
+        Variant(w.path, spec.files[w.path], tuple(w.must_fail)) for w in spec.wrong
+    ]
+
+
+def check_variant(
+    spec: ExerciseData, variant: Variant, *, sandbox: Sandbox, gpus: tuple[str, ...] = ()
+) -> VariantCheck:
+    """Grade one variant and say whether its verdict is the one its place in the folder promises."""
+    outcome = grade(spec, variant.code, sandbox=sandbox, gpus=gpus)
+    where = f"{spec.slug}/{variant.path}"
+    if variant.must_fail is None:
+        ok = outcome.verdict is Verdict.passed and outcome.score == spec.max_score
+        problem = None if ok else f"{where} should pass with full marks but got {summary(outcome)}"
+        return VariantCheck(variant, outcome, problem)
+    passed_ids = {t.name for t in outcome.tests if t.outcome.value == "passed"}
+    not_failed = [test_id for test_id in variant.must_fail if test_id in passed_ids]
+    ok = outcome.verdict not in (Verdict.passed, Verdict.internal_error) and not not_failed
+    reason = f"passes {', '.join(not_failed)}" if not_failed else summary(outcome)
+    problem = None if ok else f"{where} must fail {', '.join(variant.must_fail)} but {reason}"
+    return VariantCheck(variant, outcome, problem)
+
+
+def check_exercise(spec: ExerciseData, *, sandbox: Sandbox, echo: Callable[[str], None]) -> list[str]:
     """Grade the reference, alternatives and wrong variants of one exercise; return the problems."""
     problems: list[str] = []
-    if spec.kind != "code":
-        return problems
-    must_pass = {"solution.py": spec.solution, **spec.right_solutions}
-    for path, code in must_pass.items():
-        outcome = grade(spec, code, sandbox=sandbox)
-        ok = outcome.verdict is Verdict.passed and outcome.score == spec.max_score
-        echo(f"  {'ok ' if ok else 'BAD'} {spec.slug}/{path}: {_summary(outcome)}")
-        if not ok:
-            problems.append(f"{spec.slug}/{path} should pass with full marks but got {_summary(outcome)}")
-    for variant in spec.wrong:
-        outcome = grade(spec, spec.files[variant.path], sandbox=sandbox)
-        passed_ids = {t.name for t in outcome.tests if t.outcome.value == "passed"}
-        not_failed = [test_id for test_id in variant.must_fail if test_id in passed_ids]
-        ok = outcome.verdict is not Verdict.passed and not not_failed
-        if outcome.verdict is Verdict.internal_error:
-            ok = False
-        echo(f"  {'ok ' if ok else 'BAD'} {spec.slug}/{variant.path}: {_summary(outcome)}")
-        if not ok:
-            reason = f"passes {', '.join(not_failed)}" if not_failed else _summary(outcome)
-            problems.append(f"{spec.slug}/{variant.path} must fail {', '.join(variant.must_fail)} but {reason}")
+    for variant in variants(spec):
+        check = check_variant(spec, variant, sandbox=sandbox)
+        echo(f"  {'ok ' if check.ok else 'BAD'} {spec.slug}/{variant.path}: {summary(check.outcome)}")
+        if check.problem is not None:
+            problems.append(check.problem)
     return problems
 
 
 def check_bank(root: Path, slugs: Sequence[str], *, sandbox: Sandbox, echo: Callable[[str], None]) -> list[str]:
     """Check the named exercises (all when ``slugs`` is empty)."""
+    # Imported here, not above: reading a bank checks its format with pydantic, which the rest of this module
+    # (used by scripts/gpu-check on a bare GPU machine) must not need.
+    from worker.bank.spec import load_bank
+
     specs = load_bank(root)
     known = {s.slug for s in specs}
     problems = [f"no exercise called {slug!r} in {root}" for slug in slugs if slug not in known]

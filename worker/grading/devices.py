@@ -1,24 +1,36 @@
 """Say which device a grade ran on, as shown next to every result.
 
-Contract: ``device_label(spec, sandbox)`` is a short human label, computed on the host from the exercise and
-the backend (never from anything the sandbox reports, so learner code cannot change it). It matches what the
-subject prepares with ``runner.vdev.setup``: virtual CUDA devices for PyTorch, logical CPU replicas for
-TensorFlow, real processes for ``devices = "processes"``. Unsandboxed runs always say so.
+Contract: ``device_label(spec, sandbox, gpus=...)`` is a short human label, computed on the host from the
+exercise, the backend and the real GPUs the run was given (never from anything the sandbox reports, so learner
+code cannot change it). It matches what the subject prepares with ``runner.vdev.setup``: virtual CUDA devices
+for PyTorch, logical CPU replicas for TensorFlow, real processes for ``devices = "processes"``; with at
+least as many real GPUs as replicas, those GPUs ("2 <multiplication sign> NVIDIA H200"); with fewer, the job
+runs as on a CPU worker and is labelled so. Unsandboxed runs always say so.
 """
 
 from __future__ import annotations
 
-from worker.bank.spec import ExerciseSpec
+from worker.bank.specdata import ExerciseData
 from worker.grading.sandbox.base import Sandbox
+
+TIMES = "\u00d7"  # the multiplication sign of "2 x NVIDIA H200", as runner.vdev labels real GPUs
 
 
 def _plural(n: int, word: str, plural: str | None = None) -> str:
     return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
-def device_label(spec: ExerciseSpec, sandbox: Sandbox) -> str:
-    """Return the label for where ``spec`` is graded by ``sandbox``."""
-    if spec.replicas > 1 and spec.devices == "processes":
+def uses_real_gpus(spec: ExerciseData, gpus: tuple[str, ...]) -> bool:
+    """Say whether a run given ``gpus`` puts the exercise's replicas on them (the rule of ``runner.vdev.setup``)."""
+    return bool(gpus) and len(gpus) >= spec.replicas
+
+
+def device_label(spec: ExerciseData, sandbox: Sandbox, *, gpus: tuple[str, ...] = ()) -> str:
+    """Return the label for where ``spec`` is graded by ``sandbox`` with the real GPUs ``gpus``."""
+    if uses_real_gpus(spec, gpus):
+        real = f"{spec.replicas} {TIMES} {gpus[0]}"
+        label = f"{_plural(spec.replicas, 'process', 'processes')} on {real}" if spec.devices == "processes" else real
+    elif spec.replicas > 1 and spec.devices == "processes":
         label = f"{_plural(spec.replicas, 'CPU process', 'CPU processes')} (gloo)"
     elif spec.vdev_framework == "torch":
         label = f"{_plural(spec.replicas, 'virtual CUDA device')} (CPU)"

@@ -3,7 +3,8 @@
 Contract (the runner side is ``worker/runner/README.md``):
 - ``write_job_dir(root, spec=..., code=...)`` creates, for the judge: ``root/job.json`` and
   ``root/tests/...`` (read-only) and ``root/out/`` (the only place it writes); for the subject:
-  ``root/subject.json`` and ``root/submission/<module>.py`` (read-only); for both: ``root/probes/probes.py``
+  ``root/subject.json`` (its ``devices`` say the framework, the replicas and how many real GPUs, ``gpus``, the
+  subject may use) and ``root/submission/<module>.py`` (read-only); for both: ``root/probes/probes.py``
   (read-only, may be absent) and ``root/ipc/`` (the judge creates ``judge.sock`` there). ``out/`` and
   ``ipc/`` are owned by ``owner`` (the judge's uid) when given and we are root. Everything else is
   readable by any uid, nothing is writable by it; which part each sandbox sees is the backend's job.
@@ -19,7 +20,7 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from worker.bank.spec import ExerciseSpec
+from worker.bank.specdata import ExerciseData
 from worker.core.files import read_capped
 
 JOB_VERSION = 1
@@ -54,10 +55,11 @@ def _write_file(path: Path, text: str) -> None:
 def write_job_dir(
     root: Path,
     *,
-    spec: ExerciseSpec,
+    spec: ExerciseData,
     code: str,
     test_files: dict[str, str] | None = None,
     owner: tuple[int, int] | None = None,
+    gpus: int = 0,
 ) -> Path:
     """Create the job directory at ``root`` for grading ``code`` against ``spec``; return ``root``."""
     root.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -77,7 +79,7 @@ def write_job_dir(
         "module": MODULE,
         "preload": list(spec.preload),
         "max_reply_bytes": MAX_REPLY_BYTES,
-        "devices": {"framework": spec.vdev_framework, "replicas": spec.replicas},
+        "devices": {"framework": spec.vdev_framework, "replicas": spec.replicas, "gpus": gpus},
     }
     _write_file(root / "subject.json", json.dumps(subject, indent=2))
     (root / "probes").mkdir(mode=0o755, exist_ok=True)

@@ -10,6 +10,9 @@ Contract:
 - Only ``spec.tests`` count: unknown reported ids are ignored, expected ids that never reported fail.
 - ``SandboxUnavailable`` propagates; any other failure of ours becomes an ``internal_error`` outcome.
   The job directory (it holds the hidden tests) is always deleted.
+- ``gpus`` names the models of the real GPUs the run's subject can use (``scripts/gpu-check`` passes the
+  machine's; every worker passes none, as before): the job is told how many (``subject.json``) and the runner
+  decides from it (``runner.vdev.setup``), and the device label says the same (``devices.device_label``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from worker.bank.spec import ExerciseSpec
+from worker.bank.specdata import ExerciseData
 from worker.core.errors import SandboxUnavailable
 from worker.core.outcome import GradeOutcome, TestOutcome, TestOutcomeKind, Verdict
 from worker.grading.devices import device_label
@@ -50,7 +53,7 @@ def _exit_text(exit_code: int | None) -> str:
     return f"exited with code {exit_code}"
 
 
-def _test_outcomes(spec: ExerciseSpec, result: dict[str, Any] | None) -> list[TestOutcome]:
+def _test_outcomes(spec: ExerciseData, result: dict[str, Any] | None) -> list[TestOutcome]:
     """Match reported results to the expected tests; unreported ones fail."""
     reported = {t["id"]: t for t in result["tests"]} if result else {}
     outcomes = []
@@ -65,7 +68,7 @@ def _test_outcomes(spec: ExerciseSpec, result: dict[str, Any] | None) -> list[Te
     return outcomes
 
 
-def decide(spec: ExerciseSpec, run: SandboxRun, result: dict[str, Any] | None) -> tuple[Verdict, str]:
+def decide(spec: ExerciseData, run: SandboxRun, result: dict[str, Any] | None) -> tuple[Verdict, str]:
     """Return the verdict and its message from what the sandbox saw and what the runner reported."""
     limits = spec.limits
     # An OOM kill explains a run better than the clock that may have expired after it.
@@ -80,19 +83,21 @@ def decide(spec: ExerciseSpec, run: SandboxRun, result: dict[str, Any] | None) -
     return Verdict.failed, result["error"] or ""
 
 
-def grade(spec: ExerciseSpec, code: str, *, sandbox: Sandbox, work_root: Path | None = None) -> GradeOutcome:
+def grade(
+    spec: ExerciseData, code: str, *, sandbox: Sandbox, work_root: Path | None = None, gpus: tuple[str, ...] = ()
+) -> GradeOutcome:
     """Grade ``code`` against ``spec`` in ``sandbox``; never raises except ``SandboxUnavailable``."""
     started = time.monotonic()
     max_score = spec.max_score
     private: Path | None = None
     device = ""
     try:
-        device = device_label(spec, sandbox)
+        device = device_label(spec, sandbox, gpus=gpus)
         if work_root is not None:
             work_root.mkdir(parents=True, exist_ok=True)
         private = Path(tempfile.mkdtemp(prefix="gpulab-job-", dir=work_root))
         private.chmod(0o711)
-        job_dir = write_job_dir(private / "job", spec=spec, code=code)
+        job_dir = write_job_dir(private / "job", spec=spec, code=code, gpus=len(gpus))
         run = sandbox.run(job_dir, spec.limits)
         result = read_result(job_dir / "out")
         verdict, message = decide(spec, run, result)

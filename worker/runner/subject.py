@@ -3,7 +3,8 @@
 Contract:
 - ``python -m runner.subject JOB_DIR`` (or ``--fd N`` with a connected socket inherited as fd N) reads
   ``JOB_DIR/subject.json`` (``{"version": 1, "module": "submission", "preload": ["torch"],
-  "max_reply_bytes": int, "devices": {"framework": "torch"|"tensorflow"|"none", "replicas": int}}``),
+  "max_reply_bytes": int, "devices": {"framework": "torch"|"tensorflow"|"none", "replicas": int, "gpus": int}}``;
+  ``gpus``, the real GPUs the host gave the job, is 0 when absent),
   imports each ``preload`` module, prepares the virtual devices (``vdev.setup``), imports
   ``JOB_DIR/probes/probes.py`` (if any),
   connects to ``JOB_DIR/ipc/judge.sock`` and sends ``{"status": "hello", "version": 1}``. It never imports
@@ -386,7 +387,7 @@ def warm(preload: list[str], devices: dict[str, Any]) -> None:
         importlib.import_module(str(name))
     # Before the learner's module and before any fork: TensorFlow's logical devices can only be configured
     # before its runtime starts, and children must inherit the virtual CUDA layer.
-    vdev.setup(str(devices.get("framework", "none")), int(devices.get("replicas", 1)))
+    vdev.setup(str(devices.get("framework", "none")), int(devices.get("replicas", 1)), int(devices.get("gpus", 0)))
 
 
 def main(argv: list[str]) -> int:

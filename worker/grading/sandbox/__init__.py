@@ -6,15 +6,21 @@ job from ``GPULAB_GPU_IDS``; ``local`` with ``GPULAB_WARM_POOLS`` forks subjects
 ``warm.py``, and ``docker`` with it runs jobs in container pairs started before them, see ``docker_warm.py``)
 without checking the host; call ``check()`` on it to get a clear
 ``SandboxUnavailable`` early.
+
+Importing this package (as every backend's import does) needs only the standard library: the settings
+(pydantic) are read when ``get_sandbox`` is called, so ``scripts/gpu-check`` can run the ``unsafe`` backend on a
+Python that has only torch and pytest (``docs/gpu.md``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from worker.core.config import SandboxKind, Settings
 from worker.grading.sandbox.base import Sandbox, SandboxRun
 from worker.grading.sandbox.budget import MemoryBudget, budget_mb, shared_budget
+
+if TYPE_CHECKING:
+    from worker.core.config import Settings
 
 __all__ = ["Sandbox", "SandboxRun", "get_sandbox"]
 
@@ -26,6 +32,8 @@ def warm_budget(settings: Settings) -> MemoryBudget:
 
 def get_sandbox(settings: Settings) -> Sandbox:
     """Return the sandbox backend ``settings`` asks for."""
+    from worker.core.config import SandboxKind
+
     if settings.sandbox is SandboxKind.local:
         from worker.grading.sandbox.local import LocalSandbox
         from worker.grading.sandbox.warm import WarmLocalSandbox, parse_runtimes, shared_pool

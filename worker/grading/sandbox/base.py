@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from worker.bank.spec import Limits
+from worker.bank.specdata import Limits
 
 Access = Literal["ro", "rw"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from worker.bank.spec import Limits
+from worker.bank.specdata import Limits
 from worker.grading.sandbox.base import ROLES
 
 RUNNER_DIR = Path(__file__).resolve().parents[2] / "runner"

@@ -3,7 +3,8 @@
 Contract: same as ``base.py`` except isolation: ``python -m runner JOB_DIR`` runs the judge, which starts
 the subject as its own child over a socketpair; the learner's code runs as the worker's user with its
 filesystem and network (it could read the hidden tests).
-It still gets an empty environment (no ``GPULAB_*`` secrets), the wall clock, the
+It still gets an empty environment (no ``GPULAB_*`` secrets) but ``PATH`` and the host variables named in
+``pass_env`` (``scripts/gpu-check`` names the ones the GPU driver may be found by), the wall clock, the
 output caps and, when ``prlimit`` exists, CPU/file-size/core rlimits. Memory and pids are not limited.
 The job directory is passed by its real path instead of being mounted at ``/job``.
 """
@@ -18,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from worker.bank.spec import Limits
+from worker.bank.specdata import Limits
 from worker.grading.sandbox.base import SandboxRun
 from worker.grading.sandbox.policy import RUNNER_DIR, cpu_rlimit_s, hard_output_cap, sandbox_env
 from worker.grading.sandbox.process import run_process
@@ -36,8 +37,9 @@ class UnsafeSandbox:
     name = "unsafe"
     isolated = False
 
-    def __init__(self, *, timeout_margin_s: float = 5.0) -> None:
+    def __init__(self, *, timeout_margin_s: float = 5.0, pass_env: tuple[str, ...] = ()) -> None:
         self.timeout_margin_s = timeout_margin_s
+        self.pass_env = pass_env
 
     def check(self) -> None:
         """Nothing to check: a Python that can run pytest is all this backend needs."""
@@ -53,6 +55,7 @@ class UnsafeSandbox:
             argv = [prlimit, f"--cpu={cpu_soft_s}:{cpu_hard_s}", f"--fsize={fsize}", "--core=0", "--", *argv]
         env = sandbox_env(limits, str(RUNNER_DIR.parent))
         env["PATH"] = os.environ.get("PATH", env["PATH"])
+        env.update({name: os.environ[name] for name in self.pass_env if name in os.environ})
         result = run_process(
             argv,
             timeout_s=limits.timeout_s + self.timeout_margin_s,

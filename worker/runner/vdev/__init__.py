@@ -1,15 +1,22 @@
 """Virtual devices for grading multi-device code on workers without GPUs (see README.md).
 
-Contract: the subject calls ``setup(framework, replicas, real_gpus)`` once, before it imports the learner's
+Contract: the subject calls ``setup(framework, replicas, gpus)`` once, before it imports the learner's
 module and before it forks per-test children; ``describe()`` then returns the label shown with results
 ("2 virtual CUDA devices (CPU)", "2 virtual CPU replicas", or the count and model of real GPUs).
 ``setup`` starts no thread and no framework runtime, so forking after it is safe. Frameworks are imported
 only when asked for.
+
+Real GPUs (``gpus``, how many the host gave the job; ``worker.grading.devices`` labels by the same rule): with at
+least ``replicas`` of them the job runs on them as it is (no virtual layer; DDP ranks see them). With fewer, the
+job runs exactly as on a CPU worker, CUDA hidden from it (``CUDA_VISIBLE_DEVICES`` empty, set before anything
+initialised CUDA): one GPU cannot show two devices, and NCCL refuses two ranks on one GPU, so a two-replica
+exercise is graded faithfully on virtual devices rather than half-faithfully on one real one.
 """
 
 from __future__ import annotations
 
 import glob
+import os
 
 FRAMEWORKS = ("torch", "tensorflow", "none")
 _label = "CPU"
@@ -30,17 +37,24 @@ def _gpu_name() -> str | None:
     return None
 
 
-def setup(framework: str, replicas: int = 2, real_gpus: bool = False, gpu_name: str | None = None) -> str:
-    """Prepare this process for ``replicas`` devices of ``framework``; return the label."""
+def setup(framework: str, replicas: int = 2, gpus: int = 0, gpu_name: str | None = None) -> str:
+    """Prepare this process for ``replicas`` devices of ``framework`` given ``gpus`` real GPUs; return the label."""
     global _label
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {FRAMEWORKS}, not {framework!r}")
     if replicas < 1:
         raise ValueError("replicas must be at least 1")
-    if real_gpus:
+    if gpus < 0:
+        raise ValueError("gpus must be at least 0")
+    if gpus >= replicas:
         # Real devices need nothing here; touching CUDA now would make forked children unusable.
         _label = f"{replicas} {TIMES} {gpu_name or _gpu_name() or 'GPU'}"
-    elif framework == "torch":
+        return _label
+    if gpus:
+        # Too few for the replicas: grade as on a CPU worker. The driver reads this when CUDA first starts, which
+        # nothing in this process has done yet (the framework import does not), so every child inherits it.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    if framework == "torch":
         from . import torch_cuda
 
         torch_cuda.enable(replicas)
