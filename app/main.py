@@ -41,6 +41,7 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from app.domain import news
 from app.domain.db import engine_for
+from app.domain.notebooks import MAX_NOTEBOOK_BYTES
 from app.domain.ratelimit import limiter_for
 from app.domain.security import SESSION_COOKIE, UNSAFE_METHODS, LoginLimiter
 from app.web import deps
@@ -56,6 +57,8 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 SWAGGER_DIR = STATIC_DIR / "build" / "swagger"
 BODY_SLACK_BYTES = 4096  # JSON framing around the code field
 STAFF_BODY_LIMITS = {"/instructor/": 3 * 1024 * 1024, "/admin/users/import": 512 * 1024}
+# A notebook's text travels inside a JSON string, where escaping can double it.
+NOTEBOOK_BODY_LIMITS = {"/api/exercises/*/notebook-submissions": 2 * MAX_NOTEBOOK_BYTES + BODY_SLACK_BYTES}
 
 
 def _dependency_of(annotated: object) -> Callable[..., object]:
@@ -212,7 +215,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES,
-        path_limits=STAFF_BODY_LIMITS,  # exercise uploads and the authoring form carry whole folders
+        path_limits=STAFF_BODY_LIMITS | NOTEBOOK_BODY_LIMITS,  # exercise uploads and the authoring form carry whole folders
     )
     app.add_middleware(SecurityHeadersMiddleware, frame_origins=settings.frame_origins)
     return app

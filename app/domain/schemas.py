@@ -81,6 +81,11 @@ class SubmissionIn(_In):
     assignment_id: AssignmentRef = None
 
 
+class NotebookIn(_In):
+    notebook: str = Field(description="the .ipynb file's text (JSON), as saved by Jupyter; at most 4 MiB")
+    assignment_id: AssignmentRef = None
+
+
 class MeOut(BaseModel):
     email: str
     role: Role

@@ -18,6 +18,7 @@ from app.web.routes import (
     api_grading,
     api_instructor,
     api_lti,
+    api_notebooks,
     api_quiz,
     api_regrade_requests,
     api_roster,
@@ -40,6 +41,7 @@ api_router = APIRouter()
 for _router in (
     api_auth.router,
     api_exercises.router,
+    api_notebooks.router,  # an exercise as a notebook, and submitting one
     api_quiz.router,
     api_submissions.router,
     api_courses.router,
