@@ -215,7 +215,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES,
-        path_limits=STAFF_BODY_LIMITS | NOTEBOOK_BODY_LIMITS,  # exercise uploads and the authoring form carry whole folders
+        # Exercise uploads and the authoring form carry whole folders; a notebook carries its outputs.
+        path_limits=STAFF_BODY_LIMITS | NOTEBOOK_BODY_LIMITS,
     )
     app.add_middleware(SecurityHeadersMiddleware, frame_origins=settings.frame_origins)
     return app

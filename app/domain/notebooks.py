@@ -128,8 +128,10 @@ def exercise_notebook(exercise: Exercise) -> Any:
         }
     )
     cells = [
-        new_markdown_cell(f"# {version.title}\n\n*gpulab exercise `{exercise.slug}`, version {version.number}, "
-                          f"{version.framework}, {version.max_score:g} points.*"),
+        new_markdown_cell(
+            f"# {version.title}\n\n*gpulab exercise `{exercise.slug}`, version {version.number}, "
+            f"{version.framework}, {version.max_score:g} points.*"
+        ),
         new_markdown_cell(files.get("prompt.md", "")),
         new_markdown_cell(
             "## Your solution\n\n"
@@ -176,7 +178,7 @@ def _parse(text: str) -> dict[str, Any]:
     except RecursionError:
         raise InvalidInput("this is not a notebook: its JSON is nested too deeply") from None
     if not isinstance(data, dict) or "nbformat" not in data:
-        raise InvalidInput("this is not a notebook: the JSON has no \"nbformat\" version (is it an .ipynb file?)")
+        raise InvalidInput('this is not a notebook: the JSON has no "nbformat" version (is it an .ipynb file?)')
     return data
 
 
@@ -194,7 +196,8 @@ def _read(text: str) -> Any:
     except nbformat.NBFormatError as exc:
         raise InvalidInput(f"nbformat cannot read this notebook: {exc}") from None
     except nbformat.ValidationError as exc:
-        raise InvalidInput(f"the notebook is not valid nbformat {data.get('nbformat')}: {_short(exc.message)}") from None
+        version = data.get("nbformat")
+        raise InvalidInput(f"the notebook is not valid nbformat {version}: {_short(exc.message)}") from None
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise InvalidInput(f"nbformat cannot read this notebook: {_short(str(exc))}") from None
     return notebook
@@ -250,7 +253,7 @@ def extract_code(text: str, *, slug: str) -> str:
     if size > MAX_NOTEBOOK_BYTES:
         raise PayloadTooLarge(
             f"the notebook is {size / 1024 / 1024:.1f} MiB; at most {MAX_NOTEBOOK_BYTES // 1024 // 1024} MiB are "
-            "accepted: clear its outputs (Edit › Clear Outputs of All Cells) and save it again"
+            "accepted: clear its outputs (Edit, Clear Outputs of All Cells) and save it again"
         )
     notebook = _read(text)
     _check_kernel(notebook.metadata)
@@ -263,7 +266,7 @@ def extract_code(text: str, *, slug: str) -> str:
     if not tagged:
         raise InvalidInput(
             f"no code cell is tagged {SOLUTION_TAG!r}: add the tag to the cell with your answer (Jupyter: the "
-            f"cell's property inspector › Cell Tags; or its metadata {{\"tags\": [\"{SOLUTION_TAG}\"]}})"
+            f'cell\'s property inspector, Cell Tags; or its metadata {{"tags": ["{SOLUTION_TAG}"]}})'
         )
     sources = [source.rstrip() for source in tagged if source.strip()]
     if not sources:

@@ -165,7 +165,7 @@ def test_malformed_notebooks_are_refused_naming_the_problem_and_store_nothing(
 
 
 def test_a_refused_notebook_costs_no_attempt_of_an_assignment(
-    client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,
+    client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,  # noqa: F811
     tiny_exercise: TinyExercise,
 ) -> None:  # fmt: skip
     login(client, instructor)
@@ -182,7 +182,7 @@ def test_a_refused_notebook_costs_no_attempt_of_an_assignment(
 
 
 def test_a_quiz_has_no_notebook_and_strangers_get_404_or_401(
-    client: TestClient, learner: User, login: Callable[..., None], quiz: Exercise
+    client: TestClient, learner: User, login: Callable[..., None], quiz: Exercise  # noqa: F811
 ) -> None:
     login(client, learner)
     refused = client.get(f"/api/exercises/{quiz.slug}/notebook")
