@@ -16,6 +16,7 @@ TABLES = {
     "users", "exercises", "exercise_versions", "submissions", "test_results", "alembic_version",
     "courses", "course_members", "assignments", "assignment_items", "extensions", "grade_overrides",
     "lti_platforms", "lti_tool_keys", "lti_nonces", "lti_users", "lti_contexts", "lti_links", "lti_score_outbox",
+    "api_tokens",
 }  # fmt: skip
 
 
