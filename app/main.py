@@ -104,6 +104,24 @@ def error_statuses(route: RouteContext) -> set[int]:
     return statuses
 
 
+def _declare_tokenless_paths(app: FastAPI) -> None:
+    """Make the schema say that logging in and out and managing tokens take the session cookie, never a token."""
+    build = app.openapi
+
+    def openapi() -> dict[str, typing.Any]:
+        done = app.openapi_schema is not None
+        schema = build()
+        if not done:
+            for path, operations in schema.get("paths", {}).items():
+                if path.startswith(deps.TOKENLESS_PATHS):
+                    for operation in operations.values():
+                        if operation.get("security"):
+                            operation["security"] = [{"sessionCookie": []}]
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Recover unfinished submissions at start (embedded grading); stop the dispatcher at the end."""
@@ -197,6 +215,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app, page_error=error_page)  # problem details on API paths, HTML pages elsewhere
     app.include_router(api_router)
     document_problems(app, statuses_of=error_statuses)
+    _declare_tokenless_paths(app)
     app.include_router(page_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _install_docs(app)

@@ -31,7 +31,12 @@ from typing import IO, Any
 
 EXIT_PASSED, EXIT_NOT_PASSED, EXIT_CANNOT_GRADE = 0, 1, 2
 SETTLED = ("graded", "error")
-STEPS = {"queued": "queued: waiting for a grader", "running": "running: your code is being tested"}
+STEPS = {
+    "queued": "queued: waiting for a grader",
+    "running": "running: your code is being tested",
+    "graded": "graded:",
+    "error": "error: it could not be graded",
+}
 USER_AGENT = "gpulab-submit/1"
 
 
@@ -143,6 +148,7 @@ def follow(server: str, token: str, submission_id: str, out: IO[str], wait_s: fl
         # The stream ended before a verdict (a restarting server, a proxy's time-out): ask once, then reconnect.
         sub = _json(_request(server, token, "GET", path))
         if sub["status"] in SETTLED:
+            print(STEPS[sub["status"]], file=out, flush=True)
             return dict(sub)
         time.sleep(pause_s)
         pause_s = min(pause_s * 2, 5.0)
