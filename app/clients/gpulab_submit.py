@@ -83,14 +83,16 @@ def _problem_text(exc: urllib.error.HTTPError) -> str:
 
 
 def _json(response: Any) -> Any:
-    with response:
-        return json.loads(response.read().decode("utf-8"))
+    try:
+        with response:
+            body = response.read()
+    except OSError as exc:
+        raise Refused(f"the connection was lost: {exc}") from None
+    return json.loads(body.decode("utf-8"))
 
 
-def submit(server: str, token: str, slug: str, path: str, assignment: int | None = None) -> str:
-    """Send the file at ``path`` for exercise ``slug``; return the submission id."""
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
+def submit(server: str, token: str, slug: str, path: str, text: str, assignment: int | None = None) -> str:
+    """Send ``text``, the file at ``path``, for exercise ``slug``; return the submission id."""
     quoted = urllib.parse.quote(slug, safe="")
     if path.lower().endswith(".ipynb"):
         route, body = f"/api/exercises/{quoted}/notebook-submissions", {"notebook": text}
@@ -143,7 +145,7 @@ def follow(server: str, token: str, submission_id: str, out: IO[str], wait_s: fl
                             print(STEPS[last], file=out, flush=True)
                     if sub["status"] in SETTLED:
                         return dict(sub)
-        except Refused as exc:
+        except (Refused, OSError) as exc:  # OSError: the connection dropped while the stream was being read
             print(f"(status stream interrupted: {exc}; asking again)", file=out, flush=True)
         # The stream ended before a verdict (a restarting server, a proxy's time-out): ask once, then reconnect.
         sub = _json(_request(server, token, "GET", path))
@@ -205,11 +207,16 @@ def main(argv: list[str] | None = None, out: IO[str] = sys.stdout, err: IO[str] 
         print("gpulab-submit: no token: pass --token or set GPULAB_TOKEN (make one on the account page)", file=err)
         return EXIT_CANNOT_GRADE
     try:
-        submission_id = submit(args.server, args.token, args.slug, args.file, args.assignment)
+        with open(args.file, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"gpulab-submit: cannot read {args.file}: {reason}", file=err)
+        return EXIT_CANNOT_GRADE
+    try:
+        submission_id = submit(args.server, args.token, args.slug, args.file, text, args.assignment)
         print(f"submitted {args.file} to {args.slug}: submission {submission_id}", file=out, flush=True)
         return report(follow(args.server, args.token, submission_id, out, args.wait_s), out)
-    except OSError as exc:  # the file
-        print(f"gpulab-submit: cannot read {args.file}: {exc.strerror or exc}", file=err)
     except Refused as exc:
         print(f"gpulab-submit: {exc}", file=err)
     except (ValueError, KeyError, TypeError) as exc:

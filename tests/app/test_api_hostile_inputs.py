@@ -129,9 +129,10 @@ def test_hostile_notebooks_are_refused_with_the_reason_never_a_500(
 def test_hostile_token_headers_and_token_requests_are_refused_never_a_500(
     learner_client: TestClient, learner: User
 ) -> None:
-    for value in ("Bearer " + "gpl_" + "A" * 10_000, "Bearer gpl_\xe9\xff", "Bearer \x7f", "Bearer gpl_ x", "bearer gpl_"):
+    unknown = "the access token is unknown or was revoked"
+    for value in ("Bearer gpl_" + "A" * 10_000, "Bearer gpl_\xe9\xff", "Bearer \x7f", "Bearer gpl_ x", "bearer gpl_"):
         answer = learner_client.get("/api/me/submissions", headers={"Authorization": value.encode("latin-1")})
-        assert answer.status_code == 401 and answer.json()["detail"] == "the access token is unknown or was revoked", value
+        assert answer.status_code == 401 and answer.json()["detail"] == unknown, value
     # Another scheme, or a bare "Bearer", is no token: the session cookie decides, as without the header.
     for value in ("Basic dXNlcjpwYXNz", "Bearer", "Bearer ", ""):
         assert learner_client.get("/api/me/submissions", headers={"Authorization": value}).status_code == 200, value
