@@ -94,6 +94,7 @@ def _json(response: Any) -> Any:
 def submit(server: str, token: str, slug: str, path: str, text: str, assignment: int | None = None) -> str:
     """Send ``text``, the file at ``path``, for exercise ``slug``; return the submission id."""
     quoted = urllib.parse.quote(slug, safe="")
+    body: dict[str, Any]
     if path.lower().endswith(".ipynb"):
         route, body = f"/api/exercises/{quoted}/notebook-submissions", {"notebook": text}
     else:
@@ -106,7 +107,7 @@ def submit(server: str, token: str, slug: str, path: str, text: str, assignment:
 
 def events(stream: IO[bytes]) -> Iterator[tuple[str, str]]:
     """Yield ``(event, data)`` of each Server-Sent Event read from ``stream`` (comments skipped)."""
-    event, data = "message", []
+    event, data = "message", []  # type: str, list[str]
     for raw in stream:
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if not line:
