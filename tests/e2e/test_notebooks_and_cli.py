@@ -108,7 +108,8 @@ def test_a_dropped_notebook_is_graded_and_its_extracted_code_is_the_history(
     code = page.locator("pre.code").first
     expect(code).to_contain_text("# written in my notebook")
     expect(page.locator("body")).not_to_contain_text("UNTAGGED_SCRATCH")
-    assert page.problems == []
+    refusal = "the server responded with a status of 422"  # the browser logs the two refused uploads; nothing else
+    assert [p for p in page.problems if refusal not in p] == []
     page.context.close()
 
 
