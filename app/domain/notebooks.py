@@ -8,12 +8,13 @@ Contract:
   ``prompt.md``, ``starter.py``, ``examples/*`` and ``probes.py`` (the learner's own process loads the probes
   while it is graded, so they hold nothing the learner cannot read); never hidden tests or solutions.
 - ``extract_code(text, slug=...)`` reads an uploaded ``.ipynb`` (its file text) with ``nbformat`` and returns the
-  source of its code cells tagged ``solution``, in order, joined by blank lines: exactly what is then graded
-  and stored. It raises ``PayloadTooLarge`` (over ``MAX_NOTEBOOK_BYTES``) or ``InvalidInput`` naming the
-  problem: not JSON, not a notebook, an nbformat it cannot read or that fails validation, more than
-  ``MAX_CELLS`` cells, a kernel of another language, made for another exercise (its ``gpulab.exercise``
-  metadata), no tagged code cell, only empty tagged cells, or IPython magics/shell lines that keep the code
-  from being Python. It runs nothing; the caller stores nothing when it raises, so a refusal costs no attempt.
+  source of its code cells tagged ``solution``, in order, joined by blank lines: exactly what is then graded and
+  stored. Outputs are ignored (dropped before validation). It raises ``PayloadTooLarge`` (over
+  ``MAX_NOTEBOOK_BYTES``) or ``InvalidInput`` naming the problem: not JSON, not a notebook, an nbformat it cannot
+  read or that fails validation, more than ``MAX_CELLS`` cells, a kernel of another language, made for another
+  exercise (its ``gpulab.exercise`` metadata), no tagged code cell, only empty tagged cells, or IPython magics/shell
+  lines that keep the code from being Python. It runs nothing; the caller stores nothing when it raises, so a
+  refusal costs no attempt.
 """
 
 from __future__ import annotations
@@ -182,16 +183,28 @@ def _parse(text: str) -> dict[str, Any]:
     return data
 
 
+def _cell_lists(data: dict[str, Any]) -> list[list[Any]]:
+    """Return the notebook's lists of cells: one in nbformat 4, one per worksheet in nbformat 3."""
+    lists = [data.get("cells")] + [ws.get("cells") for ws in data.get("worksheets") or [] if isinstance(ws, dict)]
+    return [cells for cells in lists if isinstance(cells, list)]
+
+
 def _read(text: str) -> Any:
-    """Return the notebook as nbformat 4, or raise ``InvalidInput`` with nbformat's reason."""
+    """Return the notebook as nbformat 4 without its outputs, or raise ``InvalidInput`` with nbformat's reason."""
     data = _parse(text)
-    cells = data.get("cells")
-    if isinstance(cells, list) and len(cells) > MAX_CELLS:
-        raise InvalidInput(f"the notebook has {len(cells)} cells; at most {MAX_CELLS} are accepted")
+    lists = _cell_lists(data)
+    count = sum(len(cells) for cells in lists)
+    if count > MAX_CELLS:
+        raise InvalidInput(f"the notebook has {count} cells; at most {MAX_CELLS} are accepted")
+    for cells in lists:
+        for cell in cells:
+            if isinstance(cell, dict) and isinstance(cell.get("outputs"), list):
+                # Outputs are never graded: dropped before validation, so thousands of them cost no CPU time.
+                cell["outputs"] = []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # nbformat warns about what validate() reports next
-            notebook = nbformat.reads(text, as_version=4)
+            notebook = nbformat.reads(json.dumps(data), as_version=4)
             nbformat.validate(notebook)
     except nbformat.NBFormatError as exc:
         raise InvalidInput(f"nbformat cannot read this notebook: {exc}") from None
