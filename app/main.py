@@ -10,12 +10,14 @@ Contract:
   streams cleanly before the server waits for its connections (``_end_streams_on_stop_signals``).
   ``app.jobs.dispatch`` is imported there, lazily.
 - Middleware (``app.web.middleware``), outermost first: security headers, request-body size limit (twice
-  ``max_code_bytes`` + slack, answered 413 before anything is parsed), CSRF rule for ``/api``, signed session
-  cookie. The first two answer their refusals as problem details themselves.
-- The OpenAPI schema declares every error an operation can answer (``app.web.errors.document_problems``): what
-  its route declares itself (``problem_responses``), plus what ``error_statuses`` derives: 401/403/404 from the
-  dependencies in ``DEPENDENCY_PROBLEMS``, FastAPI's 400 for a request body it cannot decode, and for a
-  state-changing method the middlewares' 413 and, under ``/api/``, the CSRF rule's 403.
+  ``max_code_bytes`` + slack, more for staff's uploads and for notebooks; answered 413 before anything is parsed),
+  CSRF rule for ``/api``, signed session cookie. The first two answer their refusals as problem details themselves.
+- The OpenAPI schema declares the two ways in (``accessToken``, a bearer token, and ``sessionCookie``; logging in
+  and out and managing tokens take the cookie only) and every error an operation can answer
+  (``app.web.errors.document_problems``): what its route declares itself (``problem_responses``), plus what
+  ``error_statuses`` derives: 401/403/404 from the dependencies in ``DEPENDENCY_PROBLEMS``, FastAPI's 400 for a
+  request body it cannot decode, and for a state-changing method the middlewares' 413 and, under ``/api/``, the CSRF
+  rule's 403.
 """
 
 from __future__ import annotations

@@ -441,6 +441,12 @@ SUBMIT_PATHS = frozenset({
     "/api/exercises/{slug}/quiz",
     "/api/submissions/{submission_id}/regrade-request",
 })  # fmt: skip
+# Staff's routes that check the role inside (a grading, a similarity run): ``staff``, whatever the method.
+STAFF_PATHS = frozenset({
+    "/api/grades/{grade_id}",
+    "/api/similarity/runs/{run_id}",
+    "/api/similarity/runs/{run_id}/pairs/{rank}",
+})  # fmt: skip
 # A route that depends on one of these is staff's: a token needs ``staff`` for it, whatever its method.
 STAFF_DEPENDENCIES: frozenset[Callable[..., object]] = frozenset({
     typing.get_args(InstructorDep)[1].dependency,
@@ -461,6 +467,8 @@ def required_scope(request: Request) -> Scope | None:
     path = getattr(route, "path", request.url.path)
     if path.startswith(TOKENLESS_PATHS):
         return None
+    if path in STAFF_PATHS:
+        return Scope.staff
     dependant = getattr(route, "dependant", None)
     if dependant is not None:
         staff = _staff_routes.get(id(route))

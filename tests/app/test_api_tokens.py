@@ -106,6 +106,11 @@ def test_the_staff_scope_is_for_staff_and_a_narrower_token_of_staff_acts_as_a_le
     assert client.get(staff_list, headers=_bearer(staff)).status_code == 200
     assert client.get(f"/api/submissions/{theirs.id}", headers=_bearer(reader)).status_code == 404
     assert client.get(f"/api/submissions/{theirs.id}", headers=_bearer(staff)).status_code == 200
+    # Staff's routes that check the role inside need the staff scope too.
+    for path in ("/api/similarity/runs/1", "/api/grades/1"):
+        inline = client.get(path, headers=_bearer(reader))
+        assert inline.status_code == 403 and "'staff' scope" in inline.json()["detail"], path
+        assert client.get(path, headers=_bearer(staff)).status_code == 404, path
 
 
 def test_a_revoked_or_unknown_token_is_refused_and_only_its_owner_revokes_it(
