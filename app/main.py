@@ -10,12 +10,14 @@ Contract:
   streams cleanly before the server waits for its connections (``_end_streams_on_stop_signals``).
   ``app.jobs.dispatch`` is imported there, lazily.
 - Middleware (``app.web.middleware``), outermost first: security headers, request-body size limit (twice
-  ``max_code_bytes`` + slack, answered 413 before anything is parsed), CSRF rule for ``/api``, signed session
-  cookie. The first two answer their refusals as problem details themselves.
-- The OpenAPI schema declares every error an operation can answer (``app.web.errors.document_problems``): what
-  its route declares itself (``problem_responses``), plus what ``error_statuses`` derives: 401/403/404 from the
-  dependencies in ``DEPENDENCY_PROBLEMS``, FastAPI's 400 for a request body it cannot decode, and for a
-  state-changing method the middlewares' 413 and, under ``/api/``, the CSRF rule's 403.
+  ``max_code_bytes`` + slack, more for staff's uploads and for notebooks; answered 413 before anything is parsed),
+  CSRF rule for ``/api``, signed session cookie. The first two answer their refusals as problem details themselves.
+- The OpenAPI schema declares the two ways in (``accessToken``, a bearer token, and ``sessionCookie``; logging in
+  and out and managing tokens take the cookie only) and every error an operation can answer
+  (``app.web.errors.document_problems``): what its route declares itself (``problem_responses``), plus what
+  ``error_statuses`` derives: 401/403/404 from the dependencies in ``DEPENDENCY_PROBLEMS``, FastAPI's 400 for a
+  request body it cannot decode, and for a state-changing method the middlewares' 413 and, under ``/api/``, the CSRF
+  rule's 403.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from starlette.middleware.sessions import SessionMiddleware
 
 from app.domain import news
 from app.domain.db import engine_for
+from app.domain.notebooks import MAX_NOTEBOOK_BYTES
 from app.domain.ratelimit import limiter_for
 from app.domain.security import SESSION_COOKIE, UNSAFE_METHODS, LoginLimiter
 from app.web import deps
@@ -56,6 +59,8 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 SWAGGER_DIR = STATIC_DIR / "build" / "swagger"
 BODY_SLACK_BYTES = 4096  # JSON framing around the code field
 STAFF_BODY_LIMITS = {"/instructor/": 3 * 1024 * 1024, "/admin/users/import": 512 * 1024}
+# A notebook's text travels inside a JSON string, where escaping can double it.
+NOTEBOOK_BODY_LIMITS = {"/api/exercises/*/notebook-submissions": 2 * MAX_NOTEBOOK_BYTES + BODY_SLACK_BYTES}
 
 
 def _dependency_of(annotated: object) -> Callable[..., object]:
@@ -66,6 +71,7 @@ def _dependency_of(annotated: object) -> Callable[..., object]:
 # What each dependency of app.web.deps raises before the route runs (the role checks are require_role's closures).
 DEPENDENCY_PROBLEMS: dict[Callable[..., object], tuple[int, ...]] = {
     deps.get_current_user: (401,),
+    deps.get_optional_user: (401, 403),  # an access token: unknown or revoked, or without the call's scope
     _dependency_of(deps.InstructorDep): (403,),
     _dependency_of(deps.AdminDep): (403,),
     deps.get_course_staff: (403,),
@@ -98,6 +104,24 @@ def error_statuses(route: RouteContext) -> set[int]:
         if (route.path or "").startswith("/api/"):
             statuses.add(403)  # CSRFMiddleware
     return statuses
+
+
+def _declare_tokenless_paths(app: FastAPI) -> None:
+    """Make the schema say that logging in and out and managing tokens take the session cookie, never a token."""
+    build = app.openapi
+
+    def openapi() -> dict[str, typing.Any]:
+        done = app.openapi_schema is not None
+        schema = build()
+        if not done:
+            for path, operations in schema.get("paths", {}).items():
+                if path.startswith(deps.TOKENLESS_PATHS):
+                    for operation in operations.values():
+                        if operation.get("security"):
+                            operation["security"] = [{"sessionCookie": []}]
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 @asynccontextmanager
@@ -193,6 +217,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app, page_error=error_page)  # problem details on API paths, HTML pages elsewhere
     app.include_router(api_router)
     document_problems(app, statuses_of=error_statuses)
+    _declare_tokenless_paths(app)
     app.include_router(page_router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _install_docs(app)
@@ -212,7 +237,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES,
-        path_limits=STAFF_BODY_LIMITS,  # exercise uploads and the authoring form carry whole folders
+        # Exercise uploads and the authoring form carry whole folders; a notebook carries its outputs.
+        path_limits=STAFF_BODY_LIMITS | NOTEBOOK_BODY_LIMITS,
     )
     app.add_middleware(SecurityHeadersMiddleware, frame_origins=settings.frame_origins)
     return app

@@ -24,7 +24,8 @@ Contract:
   nonces until they expire; ``LtiUser``/``LtiContext``/``LtiLink`` map the platform's users, courses (per
   deployment) and resource links to gpulab's users, courses and assignments or exercises.
 - ``WorkerBeat`` is one grading process's latest sign of life (every worker and the embedded server write
-  theirs); ``RevokedSession`` is a logged-out session nonce, shared by every API process.
+  theirs); ``RevokedSession`` is a logged-out session nonce, shared by every API process. An ``ApiToken`` is a
+  personal access token of the API: its SHA-256 hash, a short prefix, its scopes, last use and revocation.
 - Similarity (``app.domain.similarity_runs``): a ``SimilarityRun`` is one check of an exercise's (or an
   assignment's) counted submissions, a job moving queued → running → done | failed; its ``SimilarityPair`` rows
   are the pairs it ranked, with each side's matched character slices (capped in number).
@@ -273,6 +274,24 @@ class RevokedSession(Base):
 
     nonce: Mapped[str] = mapped_column(String(64), primary_key=True)
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+
+
+class ApiToken(Base):
+    """A personal access token of the API (``app.domain.tokens``): only its hash and a short prefix are kept."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    prefix: Mapped[str] = mapped_column(String(16))  # the token's first characters, to tell tokens apart
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)  # SHA-256 hex of the whole token
+    scopes: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+    user: Mapped[User] = relationship()
 
 
 # --- courses and assignments (app.domain.courses, app.domain.assignments) -----------------------------------

@@ -27,9 +27,19 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.domain.markdown import render_markdown
-from app.domain.models import Exercise, ExerciseVersion, Role, Submission, SubmissionStatus, TestResult, User
+from app.domain.models import (
+    ApiToken,
+    Exercise,
+    ExerciseVersion,
+    Role,
+    Submission,
+    SubmissionStatus,
+    TestResult,
+    User,
+)
 from app.domain.progress import DiffLine, Progress
 from app.domain.security import MAX_EMAIL_CHARS, check_email
+from app.domain.tokens import Scope
 from worker.bank.quiz import QuizResult, parse_quiz
 from worker.core.errors import InvalidInput
 from worker.core.outcome import GradeOutcome
@@ -78,6 +88,11 @@ AssignmentRef = Annotated[
 
 class SubmissionIn(_In):
     code: str  # size is checked against settings.max_code_bytes by create_submission (413)
+    assignment_id: AssignmentRef = None
+
+
+class NotebookIn(_In):
+    notebook: str = Field(description="the .ipynb file's text (JSON), as saved by Jupyter; at most 4 MiB")
     assignment_id: AssignmentRef = None
 
 
@@ -394,3 +409,41 @@ class QuizAttemptOut(BaseModel):
             attempts=attempts,
             questions=[QuizQuestionResultOut.model_validate(q, from_attributes=True) for q in result.questions],
         )
+
+
+# --- personal access tokens (app.domain.tokens) ---------------------------------------------------------------
+
+
+class TokenIn(_In):
+    name: str = Field(min_length=1, max_length=100, description="what the token is for, e.g. the machine")
+    scopes: list[Scope] = Field(
+        min_length=1, max_length=3, description="read: GET my work; submit: submit and run; staff: everything else"
+    )
+
+
+class TokenOut(BaseModel):
+    """A token as its owner sees it in the list: never the token itself."""
+
+    id: int
+    name: str
+    prefix: str
+    scopes: list[Scope]
+    created_at: UtcDatetime
+    last_used_at: UtcDatetime | None
+    revoked_at: UtcDatetime | None
+
+    @classmethod
+    def of(cls, row: ApiToken) -> TokenOut:
+        return cls(
+            id=row.id,
+            name=row.name,
+            prefix=row.prefix,
+            scopes=[Scope(s) for s in row.scopes],
+            created_at=row.created_at,
+            last_used_at=row.last_used_at,
+            revoked_at=row.revoked_at,
+        )
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="the token: shown this once, only its hash is kept")

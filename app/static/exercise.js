@@ -209,16 +209,21 @@
         refreshGate(form);
         return;
       }
-      refreshGate(form);  // a queued attempt already counts
       const created = await response.json();
-      byId("result").hidden = true;
-      startProgress("queued");
-      announce("Submitted. " + STEP_TEXT.queued);
-      follow(created.id, slug, true);
+      followNew(form, created.id);
     } catch (_) {
       window.gpulab.showError(error, "Could not reach the server; try again.");
       setBusy(false);
     }
+  }
+
+  function followNew(form, id) {
+    refreshGate(form);  // a queued attempt already counts
+    byId("result").hidden = true;
+    setBusy(true);
+    startProgress("queued");
+    announce("Submitted. " + STEP_TEXT.queued);
+    follow(id, form.dataset.slug, true);
   }
 
   async function runExamples(form) {
@@ -284,7 +289,8 @@
     reset.hidden = false;
     reset.addEventListener("click", () => resetToStarter(form));
 
-    window.gpulabExercise = { editor: () => editor };  // for tests and the browser console
+    // For tests, the browser console and notebook.js (a dropped notebook is followed like a submission).
+    window.gpulabExercise = { editor: () => editor, followSubmission: (id) => followNew(form, id) };
     // Show the result of the last submission (its code is already in the editor).
     if (form.dataset.lastSubmission) follow(form.dataset.lastSubmission, form.dataset.slug, false);
   });

@@ -5,6 +5,13 @@ Contract:
   its settings), rolls back if the route raises and is closed as soon as the route returns (scope
   ``function``), so a long streaming response does not hold a pooled connection. Routes commit.
 - ``SessionFactoryDep`` gives code that outlives the route (the SSE poller) a way to open short sessions.
+- Under ``/api/`` an ``Authorization: Bearer`` access token (``app.domain.tokens``) authenticates instead of the
+  session cookie (which is then ignored); elsewhere it is ignored. An unknown or revoked token is ``Unauthorized``;
+  a token is ``Forbidden`` where ``required_scope`` says it needs a scope it lacks, or on ``TOKENLESS_PATHS``
+  (logging in and out, managing tokens). The scope comes from the route: ``staff`` for one that depends on a staff
+  dependency (``STAFF_DEPENDENCIES``) or checks the role inside (``STAFF_PATHS``), else ``read`` for GET,
+  ``submit`` for the learner's own writes (``SUBMIT_PATHS``), ``staff`` for every other write. A token without
+  ``staff`` does not carry its user's staff rights to ``SubmissionDep`` (only their own submissions).
 - ``CurrentUser`` is the logged-in active user or ``Unauthorized("log in first")``; ``require_role`` raises
   ``Forbidden``. API routes and pages use the same ones: ``app.web.errors`` answers JSON or HTML by path (a
   page's ``Unauthorized`` becomes the log-in redirect). ``request.state.user`` keeps a detached copy of the
@@ -30,6 +37,7 @@ the loop (a ``Session`` connects on its first query) and closed in one hand-off,
 
 from __future__ import annotations
 
+import typing
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -38,6 +46,8 @@ from typing import Annotated, Any, Protocol
 
 import anyio
 from fastapi import Depends, Path, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -60,8 +70,9 @@ from app.domain.models import (
     User,
 )
 from app.domain.schemas import MeOut
-from app.domain.security import LoginLimiter, user_from_session
+from app.domain.security import SESSION_COOKIE, LoginLimiter, user_from_session
 from app.domain.submissions import get_for_user
+from app.domain.tokens import Scope, user_for_token
 from worker.bank.spec import SLUG_RE
 from worker.core.config import Settings
 from worker.core.errors import Forbidden, NotFound, Unauthorized
@@ -145,8 +156,48 @@ async def get_login_limiter(request: Request) -> LoginLimiter:
 LoginLimiterDep = Annotated[LoginLimiter, Depends(get_login_limiter)]
 
 
-async def get_optional_user(request: Request, session: SessionDep) -> User | None:
-    user = await run_in_threadpool(user_from_session, request, session=session)
+bearer_token = HTTPBearer(
+    auto_error=False,
+    scheme_name="accessToken",
+    description="A personal access token (made on the account page, or POST /api/me/tokens while logged in): "
+    "`Authorization: Bearer gpl_...`. API paths only; its scopes decide which calls it may make.",
+)
+session_cookie = APIKeyCookie(
+    name=SESSION_COOKIE, auto_error=False, scheme_name="sessionCookie", description="The cookie a log-in sets"
+)
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_token)]
+# Declared for the OpenAPI schema only; the session middleware reads the cookie.
+SessionCookieDep = Annotated[str | None, Depends(session_cookie)]
+
+
+def _user_from_token(request: Request, session: Session, token: str) -> User:
+    """Return the token's owner for this call, or raise: 401 for an unknown or revoked token, 403 out of scope."""
+    needed = required_scope(request)
+    if needed is None:
+        raise Forbidden("an access token cannot be used here: log in with your password (tokens are API-only)")
+    found = user_for_token(session=session, token=token)
+    if found is None:
+        raise Unauthorized("the access token is unknown or was revoked")
+    user, api_token, recorded = found
+    scopes = frozenset(api_token.scopes)
+    if needed not in scopes:
+        raise Forbidden(f"this call needs an access token with the {needed.value!r} scope (this one has: "
+                        f"{', '.join(sorted(scopes))})")
+    if recorded:
+        session.commit()  # its last use; nothing else is pending before the route runs
+    request.state.token_scopes = scopes
+    return user
+
+
+async def get_optional_user(
+    request: Request, session: SessionDep, credentials: BearerDep, _cookie: SessionCookieDep
+) -> User | None:
+    """Return the user of the session cookie, or under ``/api/`` of a bearer token (which then wins)."""
+    request.state.token_scopes = None  # None: a session, with its user's whole role
+    if credentials is not None and request.url.path.startswith("/api/"):
+        user: User | None = await run_in_threadpool(_user_from_token, request, session, credentials.credentials)
+    else:
+        user = await run_in_threadpool(user_from_session, request, session=session)
     request.state.user = MeOut.of(user) if user else None  # a copy: the row cannot load once the session is gone
     return user
 
@@ -198,11 +249,11 @@ def get_exercise(slug: str, session: SessionDep, user: CurrentUser) -> Exercise:
 ExerciseDep = Annotated[Exercise, Depends(get_exercise)]
 
 
-def get_submission(submission_id: str, session: SessionDep, user: CurrentUser) -> Submission:
+def get_submission(request: Request, submission_id: str, session: SessionDep, user: CurrentUser) -> Submission:
     if _no_such_submission(submission_id):
         raise NotFound(f"no submission {submission_id!r}")
     submission = get_for_user(session=session, submission_id=submission_id, user=user)
-    if submission is None:
+    if submission is None or (not _acts_as_staff(request) and submission.user_id != user.id):
         raise NotFound(f"no submission {submission_id!r}")
     return submission
 
@@ -383,3 +434,61 @@ async def get_check_starter(dispatcher: DispatcherDep) -> CheckStarter:
 
 
 CheckStarterDep = Annotated[CheckStarter, Depends(get_check_starter)]
+
+
+# --- which calls an access token may make ----------------------------------------------------------------------
+
+# Paths where a token is never accepted: logging in and out, and managing tokens (a token cannot make tokens).
+TOKENLESS_PATHS = ("/api/auth/login", "/api/auth/logout", "/api/me/tokens")
+# The learner's own writes, allowed by the ``submit`` scope; every other state-changing call needs ``staff``.
+SUBMIT_PATHS = frozenset({
+    "/api/exercises/{slug}/submissions",
+    "/api/exercises/{slug}/notebook-submissions",
+    "/api/exercises/{slug}/runs",
+    "/api/exercises/{slug}/quiz",
+    "/api/submissions/{submission_id}/regrade-request",
+})  # fmt: skip
+# Staff's routes that check the role inside (a grading, a similarity run): ``staff``, whatever the method.
+STAFF_PATHS = frozenset({
+    "/api/grades/{grade_id}",
+    "/api/similarity/runs/{run_id}",
+    "/api/similarity/runs/{run_id}/pairs/{rank}",
+})  # fmt: skip
+# A route that depends on one of these is staff's: a token needs ``staff`` for it, whatever its method.
+STAFF_DEPENDENCIES: frozenset[Callable[..., object]] = frozenset({
+    typing.get_args(InstructorDep)[1].dependency,
+    typing.get_args(AdminDep)[1].dependency,
+    get_staff_exercise, get_staff_version, get_staff_submission, get_check, get_regrade, get_user,
+    get_course_staff, get_assignment_staff, get_extension,
+})  # fmt: skip
+_staff_routes: dict[int, bool] = {}
+
+
+def _depends_on_staff(dependant: Dependant) -> bool:
+    return any(sub.call in STAFF_DEPENDENCIES or _depends_on_staff(sub) for sub in dependant.dependencies)
+
+
+def required_scope(request: Request) -> Scope | None:
+    """Return the scope a token needs for this request's route, or None where no token is accepted."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", request.url.path)
+    if path.startswith(TOKENLESS_PATHS):
+        return None
+    if path in STAFF_PATHS:
+        return Scope.staff
+    dependant = getattr(route, "dependant", None)
+    if dependant is not None:
+        staff = _staff_routes.get(id(route))
+        if staff is None:
+            staff = _staff_routes[id(route)] = _depends_on_staff(dependant)
+        if staff:
+            return Scope.staff
+    if request.method in ("GET", "HEAD"):
+        return Scope.read
+    return Scope.submit if path in SUBMIT_PATHS else Scope.staff
+
+
+def _acts_as_staff(request: Request) -> bool:
+    """Say whether this request may use its user's staff rights: a session, or a token with the staff scope."""
+    scopes = getattr(request.state, "token_scopes", None)
+    return scopes is None or Scope.staff in scopes

@@ -10,6 +10,7 @@ adds a strict Content-Security-Policy and friends to every answer; framing is re
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -60,7 +61,8 @@ class BodySizeLimitMiddleware:
         self.path_limits = path_limits or {}
 
     def _limit(self, path: str) -> int:
-        return next((n for prefix, n in self.path_limits.items() if path.startswith(prefix)), self.max_bytes)
+        # A key is a path prefix, where ``*`` stands for one path segment or more (a slug).
+        return next((n for prefix, n in self.path_limits.items() if fnmatchcase(path, prefix + "*")), self.max_bytes)
 
     def _too_large(self, limit: int) -> str:
         return f"request body is larger than {limit // 1024} KiB"

@@ -18,14 +18,17 @@ from app.web.routes import (
     api_grading,
     api_instructor,
     api_lti,
+    api_notebooks,
     api_quiz,
     api_regrade_requests,
     api_roster,
     api_similarity,
     api_submissions,
+    api_tokens,
     health,
     lti,
     pages,
+    pages_account,
     pages_admin,
     pages_courses,
     pages_gradebook,
@@ -40,8 +43,10 @@ api_router = APIRouter()
 for _router in (
     api_auth.router,
     api_exercises.router,
+    api_notebooks.router,  # an exercise as a notebook, and submitting one
     api_quiz.router,
     api_submissions.router,
+    api_tokens.router,  # /api/me/tokens: personal access tokens of the API
     api_courses.router,
     api_roster.router,  # /api/courses/{slug}/roster/sync: the LMS roster (NRPS)
     api_instructor.router,
@@ -63,6 +68,7 @@ for _router in (
     pages_instructor.router,
     pages_similarity.router,  # /instructor/.../similarity: runs, ranked pairs, side by side
     pages_grading.router,  # /instructor/.../grading and /grading/{id}: staff grade text answers by rubric
+    pages_account.router,  # /account: access tokens; /cli/gpulab-submit.py: the learner's command line
     pages_admin.router,
     pages_lti_admin.router,  # /admin/lti: platforms, keys, the score outbox
     pages_regrade_requests.router,  # /regrade-requests: the list and each thread

@@ -163,12 +163,12 @@ def test_the_schema_declares_every_error_answer_as_a_problem(spec: dict[str, Any
 @pytest.mark.parametrize(
     ("method", "path", "statuses"),
     [
-        ("GET", "/api/auth/me", {"401"}),
+        ("GET", "/api/auth/me", {"401", "403"}),  # 403: an access token without the read scope
         ("POST", "/api/auth/login", {"400", "401", "403", "413", "422", "429"}),
         ("POST", "/api/auth/logout", {"403", "413"}),
-        ("GET", "/api/exercises/{slug}", {"401", "404", "422"}),
+        ("GET", "/api/exercises/{slug}", {"401", "403", "404", "422"}),
         ("POST", "/api/exercises/{slug}/runs", {"400", "401", "403", "404", "413", "422", "429", "503"}),
-        ("GET", "/api/submissions/{submission_id}/events", {"401", "404", "422"}),
+        ("GET", "/api/submissions/{submission_id}/events", {"401", "403", "404", "422"}),
         ("GET", "/api/instructor/checks/{check_id}", {"401", "403", "404", "422"}),
         ("POST", "/api/admin/users", {"400", "401", "403", "409", "413", "422"}),
         ("GET", "/api/admin/stats", {"401", "403"}),

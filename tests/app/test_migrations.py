@@ -16,6 +16,7 @@ TABLES = {
     "users", "exercises", "exercise_versions", "submissions", "test_results", "alembic_version",
     "courses", "course_members", "assignments", "assignment_items", "extensions", "grade_overrides",
     "lti_platforms", "lti_tool_keys", "lti_nonces", "lti_users", "lti_contexts", "lti_links", "lti_score_outbox",
+    "api_tokens",
 }  # fmt: skip
 
 
@@ -42,3 +43,23 @@ def test_migrations_on_postgres() -> None:
         _round_trip(url)
     finally:
         engine_for(url).dispose()
+
+
+def test_0013_adds_api_tokens_to_a_database_with_users_and_takes_only_them_away(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'tokens.db'}"
+    upgrade("0011", database_url=url)
+    with engine_for(url).begin() as conn:
+        conn.execute(text("INSERT INTO users (email, password_hash, role, is_active, name, created_at) "
+                          "VALUES ('a@example.com', 'x', 'learner', 1, '', '2026-12-02 00:00:00')"))  # fmt: skip
+    upgrade("0013", database_url=url)
+    with engine_for(url).begin() as conn:
+        conn.execute(text(
+            "INSERT INTO api_tokens (user_id, name, prefix, token_hash, scopes, created_at) "
+            "SELECT id, 'laptop', 'gpl_abcdefgh', :h, '[\"read\"]', '2026-12-02 00:00:00' FROM users"
+        ), {"h": "0" * 64})  # fmt: skip
+        assert conn.execute(text("SELECT name FROM api_tokens")).scalars().all() == ["laptop"]
+    command.downgrade(alembic_config(url), "0011")
+    names = set(inspect(engine_for(url)).get_table_names())
+    assert "api_tokens" not in names and "users" in names
+    with engine_for(url).connect() as conn:
+        assert conn.execute(text("SELECT email FROM users")).scalars().all() == ["a@example.com"]

@@ -2,7 +2,8 @@
 and every answer is one the schema documents (status code, content type, body schema, headers).
 
 Contract:
-- One test per role (anonymous, learner, instructor, admin); each runs every operation of ``/openapi.json`` as a
+- One test per role (anonymous, learner, instructor, admin, and a learner's access token with the read and
+  submit scopes sent as ``Authorization: Bearer``, no cookie); each runs every operation of ``/openapi.json`` as a
   subtest: schemathesis' coverage phase (boundary and invalid values of each parameter) and then
   ``FUZZ_EXAMPLES`` generated cases (``GPULAB_TEST_FUZZ_EXAMPLES``, default 8), derandomised, so CI runs the same
   cases every time.
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.postgres
 
-ROLES = ("anonymous", "learner", "instructor", "admin")
+ROLES = ("anonymous", "learner", "instructor", "admin", "token")
 FUZZ_EXAMPLES = int(os.environ.get("GPULAB_TEST_FUZZ_EXAMPLES", "8"))
 CHECKS = [
     not_a_server_error,
@@ -130,6 +131,18 @@ def role_user(role: str, learner: User, instructor: User, admin: User) -> User |
 
 
 @pytest.fixture
+def role_token(role: str, learner: User, db_session: Session) -> str | None:
+    """The token role's access token: the learner's, with the read and submit scopes."""
+    if role != "token":
+        return None
+    from app.domain.tokens import Scope, create_token
+
+    _row, token = create_token(session=db_session, user=learner, name="fuzz", scopes=[Scope.read, Scope.submit])
+    db_session.commit()
+    return token
+
+
+@pytest.fixture
 def fuzz_client(
     app: FastAPI, role_user: User | None, dispatcher: RecordingDispatcher, fake_sandbox: FakeSandbox
 ) -> ASGIClient:
@@ -182,9 +195,13 @@ schema = schemathesis.pytest.from_fixture("api_schema")
     max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
 )
 @schema.parametrize()
-def test_every_operation_answers_as_documented(case: Any, fuzz_client: ASGIClient, role_user: User | None) -> None:
+def test_every_operation_answers_as_documented(
+    case: Any, fuzz_client: ASGIClient, role_user: User | None, role_token: str | None
+) -> None:
     """Send the case as a correct client of this role would; fail on a 5xx or an answer the schema does not say."""
     headers = {}
+    if role_token is not None:
+        headers["Authorization"] = f"Bearer {role_token}"
     if case.method.upper() != "GET" and not case.operation.body:
         headers["Content-Type"] = "application/json"  # what the CSRF rule asks of a state-changing call
     case.call_and_validate(session=fuzz_client, headers=headers, checks=CHECKS)

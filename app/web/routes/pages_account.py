@@ -1,0 +1,86 @@
+"""The account page (``/account``): my personal access tokens of the API, and how to submit from a terminal.
+
+Contract: any logged-in user. Making a token answers with the page showing the token once (it is not put in the
+session or a redirect, so it never sits in a cookie or a URL); revoking answers with a redirect
+(POST-redirect-GET). Refused input comes back as the page with the reason (403, 409 or 422) and writes nothing.
+Forms carry the session's CSRF token; an access token never authenticates a page (``app.web.deps``).
+``GET /cli/gpulab-submit.py`` serves the learner's command line (``app/clients/gpulab_submit.py``), no login needed.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Annotated
+
+from fastapi import APIRouter, Form, Request
+from fastapi.responses import Response
+from sqlalchemy.orm import Session
+
+from app.domain import tokens
+from app.domain.models import User
+from app.web.deps import CurrentUser, RowId, SessionDep, SettingsDep
+from app.web.errors import http_status
+from app.web.pages import FORM_CSRF, flash, redirect, render
+from worker.core.errors import GpulabError
+
+router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])
+CLI_SCRIPT = "gpulab_submit.py"
+
+
+def _page(
+    request: Request, user: User, session: Session, server: str, *, made: str = "", error: str = "",
+    status_code: int = 200,
+) -> Response:  # fmt: skip
+    return render(
+        request, "account.html", status_code=status_code, user=user,
+        rows=tokens.list_tokens(session=session, user=user), scopes=list(tokens.Scope),
+        staff=tokens.may_hold_staff(session=session, user=user), made=made, error=error, server=server,
+    )  # fmt: skip
+
+
+def _server(request: Request, public_url: str) -> str:
+    return public_url or str(request.base_url).rstrip("/")
+
+
+@router.get("/account")
+def account_page(request: Request, user: CurrentUser, session: SessionDep, settings: SettingsDep) -> Response:
+    return _page(request, user, session, _server(request, settings.public_url))
+
+
+@router.post("/account/tokens")
+def make_token(
+    request: Request,
+    user: CurrentUser,
+    session: SessionDep,
+    settings: SettingsDep,
+    name: Annotated[str, Form(max_length=1000)] = "",
+    scopes: Annotated[list[str], Form()] = [],  # noqa: B006  (FastAPI copies form defaults)
+) -> Response:
+    server = _server(request, settings.public_url)
+    try:
+        wanted = [tokens.Scope(s) for s in scopes if s in tokens.Scope.__members__]
+        _row, token = tokens.create_token(session=session, user=user, name=name, scopes=wanted)
+    except GpulabError as exc:
+        session.rollback()
+        return _page(request, user, session, server, error=exc.message, status_code=http_status(exc))
+    session.commit()
+    return _page(request, user, session, server, made=token)
+
+
+@router.post("/account/tokens/{token_id}/revoke")
+def revoke_token(token_id: RowId, request: Request, user: CurrentUser, session: SessionDep) -> Response:
+    row = tokens.revoke_token(session=session, user=user, token_id=token_id)
+    session.commit()
+    flash(request, f"Token {row.name!r} ({row.prefix}…) is revoked: it is refused from now on.")
+    return redirect("/account")
+
+
+@router.get("/cli/gpulab-submit.py")
+def cli_script() -> Response:
+    """Serve the learner's command line: one file, the standard library only."""
+    text = resources.files("app.clients").joinpath(CLI_SCRIPT).read_text(encoding="utf-8")
+    return Response(
+        text,
+        media_type="text/x-python; charset=utf-8",
+        headers={"Content-Disposition": 'attachment; filename="gpulab-submit.py"'},
+    )
