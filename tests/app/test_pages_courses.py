@@ -387,10 +387,14 @@ def test_a_quiz_under_an_assignment_has_its_page_with_the_gate(
     assert f"due on {stamp}; 1 attempt left" in page  # the gate's date is a time element, shown in the viewer's zone
     assert "Your best attempt counts for Quiz week" in page
 
-    answered = client.post(
+    partial = client.post(
         "/api/exercises/week-quiz/quiz", json={"answers": {"q1": ["b"]}, "assignment_id": made["id"]}
     )
+    assert partial.status_code == 422 and "2 of 3 questions are unanswered" in partial.json()["detail"]
+    assert "1 attempt left" in client.get(link).text  # the refusal cost nothing
+    whole = {"q1": ["b"], "q2": ["a"], "q3": "one two three four five six"}
+    answered = client.post("/api/exercises/week-quiz/quiz", json={"answers": whole, "assignment_id": made["id"]})
     assert answered.status_code == 200, answered.text
     assert "no attempts left (1 used)" in client.get(link).text
-    again = client.post("/api/exercises/week-quiz/quiz", json={"answers": {"q1": ["b"]}, "assignment_id": made["id"]})
+    again = client.post("/api/exercises/week-quiz/quiz", json={"answers": whole, "assignment_id": made["id"]})
     assert again.status_code == 403 and "no attempts left" in again.json()["detail"]

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
+from app.domain import coursework
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks, highlight_python
 from app.domain.models import Exercise, Submission, User, utcnow
@@ -153,18 +154,35 @@ def exercise_context(*, session: Session, user: User, exercise: Exercise, detail
         "last_id": last.id if last else "",
         "progress": progress_for(session=session, user=user, exercise=exercise),
         "has_editor": EDITOR_BUNDLE.is_file(),
+        "bound": [],  # the practice page's binding assignments (exercise_page)
     }
+
+
+def binding(*, session: Session, user: User, exercise: Exercise) -> list[dict[str, Any]]:
+    """Return the assignments that bind ``user``'s practice on ``exercise``, each with its policy and its page."""
+    return [
+        {
+            "title": a.title, "course": a.course.title, "practice": a.practice,
+            "url": f"/courses/{quote(a.course.slug)}/assignments/{a.id}/exercises/{quote(exercise.slug)}",
+        }
+        for a in sorted(  # a refusing policy first: it is the one that decides (practice_under)
+            coursework.holding_assignments(session=session, exercise=exercise, user=user),
+            key=lambda a: a.practice == "counted",
+        )
+    ]  # fmt: skip
 
 
 @router.get("/exercises/{slug}")
 def exercise_page(request: Request, exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> Response:
     detail = ExerciseDetail.of(exercise)
+    bound = binding(session=session, user=user, exercise=exercise)
     if detail.kind == "quiz":  # answered through quiz.js and POST /api/exercises/{slug}/quiz
         progress = progress_for(session=session, user=user, exercise=exercise)
-        return render(request, "quiz.html", ex=detail, prompt=highlight_blocks(detail.prompt_html), progress=progress)
-    return render(
-        request, "exercise.html", **exercise_context(session=session, user=user, exercise=exercise, detail=detail)
-    )
+        return render(
+            request, "quiz.html", ex=detail, prompt=highlight_blocks(detail.prompt_html), progress=progress, bound=bound
+        )
+    page = exercise_context(session=session, user=user, exercise=exercise, detail=detail)
+    return render(request, "exercise.html", **{**page, "bound": bound})
 
 
 @router.post("/exercises/{slug}/submissions")
@@ -177,9 +195,11 @@ def submit_form(
     code: Annotated[str, Form()] = "",
 ) -> Response:
     """Submit from the form without JavaScript; show the attempt on the history page."""
+    under = coursework.gate_submission(session=session, assignment_id=None, exercise=exercise, user=user)
     submission = create_submission(
-        session=session, user=user, exercise=exercise, code=code, max_bytes=settings.max_code_bytes
-    )
+        session=session, user=user, exercise=exercise, code=code, max_bytes=settings.max_code_bytes,
+        assignment_id=under,
+    )  # fmt: skip
     session.commit()
     dispatch_committed(dispatcher, submission)
     return RedirectResponse(

@@ -85,7 +85,7 @@ LABELS = {
     "title": "the title", "opens_at": "the opening date", "due_at": "the due date", "late_until": "the late end",
     "late_credit_pct": "the late credit", "counts": "which attempt counts", "max_attempts": "the attempt limit",
     "rate_burst": "the submissions in a burst", "rate_refill_s": "the refill time", "email": "the learner",
-    "extra_attempts": "the extra attempts", "reason": "the reason",
+    "extra_attempts": "the extra attempts", "reason": "the reason", "practice": "practice",
 }  # fmt: skip
 
 
@@ -153,6 +153,7 @@ class AssignmentForm:
     rate_burst: str = ""
     rate_refill_s: str = ""
     is_published: bool = True
+    practice: str = "examples_only"
     items: str = ""  # one exercise a line: "slug [weight]"
 
     @classmethod
@@ -165,7 +166,7 @@ class AssignmentForm:
             late_until=local_value(assignment.late_until), tz="UTC", late_credit_pct=text(assignment.late_credit_pct),
             counts=assignment.counts, max_attempts=text(assignment.max_attempts),
             rate_burst=text(assignment.rate_burst), rate_refill_s=text(assignment.rate_refill_s),
-            is_published=assignment.is_published,
+            is_published=assignment.is_published, practice=assignment.practice,
             items="\n".join(f"{item.exercise.slug} {item.weight:g}" for item in assignment.items),
         )  # fmt: skip
 
@@ -197,6 +198,7 @@ class AssignmentForm:
                     "rate_burst": _optional(self.rate_burst),
                     "rate_refill_s": _optional(self.rate_refill_s),
                     "is_published": self.is_published,
+                    "practice": self.practice,
                     "items": self.chosen(),
                     **({"late_credit_pct": self.late_credit_pct.strip()} if self.late_credit_pct.strip() else {}),
                 }
@@ -527,13 +529,13 @@ def posted_assignment(
     title: TextField = "", opens_at: TextField = "", due_at: TextField = "", late_until: TextField = "",
     tz: TextField = "UTC", late_credit_pct: TextField = "", counts: TextField = "best", max_attempts: TextField = "",
     rate_burst: TextField = "", rate_refill_s: TextField = "", is_published: TextField = "",
-    items: Annotated[str, Form(max_length=100_000)] = "",
+    practice: TextField = "examples_only", items: Annotated[str, Form(max_length=100_000)] = "",
 ) -> AssignmentForm:  # fmt: skip
     """Return the posted assignment form as typed (an unticked "published" box is not posted at all)."""
     return AssignmentForm(
         title=title, opens_at=opens_at, due_at=due_at, late_until=late_until, tz=tz, late_credit_pct=late_credit_pct,
         counts=counts, max_attempts=max_attempts, rate_burst=rate_burst, rate_refill_s=rate_refill_s,
-        is_published=bool(is_published), items=items,
+        is_published=bool(is_published), practice=practice, items=items,
     )  # fmt: skip
 
 
