@@ -55,8 +55,8 @@ def test_0012_keeps_rows_with_their_defaults(tmp_path: Path) -> None:
         ))
         course_id = conn.execute(text("SELECT id FROM courses WHERE slug = 'practice'")).scalar_one()
         conn.execute(text(
-            "INSERT INTO assignments (id, course_id, title, position, is_published, late_credit_pct, counts, created_at)"
-            " VALUES (1, :course, 'A', 0, 1, 50, 'best', '2026-12-01')"
+            "INSERT INTO assignments (id, course_id, title, position, is_published, late_credit_pct, counts, "
+            "created_at) VALUES (1, :course, 'A', 0, 1, 50, 'best', '2026-12-01')"
         ), {"course": course_id})
     upgrade("head", database_url=url)
     with engine_for(url).connect() as conn:
