@@ -67,8 +67,8 @@ def _require_complete(quiz: Quiz, canonical: dict[str, list[str] | str]) -> None
         total = len(quiz.questions)
         verb = "is" if len(unanswered) == 1 else "are"
         raise InvalidInput(
-            f"{len(unanswered)} of {total} questions {verb} unanswered ({', '.join(unanswered)}): answer every question, "
-            "then submit (no attempt was used)"
+            f"{len(unanswered)} of {total} questions {verb} unanswered ({', '.join(unanswered)}): "
+            "answer every question, then submit (no attempt was used)"
         )
 
 

@@ -134,7 +134,7 @@ class AssignmentOut(BaseModel):
     counts: str
     practice: str = Field(description="examples_only or counted (see AssignmentIn)")
     max_attempts: int | None
-    extra_attempts: int = Field(default=0, description="learners only: extra attempts per exercise their extension grants")
+    extra_attempts: int = Field(default=0, description="learners only: the extra attempts their extension grants")
     rate_burst: int | None
     rate_refill_s: int | None
     extended: bool = Field(description="the dates shown are this learner's extension")

@@ -3,10 +3,12 @@
 Contract: needs a login (and, with the session cookie, a JSON body: the CSRF rule). The attempt is graded in
 the request, stored as a graded submission and committed before the answer is returned; malformed answers are
 422 with a message naming the question or option. Explanations come back only in this response, for the
-questions this attempt answered. Retries are unlimited in practice; under an assignment (``assignment_id``, or practice that an assignment's
-``counted`` policy puts under it) every question must be answered (422 naming how many are not) and its gate applies first (dates, attempt limit, rate: 403/429 with the sentence the page shows, 404 for an
-assignment this user is not in). ``best_score`` is the best over all attempts. An attempt under an assignment an
-LMS links queues the learner's score for it (``app.domain.lti.scores``) in the same commit.
+questions this attempt answered. Retries are unlimited in practice; under an assignment (``assignment_id``, or
+practice that an assignment's ``counted`` policy puts under it: ``coursework.practice_under``) every question must
+be answered (422 naming how many are not, no attempt used) and its gate applies first (dates, attempt limit,
+rate: 403/429 with the sentence the page shows, 404 for an assignment this user is not in). ``best_score`` is
+the best over all attempts. An attempt under an assignment an LMS links queues the learner's score for it
+(``app.domain.lti.scores``) in the same commit.
 """
 
 from __future__ import annotations
