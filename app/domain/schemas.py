@@ -84,10 +84,13 @@ class SubmissionIn(_In):
 class MeOut(BaseModel):
     email: str
     role: Role
+    must_change_password: bool = Field(
+        default=False, description="a one-time password: POST /api/auth/password before anything else"
+    )
 
     @classmethod
     def of(cls, user: User) -> MeOut:
-        return cls(email=user.email, role=user.role)
+        return cls(email=user.email, role=user.role, must_change_password=bool(user.must_change_password))
 
 
 class ExerciseSummary(BaseModel):

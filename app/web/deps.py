@@ -64,7 +64,7 @@ from app.domain.security import LoginLimiter, user_from_session
 from app.domain.submissions import get_for_user
 from worker.bank.spec import SLUG_RE
 from worker.core.config import Settings
-from worker.core.errors import Forbidden, NotFound, Unauthorized
+from worker.core.errors import Forbidden, NotFound, PasswordChangeRequired, Unauthorized
 
 SessionFactory = Callable[[], AbstractContextManager[Session]]
 
@@ -154,9 +154,23 @@ async def get_optional_user(request: Request, session: SessionDep) -> User | Non
 OptionalUser = Annotated[User | None, Depends(get_optional_user)]
 
 
-async def get_current_user(user: OptionalUser) -> User:
+async def get_logged_in_user(user: OptionalUser) -> User:
+    """Return the logged-in user, also one who must still change a one-time password (who am I, the change)."""
     if user is None:
         raise Unauthorized("log in first")
+    return user
+
+
+LoggedInUser = Annotated[User, Depends(get_logged_in_user)]
+
+
+async def get_current_user(user: LoggedInUser) -> User:
+    """Return the logged-in user, once any one-time password is changed (``PasswordChangeRequired`` before)."""
+    if user.must_change_password:
+        raise PasswordChangeRequired(
+            "your password is a one-time password: choose your own first (POST /api/auth/password, or the page "
+            "/account/password)"
+        )
     return user
 
 

@@ -45,6 +45,7 @@ from worker.core.errors import (
     RateLimited,
     RunnerUnavailable,
     SandboxUnavailable,
+    PasswordChangeRequired,
     Unauthorized,
 )
 
@@ -78,6 +79,7 @@ KINDS: dict[type[GpulabError], Kind] = {
     GpulabError: Kind(400, "bad-request", "Bad request"),
     NotFound: Kind(404, "not-found", "Not found"),
     Forbidden: Kind(403, "forbidden", "Forbidden"),
+    PasswordChangeRequired: Kind(403, "password-change-required", "Choose your own password first"),
     Unauthorized: Kind(401, "unauthorized", "Not logged in or wrong credentials"),
     RateLimited: Kind(429, "rate-limited", "Too many requests"),
     RunnerUnavailable: Kind(503, "runner-unavailable", "No example runner answered"),
