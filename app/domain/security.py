@@ -13,8 +13,8 @@ Contract:
   saying which failed) and clears ``must_change_password``: an account given a one-time password (made
   without one by ``accounts.create_account``, CSV enrollment included, or reset by an admin) carries that mark
   until its owner chooses their own (``app.web.deps.get_current_user`` enforces it).
-- ``create_user``/``authenticate``/``change_password`` take the session keyword-only and never commit: the caller commits, also
-  the upgraded hash a login leaves on the user.
+- ``create_user``/``authenticate``/``change_password`` take the session keyword-only and never commit: the
+  caller commits, also the upgraded hash a login leaves on the user.
 - ``LoginLimiter`` counts failed logins per e-mail and per client IP in an ``app.domain.ratelimit.Limiter`` (on
   Redis, shared by every API process, when a broker is set): after ``login_max_failures`` failures inside
   ``login_window_s`` either key is refused with ``RateLimited``; a success forgives the e-mail only.

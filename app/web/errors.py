@@ -40,12 +40,12 @@ from worker.core.errors import (
     GpulabError,
     InvalidInput,
     NotFound,
+    PasswordChangeRequired,
     PayloadTooLarge,
     PlatformError,
     RateLimited,
     RunnerUnavailable,
     SandboxUnavailable,
-    PasswordChangeRequired,
     Unauthorized,
 )
 

@@ -14,8 +14,8 @@ Contract:
   every page router has it, so no page route can forget it.
 - ``error_page(request, status, message, exc)`` is how ``app.web.errors`` answers a failure on a page path:
   ``Unauthorized`` on a GET redirects to ``/login?next=...``, ``PasswordChangeRequired`` on a GET to
-  ``/account/password?next=...`` (a one-time password is changed before anything else), a stale log-in form is shown again with the
-  message, anything else is ``error.html`` with the status.
+  ``/account/password?next=...`` (a one-time password is changed before anything else), a stale log-in form
+  is shown again with the message, anything else is ``error.html`` with the status.
 """
 
 from __future__ import annotations

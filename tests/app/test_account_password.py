@@ -41,7 +41,8 @@ def test_a_one_time_password_must_be_changed_before_anything_else(
     form = client.get("/account/password?next=/courses")
     assert form.status_code == 200 and 'id="password-forced"' in form.text
     differ = client.post("/account/password", data={
-        "csrf_token": _csrf(form.text), "current": account.password, "new": NEW, "repeated": NEW + "x", "next": "/courses",
+        "csrf_token": _csrf(form.text), "current": account.password, "new": NEW, "repeated": NEW + "x",
+        "next": "/courses",
     })  # fmt: skip
     assert differ.status_code == 422 and "the two new passwords differ" in differ.text
     assert client.get("/api/exercises").status_code == 403  # still not changed

@@ -28,7 +28,8 @@ def test_login_sets_an_httponly_lax_cookie_and_me_answers(client: TestClient, le
     assert "httponly" in cookie.lower() and "samesite=lax" in cookie.lower()
     assert "secure" not in cookie.lower()  # cookie_secure defaults to False
     me = client.get("/api/auth/me")
-    assert me.status_code == 200 and me.json() == {"email": learner.email, "role": "learner", "must_change_password": False}
+    assert me.status_code == 200
+    assert me.json() == {"email": learner.email, "role": "learner", "must_change_password": False}
 
 
 def test_wrong_password_and_unknown_email_get_the_same_401(client: TestClient, learner: User) -> None:
