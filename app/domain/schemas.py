@@ -231,6 +231,7 @@ class SubmissionOut(BaseModel):
     finished_at: UtcDatetime | None
     runtime_ms: int | None
     device: str
+    assignment_id: int | None = Field(default=None, description="the assignment it was made under; None: practice")
     hidden_tests: int = 0
     newly_visible: list[str] = Field(default_factory=list)
     reveals_at: UtcDatetime | None = None
@@ -257,6 +258,7 @@ class SubmissionOut(BaseModel):
             finished_at=submission.finished_at,
             runtime_ms=submission.runtime_ms,
             device=submission.device,
+            assignment_id=submission.assignment_id,
             hidden_tests=sum(not t.visible for t in tests),
             newly_visible=list(shown.newly_visible) if shown else [],
             reveals_at=shown.reveals_at if shown else None,

@@ -416,7 +416,8 @@ def submit_under_assignment(
     )  # fmt: skip
     session.commit()
     dispatch_committed(dispatcher, submission)
-    return redirect(f"/exercises/{quote(exercise.slug)}/history?attempt={submission.id}#attempt")
+    history = f"/exercises/{quote(exercise.slug)}/history"
+    return redirect(f"{history}?attempt={submission.id}&assignment={here.assignment.id}#attempt")
 
 
 # --- staff: members, CSV enrollment, the invite link ---------------------------------------------------------
