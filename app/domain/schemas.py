@@ -242,6 +242,8 @@ class SubmissionOut(BaseModel):
         settled = submission.status in SETTLED
         version = submission.exercise_version
         tests = [TestResultOut.of(t, visible=shown is None or shown.shows(t.name)) for t in submission.tests]
+        if shown is not None and shown.answers_withheld:
+            tests = [t.model_copy(update={"message": shown.message_of(t.message)}) for t in tests]
         return cls(
             id=submission.id,
             exercise=version.exercise.slug,
@@ -384,11 +386,25 @@ class QuizAttemptOut(BaseModel):
     best_score: float | None
     attempts: int
     questions: list[QuizQuestionResultOut]
+    answers_withheld: bool = Field(
+        default=False,
+        description="explanations, model answers and rubrics are held back: attempts are left under the assignment",
+    )
 
     @classmethod
     def of(
-        cls, submission: Submission, result: QuizResult, *, best_score: float | None, attempts: int
+        cls,
+        submission: Submission,
+        result: QuizResult,
+        *,
+        best_score: float | None,
+        attempts: int,
+        answers_withheld: bool = False,
     ) -> QuizAttemptOut:
+        questions = [QuizQuestionResultOut.model_validate(q, from_attributes=True) for q in result.questions]
+        if answers_withheld:  # app.domain.visibility decides; the feedback on each pick stays
+            held = {"explanation": None, "model_answer": None, "rubric": [], "common_mistakes": []}
+            questions = [q.model_copy(update=held) for q in questions]
         return cls(
             submission_id=submission.id,
             score=result.score,
@@ -397,5 +413,6 @@ class QuizAttemptOut(BaseModel):
             verdict=submission.verdict.value if submission.verdict else "failed",
             best_score=best_score,
             attempts=attempts,
-            questions=[QuizQuestionResultOut.model_validate(q, from_attributes=True) for q in result.questions],
+            questions=questions,
+            answers_withheld=answers_withheld,
         )

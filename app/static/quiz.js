@@ -96,6 +96,7 @@
         score.textContent = "Score " + fmt(attempt.score) + " / " + fmt(attempt.max_score) + " · " +
           (attempt.passed ? "passed" : "not passed yet") + " · best " + fmt(attempt.best_score || 0) +
           " after " + attempt.attempts + " attempt" + (attempt.attempts === 1 ? "" : "s") + ".";
+        if (attempt.answers_withheld) score.textContent += " The explanations show after your last attempt, or once the assignment closes.";
         score.className = "quiz-score verdict-" + (attempt.passed ? "passed" : "failed");
         score.hidden = false;
         reset.hidden = false;

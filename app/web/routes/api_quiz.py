@@ -3,12 +3,13 @@
 Contract: needs a login (and, with the session cookie, a JSON body: the CSRF rule). The attempt is graded in
 the request, stored as a graded submission and committed before the answer is returned; malformed answers are
 422 with a message naming the question or option. Explanations come back only in this response, for the
-questions this attempt answered. Retries are unlimited in practice; under an assignment (``assignment_id``, or
-practice that an assignment's ``counted`` policy puts under it: ``coursework.practice_under``) every question must
-be answered (422 naming how many are not, no attempt used) and its gate applies first (dates, attempt limit,
-rate: 403/429 with the sentence the page shows, 404 for an assignment this user is not in). ``best_score`` is
-the best over all attempts. An attempt under an assignment an LMS links queues the learner's score for it
-(``app.domain.lti.scores``) in the same commit.
+questions this attempt answered, and under an assignment only once no attempt is left or the window closed
+(``answers_withheld``; ``app.domain.visibility``). Retries are unlimited in practice. Under an assignment
+(``assignment_id``, or practice that an assignment's ``counted`` policy puts under it:
+``coursework.practice_under``) every question must be answered (422 naming how many are not, no attempt used)
+and its gate applies first (dates, attempt limit, rate: 403/429 with the sentence the page shows, 404 for an
+assignment this user is not in). ``best_score`` is the best over all attempts. An attempt under an assignment
+an LMS links queues the learner's score for it (``app.domain.lti.scores``) in the same commit.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from fastapi import APIRouter
 
 from app.domain import coursework
 from app.domain.lti.scores import queue_score
+from app.domain.models import utcnow
 from app.domain.quiz import answer_quiz, progress
 from app.domain.schemas import QuizAnswersIn, QuizAttemptOut
+from app.domain.visibility import shown_tests
 from app.web.deps import CurrentUser, ExerciseDep, SessionDep
 from app.web.errors import problem_responses
 
@@ -47,5 +50,9 @@ def answer(body: QuizAnswersIn, exercise: ExerciseDep, user: CurrentUser, sessio
     )
     queue_score(session=session, submission=submission)  # the LMS gradebook's score, committed with it
     standing = progress(session=session, user=user, exercise=exercise)
+    shown = shown_tests(session=session, submission=submission, viewer=user, now=utcnow())  # answers after the last
     session.commit()
-    return QuizAttemptOut.of(submission, result, best_score=standing.best_score, attempts=standing.attempts)
+    return QuizAttemptOut.of(
+        submission, result, best_score=standing.best_score, attempts=standing.attempts,
+        answers_withheld=shown.answers_withheld,
+    )  # fmt: skip
