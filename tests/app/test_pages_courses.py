@@ -300,6 +300,7 @@ def test_extensions_are_granted_and_revoked_through_the_forms(
     login(client, learner)
     html = client.get("/courses/gpu-101").text
     assert "Your dates (extended)" in html and "3 attempts left" in html
+    assert "3 per exercise <span class=\"meta\">(1, +2 for you)</span>" in html
     assert '<time datetime="2030-01-10T00:00:00+00:00" data-format="long">' in html
     logout(client)
 
@@ -315,6 +316,28 @@ def test_extensions_are_granted_and_revoked_through_the_forms(
     logout(client)
     login(client, learner)
     assert "(extended)" not in client.get("/courses/gpu-101").text
+
+
+def test_an_extension_that_moves_only_the_due_date_keeps_a_late_period_as_long_as_the_assignments(
+    client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,
+    tiny_exercise: TinyExercise, db_session: Session,
+) -> None:  # fmt: skip
+    login(client, instructor)
+    made = _assignment(client, tiny_exercise.slug, due_at="2030-01-01T12:00:00+00:00",
+                       late_until="2030-01-03T12:00:00+00:00")  # fmt: skip
+    url = f"/courses/gpu-101/assignments/{made['id']}/extensions"
+    page = client.get(url).text
+    assert 'name="late_until" type="datetime-local" value=""' in page and "48 h after the new due date" in page
+    fields = {"csrf_token": form_token(client, url), "email": learner.email, "tz": "UTC", "due_at": "2030-01-05T12:00",
+              "late_until": "", "extra_attempts": "0", "reason": "moved"}  # fmt: skip
+    assert client.post(url, data=fields, follow_redirects=False).status_code == 303
+    none = client.post(url, data={**fields, "no_late": "1", "reason": "no late"}, follow_redirects=False)
+    assert none.status_code == 303
+    kept, dropped = db_session.scalars(
+        select(Extension).where(Extension.assignment_id == made["id"]).order_by(Extension.id)
+    ).all()
+    assert kept.late_until is not None and kept.late_until.astimezone(UTC) == datetime(2030, 1, 7, 12, tzinfo=UTC)
+    assert dropped.late_until is None
 
 
 def test_submitting_without_javascript_passes_the_gate(

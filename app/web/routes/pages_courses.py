@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 import zoneinfo
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -217,18 +217,26 @@ class ExtensionForm:
     tz: str = "UTC"
     extra_attempts: str = "0"
     reason: str = ""
+    no_late: bool = False
 
-    def checked(self) -> ExtensionIn:
-        """Return the form as the API's ``ExtensionIn`` (dates in UTC), or raise ``InvalidInput``."""
+    def checked(self, late_span: timedelta | None = None) -> ExtensionIn:
+        """Return the form as the API's ``ExtensionIn`` (dates in UTC), or raise ``InvalidInput``.
+
+        ``late_span``: the assignment's late period; a late end left empty (and "no late period" unticked) ends
+        that long after the new due date, so moving only the due date keeps the learner's late period.
+        """
         due_at = utc_from_local(self.due_at, self.tz, LABELS["due_at"])
         if due_at is None:
             raise InvalidInput("an extension needs its new due date")
+        late_until = utc_from_local(self.late_until, self.tz, LABELS["late_until"])
+        if late_until is None and late_span is not None and not self.no_late:
+            late_until = due_at + late_span
         try:
             return ExtensionIn.model_validate(
                 {
                     "email": self.email,
                     "due_at": due_at,
-                    "late_until": utc_from_local(self.late_until, self.tz, LABELS["late_until"]),
+                    "late_until": late_until,
                     "extra_attempts": self.extra_attempts.strip() or "0",
                     "reason": self.reason,
                 }
@@ -606,13 +614,20 @@ def _extensions_page(
         request, "courses/extensions.html", status_code=status_code, course=here.course,
         assignment=assignment_out(session=session, assignment=here.assignment, user=here.user, staff=True),
         audit=[ExtensionOut.of(e, emails) for e in found], learners=learners, form=form, fresh=fresh, error=error,
-        zones=ZONES, base_url=_assignment_url(here.assignment),
+        zones=ZONES, base_url=_assignment_url(here.assignment), late_span=_late_span(here.assignment),
     )  # fmt: skip
+
+
+def _late_span(assignment: Assignment) -> timedelta | None:
+    """Return how long the assignment's late period lasts (None: it has none)."""
+    if assignment.due_at is None or assignment.late_until is None:
+        return None
+    return as_utc(assignment.late_until) - as_utc(assignment.due_at)
 
 
 @router.get("/courses/{course_slug}/assignments/{assignment_id}/extensions")
 def extensions_page(request: Request, here: HereStaffDep, session: SessionDep) -> Response:
-    form = ExtensionForm(due_at=local_value(here.assignment.due_at), late_until=local_value(here.assignment.late_until))
+    form = ExtensionForm(due_at=local_value(here.assignment.due_at))  # the late end follows the due date (checked)
     return _extensions_page(request, session, here, form)
 
 
@@ -627,12 +642,14 @@ def grant_form(
     tz: TextField = "UTC",
     extra_attempts: TextField = "0",
     reason: TextField = "",
+    no_late: TextField = "",
 ) -> Response:
     form = ExtensionForm(
-        email=email, due_at=due_at, late_until=late_until, tz=tz, extra_attempts=extra_attempts, reason=reason
-    )
+        email=email, due_at=due_at, late_until=late_until, tz=tz, extra_attempts=extra_attempts, reason=reason,
+        no_late=bool(no_late),
+    )  # fmt: skip
     try:
-        body = form.checked()
+        body = form.checked(_late_span(here.assignment))
         learner = session.scalar(select(User).where(User.email == body.email.strip().lower()))
         if learner is None:
             raise InvalidInput(f"no user {body.email!r}")
