@@ -350,8 +350,13 @@ def check_submit(gate: Gate) -> None:
     """Raise what refuses a submission through ``gate``: ``RateLimited`` for the rate, else ``Forbidden``."""
     if gate.allowed:
         return
-    if gate.retry_after_s is not None:
-        raise RateLimited(gate.reason, retry_after_s=gate.retry_after_s)
+    if gate.retry_after_s is not None:  # an instruction, not the box's sentence: what to do, and when
+        wait = _wait(gate.retry_after_s)
+        raise RateLimited(
+            f"Wait {wait}, then submit again: you have used the submissions this assignment allows in a row "
+            "(nothing was stored, no attempt was used).",
+            retry_after_s=gate.retry_after_s,
+        )
     raise Forbidden(gate.reason)
 
 

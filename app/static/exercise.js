@@ -62,7 +62,8 @@
     busy = value;
     for (const id of ["submit-button", "run-button", "reset-button"]) {
       const button = byId(id);
-      if (button) button.disabled = value;
+      // Submit stays disabled while the assignment's rate holds it back (app.js's countdown gives it back).
+      if (button) button.disabled = value || (id === "submit-button" && window.gpulab.waiting());
     }
   }
 
@@ -191,7 +192,8 @@
 
   async function submitCode(form) {
     const error = byId("submit-error");
-    if (busy) return;
+    if (busy || window.gpulab.waiting()) return;
+    if (form.dataset.assignment && !window.gpulab.confirmAttempt()) return;  // "Submit? 2 of 3 attempts left"
     window.gpulab.showError(error, "");
     setBusy(true);
     const slug = form.dataset.slug;
@@ -205,6 +207,7 @@
       if (!response.ok) {
         // Under an assignment a 403/429 says why (the gate's sentence); #submit-error is an alert.
         window.gpulab.showError(error, await window.gpulab.errorText(response));
+        window.gpulab.holdAfter(response, form.dataset.assignment, slug);
         setBusy(false);
         refreshGate(form);
         return;
