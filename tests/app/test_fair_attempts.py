@@ -148,3 +148,10 @@ def test_a_quiz_under_an_assignment_wants_every_answer_and_keeps_explanations_un
     assert last["answers_withheld"] is False
     assert [q["explanation"] for q in last["questions"]][:2] == ["SECRET-EXPLANATION-1", "SECRET-EXPLANATION-2"]
     assert "SECRET-EXPLANATION-1" in str(client.get(f"/api/exercises/{quiz.slug}/attempts").json())
+
+    history = client.get(f"/exercises/{quiz.slug}/history?assignment={made['id']}").text
+    assert "Questions and your answers" in history and "<p>Which one?</p>" in history  # the prompts, as prose
+    assert "<strong>Your answer:</strong> Option A</p>" in history  # the option's text, not its id
+    assert '<blockquote class="answer-text">one two three four five six</blockquote>' in history
+    assert "&#34;q1&#34;" not in history and "Code of attempt" not in history  # no raw JSON
+    assert 'href="/courses/gpu-101">GPU 101</a>' in history  # opened from the assignment: its course context

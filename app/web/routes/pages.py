@@ -16,11 +16,14 @@ Contract:
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
+import markupsafe
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
@@ -29,6 +32,7 @@ from sqlalchemy.orm import Session
 from app.domain import courses, coursework
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks, highlight_python
+from app.domain.markdown import render_markdown
 from app.domain.models import Assignment, Exercise, Submission, User, utcnow
 from app.domain.progress import (
     Progress,
@@ -39,8 +43,9 @@ from app.domain.progress import (
     progress_for,
     summarize,
 )
+from app.domain.quiz import quiz_of
 from app.domain.regrade_requests import request_for_item
-from app.domain.schemas import ExerciseDetail, ExerciseSummary, SubmissionOut
+from app.domain.schemas import ExerciseDetail, ExerciseSummary, SubmissionOut, TestResultOut
 from app.domain.security import authenticate, change_password, client_ip, end_session, start_session
 from app.domain.submissions import create_submission, get_for_user
 from app.domain.visibility import shown_for
@@ -272,14 +277,17 @@ def history_page(
     previous = previous_attempt(session=session, submission=chosen) if chosen else None
     numbers = {s.id: len(attempts) - i for i, s in enumerate(attempts)}
     shown = shown_for(session=session, submissions=attempts, viewer=user, now=utcnow())  # chosen is among them
+    chosen_out = SubmissionOut.of(chosen, shown[chosen.id]) if chosen else None
+    is_quiz = chosen is not None and chosen.exercise_version.kind == "quiz"
     return render(
         request,
         "history.html",
         ex=ExerciseSummary.of(exercise),
         attempts=[SubmissionOut.of(s, shown[s.id]) for s in attempts],
         numbers=numbers,
-        chosen=SubmissionOut.of(chosen, shown[chosen.id]) if chosen else None,
-        chosen_code=highlight_python(chosen.code) if chosen else "",
+        chosen=chosen_out,
+        chosen_code=highlight_python(chosen.code) if chosen and not is_quiz else "",
+        answers=quiz_answers(chosen, chosen_out) if chosen and chosen_out and is_quiz else [],
         previous_id=previous.id if previous else None,
         diff=diff_lines(previous.code, chosen.code) if chosen and previous else [],
         progress=progress_for(session=session, user=user, exercise=exercise),
@@ -287,6 +295,39 @@ def history_page(
         where={s.id: where.get(s.assignment_id) for s in attempts},
         context=context,
     )
+
+
+@dataclass(frozen=True)
+class QuizAnswer:
+    """One question of a quiz attempt as history shows it: the prompt, the learner's answer in words, the result."""
+
+    number: int
+    prompt_html: markupsafe.Markup
+    code: str
+    picked: list[str]  # the chosen options' texts (choice questions)
+    text: str  # the written answer (text questions)
+    result: TestResultOut | None
+
+
+def quiz_answers(attempt: Submission, shown: SubmissionOut) -> list[QuizAnswer]:
+    """Return the questions of a quiz ``attempt`` with the learner's answers in words and each one's result."""
+    quiz = quiz_of(attempt.exercise_version)
+    try:
+        given = json.loads(attempt.code)
+    except ValueError:
+        given = {}
+    results = {t.name: t for t in shown.tests}
+    found = []
+    for number, question in enumerate(quiz.questions, start=1):
+        value = given.get(question.id) if isinstance(given, dict) else None
+        options = {o.id: o.text for o in getattr(question, "options", ())}
+        picked = [options.get(v, v) for v in value] if isinstance(value, list) else []
+        found.append(QuizAnswer(
+            number=number, prompt_html=markupsafe.Markup(render_markdown(question.prompt)),  # noqa: S704 (sanitised)
+            code=question.code, picked=picked, text=value if isinstance(value, str) else "",
+            result=results.get(question.id),
+        ))  # fmt: skip
+    return found
 
 
 def _opened_from(session: Session, user: User, exercise: Exercise, assignment_id: int) -> dict[str, str] | None:
