@@ -11,11 +11,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.domain.exercises import upsert_exercise
-from app.domain.models import Submission, User
+from app.domain.models import Role, Submission, SubmissionStatus, User
 from tests.app.test_api_courses import CODE, _assignment, _iso, course, logout
 from tests.app.test_quiz_api import QUIZ
 from tests.conftest import TinyExercise
 from worker.bank.spec import ExerciseSpec
+from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -158,3 +159,37 @@ def test_a_quiz_under_an_assignment_wants_every_answer_and_keeps_explanations_un
     assert '<blockquote class="answer-text">one two three four five six</blockquote>' in history
     assert "&#34;q1&#34;" not in history and "Code of attempt" not in history  # no raw JSON
     assert 'href="/courses/gpu-101">GPU 101</a>' in history  # opened from the assignment: its course context
+
+
+def test_course_staff_pages_link_grading_similarity_and_insights_which_a_ta_may_read(
+    client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,
+    make_user: Callable[..., User], tiny_exercise: TinyExercise, db_session: Session,
+) -> None:  # fmt: skip
+    ta = make_user(Role.learner)
+    login(client, instructor)
+    made = _assignment(client, course, tiny_exercise.slug, practice="counted")
+    rows = client.post("/api/courses/gpu-101/members", json={"csv": f"email,name,role\n{ta.email},T,ta\n"})
+    assert rows.status_code == 200
+    base = f"/courses/gpu-101/assignments/{made['id']}"
+    page = client.get("/courses/gpu-101").text
+    for link in (f"{base}/grading", f"/instructor/assignments/{made['id']}/similarity",
+                 f"{base}/exercises/{tiny_exercise.slug}/insights"):  # fmt: skip
+        assert f'href="{link}"' in page, link
+    again = client.get("/courses/gpu-101/members", follow_redirects=False)  # a reload after enrolling
+    assert again.status_code == 303 and again.headers["location"] == "/courses/gpu-101/manage#members"
+    logout(client)
+
+    login(client, learner)
+    sent = client.post(f"/api/exercises/{tiny_exercise.slug}/submissions", json={"code": CODE})
+    assert sent.status_code == 202
+    row = db_session.get(Submission, sent.json()["id"])
+    assert row is not None
+    row.status, row.verdict, row.score = SubmissionStatus.graded, Verdict.failed, 0.0  # as a grading would leave it
+    db_session.commit()
+    assert client.get(f"{base}/exercises/{tiny_exercise.slug}/insights").status_code == 403
+    logout(client)
+    login(client, ta)
+    insights = client.get(f"{base}/exercises/{tiny_exercise.slug}/insights")
+    assert insights.status_code == 200 and "What the class gets wrong" in insights.text
+    assert learner.email in insights.text and "insights.csv" not in insights.text  # read-only: no instructor links
+    assert client.get(f"/instructor/exercises/{tiny_exercise.slug}/insights").status_code == 403  # site-wide

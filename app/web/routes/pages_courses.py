@@ -50,6 +50,7 @@ from sqlalchemy.orm import Session
 from app.domain import accounts, assignments, courses, coursework
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks
+from app.domain.insights import exercise_insights
 from app.domain.lti import roster
 from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Exercise, User, utcnow
 from app.domain.progress import progress_for
@@ -428,6 +429,17 @@ def submit_under_assignment(
     return redirect(f"{history}?attempt={submission.id}&assignment={here.assignment.id}#attempt")
 
 
+@router.get("/courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/insights")
+def assignment_insights_page(
+    request: Request, here: HereStaffDep, exercise: ExerciseDep, session: SessionDep
+) -> Response:  # fmt: skip
+    """Show what the course's learners get wrong on one exercise: any of its staff, TAs included, read-only."""
+    _item_of(here.assignment, exercise)
+    found = exercise_insights(session=session, exercise=exercise, course=here.course)
+    scope = {"course": here.course, "assignment": here.assignment, "url": _assignment_url(here.assignment)}
+    return render(request, "instructor/insights.html", exercise=exercise, ins=found, scope=scope)
+
+
 # --- staff: members, CSV enrollment, the invite link ---------------------------------------------------------
 
 
@@ -462,6 +474,12 @@ def _manage_page(
 @router.get("/courses/{slug}/manage")
 def manage_page(request: Request, access: CourseStaffDep, session: SessionDep) -> Response:
     return _manage_page(request, access, session)
+
+
+@router.get("/courses/{slug}/members")
+def members_page(access: CourseStaffDep) -> Response:
+    """Send a reload or a bookmark of the enrollment form's address to the manage page (POST-redirect-GET)."""
+    return redirect(f"{_course_url(access.course)}/manage#members")
 
 
 @router.post("/courses/{slug}/members")
