@@ -162,9 +162,16 @@
       }
     };
     const show = (sub) => {
-      render(sub, live ? "Result" : "Result of your last submission");
-      if (SETTLED.has(sub.status)) { settle(sub); return true; }
+      if (SETTLED.has(sub.status)) {
+        render(sub, live ? "Result" : "Result of your last submission");
+        settle(sub);
+        return true;
+      }
+      // Until it settles there is no result to show: the progress box says where it is, not an empty result.
+      byId("result").hidden = true;
       if (live) { setProgressStep(sub.status); announce(STEP_TEXT[sub.status] || sub.status); }
+      else if (byId("progress").hidden) startProgress(sub.status, "Your last submission is being graded…");
+      else setProgressStep(sub.status, "Your last submission is being graded…");
       return false;
     };
     source = new EventSource(url + "/events");
