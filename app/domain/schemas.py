@@ -22,7 +22,7 @@ Contract:
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -403,7 +403,7 @@ class QuizAttemptOut(BaseModel):
     ) -> QuizAttemptOut:
         questions = [QuizQuestionResultOut.model_validate(q, from_attributes=True) for q in result.questions]
         if answers_withheld:  # app.domain.visibility decides; the feedback on each pick stays
-            held = {"explanation": None, "model_answer": None, "rubric": [], "common_mistakes": []}
+            held: dict[str, Any] = {"explanation": None, "model_answer": None, "rubric": [], "common_mistakes": []}
             questions = [q.model_copy(update=held) for q in questions]
         return cls(
             submission_id=submission.id,

@@ -102,15 +102,16 @@ def shown_for(
     staff_in = _staff_courses(session, viewer, {a.course_id for a in assignments.values()})
     owners = sorted({s.user_id for s in [*held, *quizzes] if s.user_id is not None})
     extensions = _extensions(session, under, owners)
-    used = _attempts_used(session, [s for s in quizzes if assignments[s.assignment_id or 0].max_attempts is not None])
+    limited = [s for s in quizzes if getattr(assignments.get(s.assignment_id or 0), "max_attempts", None) is not None]
+    used = _attempts_used(session, limited)
     for submission in quizzes:
-        assignment = assignments[submission.assignment_id or 0]
-        if assignment.course_id in staff_in or submission.user_id is None:
+        holder = assignments.get(submission.assignment_id or 0)
+        if holder is None or holder.course_id in staff_in or submission.user_id is None:
             continue
-        extension = extensions.get((assignment.id, submission.user_id))
-        closed = window(dates_from(assignment, extension), now) is Window.closed
-        key = (assignment.id, submission.user_id, submission.exercise_version.exercise_id)
-        limit = None if assignment.max_attempts is None else assignment.max_attempts + (
+        extension = extensions.get((holder.id, submission.user_id))
+        closed = window(dates_from(holder, extension), now) is Window.closed
+        key = (holder.id, submission.user_id, submission.exercise_version.exercise_id)
+        limit = None if holder.max_attempts is None else holder.max_attempts + (
             extension.extra_attempts if extension is not None else 0
         )  # fmt: skip
         last_used = limit is not None and used.get(key, 0) >= limit

@@ -321,7 +321,7 @@ def quiz_answers(attempt: Submission, shown: SubmissionOut) -> list[QuizAnswer]:
     for number, question in enumerate(quiz.questions, start=1):
         value = given.get(question.id) if isinstance(given, dict) else None
         options = {o.id: o.text for o in getattr(question, "options", ())}
-        picked = [options.get(v, v) for v in value] if isinstance(value, list) else []
+        picked = [str(options.get(v, v)) for v in value] if isinstance(value, list) else []
         found.append(QuizAnswer(
             number=number, prompt_html=markupsafe.Markup(render_markdown(question.prompt)),  # noqa: S704 (sanitised)
             code=question.code, picked=picked, text=value if isinstance(value, str) else "",
