@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from app.domain.exercises import upsert_exercise
 from app.domain.models import Role, Submission, SubmissionStatus, User
 from tests.app.test_api_courses import CODE, _assignment, _iso, course, logout
+from tests.app.test_pages_courses import form_token
 from tests.app.test_quiz_api import QUIZ
 from tests.conftest import TinyExercise
 from worker.bank.spec import ExerciseSpec
@@ -71,6 +72,10 @@ def test_practice_runs_only_examples_while_an_assignment_holds_the_exercise(
     page = client.get(f"/exercises/{tiny_exercise.slug}").text
     assert 'id="practice-bound"' in page and f"/courses/gpu-101/assignments/{made['id']}/exercises/" in page
     assert client.post(url, json={"code": CODE, "assignment_id": made["id"]}).status_code == 202
+    token = form_token(client, f"/exercises/{tiny_exercise.slug}")
+    no_script = client.post(f"/exercises/{tiny_exercise.slug}/submissions", data={"csrf_token": token, "code": CODE})
+    assert no_script.status_code == 403 and "example tests" in no_script.text  # the form without JavaScript too
+    assert _stored(db_session, learner) == 1
     logout(client)
 
     login(client, other_learner)  # not in the course: plain practice
