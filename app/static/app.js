@@ -61,8 +61,9 @@ function timedText(element, sentence) {
 
 // Under an attempt limit, a counted submission is confirmed first with the browser's own dialog (keyboard and
 // screen readers handle it): "Submit? You have 2 of 3 attempts left; this one counts." No limit, no question.
+// Practice that an assignment counts (#practice-bound with its attempts) asks the same.
 function confirmAttempt() {
-  const gate = document.getElementById("gate");
+  const gate = document.getElementById("gate") || document.getElementById("practice-bound");
   if (!gate || !gate.dataset.attemptsLeft || gate.classList.contains("gate-refused")) return true;
   const left = Number(gate.dataset.attemptsLeft);
   const max = Number(gate.dataset.attemptsMax);

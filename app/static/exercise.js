@@ -200,7 +200,7 @@
   async function submitCode(form) {
     const error = byId("submit-error");
     if (busy || window.gpulab.waiting()) return;
-    if (form.dataset.assignment && !window.gpulab.confirmAttempt()) return;  // "Submit? 2 of 3 attempts left"
+    if (!window.gpulab.confirmAttempt()) return;  // under an attempt limit: "Submit? 2 of 3 attempts left"
     window.gpulab.showError(error, "");
     setBusy(true);
     const slug = form.dataset.slug;

@@ -77,7 +77,7 @@
       const answers = collect(form);
       if (!Object.keys(answers).length) { window.gpulab.showError(error, "Answer at least one question first."); return; }
       if (window.gpulab.waiting()) return;
-      if (form.dataset.assignment && !window.gpulab.confirmAttempt()) return;  // "Submit? 2 of 3 attempts left"
+      if (!window.gpulab.confirmAttempt()) return;  // under an attempt limit: "Submit? 2 of 3 attempts left"
       button.disabled = true;
       try {
         const response = await window.gpulab.postJson(

@@ -92,6 +92,8 @@ def test_counted_practice_is_an_attempt_under_the_assignment(
     logout(client)
     login(client, learner)
     url = f"/api/exercises/{tiny_exercise.slug}/submissions"
+    page = client.get(f"/exercises/{tiny_exercise.slug}").text  # the practice page asks first, as the assignment's
+    assert "counts as an attempt under it" in page and 'data-attempts-left="1" data-attempts-max="1"' in page
     first = client.post(url, json={"code": CODE})
     assert first.status_code == 202
     assert db_session.get(Submission, first.json()["id"]).assignment_id == made["id"]  # type: ignore[union-attr]

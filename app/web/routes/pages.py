@@ -30,6 +30,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain import courses, coursework
+from app.domain.assignments import gate
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks, highlight_python
 from app.domain.markdown import render_markdown
@@ -201,11 +202,13 @@ def exercise_context(*, session: Session, user: User, exercise: Exercise, detail
 
 
 def binding(*, session: Session, user: User, exercise: Exercise) -> list[dict[str, Any]]:
-    """Return the assignments that bind ``user``'s practice on ``exercise``, each with its policy and its page."""
+    """Return the assignments that bind ``user``'s practice on ``exercise``, each with its policy, page and gate."""
+    now = utcnow()
     return [
         {
             "title": a.title, "course": a.course.title, "practice": a.practice,
             "url": f"/courses/{quote(a.course.slug)}/assignments/{a.id}/exercises/{quote(exercise.slug)}",
+            "gate": gate(session=session, assignment=a, exercise=exercise, user=user, now=now),
         }
         for a in sorted(  # a refusing policy first: it is the one that decides (practice_under)
             coursework.holding_assignments(session=session, exercise=exercise, user=user),
