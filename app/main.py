@@ -70,8 +70,9 @@ def _dependency_of(annotated: object) -> Callable[..., object]:
 
 # What each dependency of app.web.deps raises before the route runs (the role checks are require_role's closures).
 DEPENDENCY_PROBLEMS: dict[Callable[..., object], tuple[int, ...]] = {
-    deps.get_current_user: (401,),
     deps.get_optional_user: (401, 403),  # an access token: unknown or revoked, or without the call's scope
+    deps.get_logged_in_user: (401,),
+    deps.get_current_user: (403,),  # a one-time password to change first
     _dependency_of(deps.InstructorDep): (403,),
     _dependency_of(deps.AdminDep): (403,),
     deps.get_course_staff: (403,),

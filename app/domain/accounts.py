@@ -10,6 +10,8 @@ Contract:
   reported with its line number.
   Columns: ``email`` and optionally ``name`` and ``role`` (default learner), with or without a header row.
   New accounts get a random password, returned once so the admin can hand it over.
+- A random password (``create_account`` without one, ``reset_password``) is one-time: the account must change it
+  at its first log-in (``User.must_change_password``). A password the admin typed is not.
 - ``emails_of(session=..., ids=...)`` maps user ids to e-mails in one query (for lists that name people).
 - ``decode_csv`` and ``read_table`` are the file rules ``import_csv`` shares with course enrollment
   (``app.domain.courses.enroll_csv``): size cap, UTF-8 (a BOM is fine), an optional header row (first cell
@@ -73,9 +75,11 @@ def create_account(*, session: Session, email: str, name: str, role: Role, passw
     """Add a user; an empty ``password`` gets a random one. Return the account with its password."""
     if len(name) > MAX_NAME_CHARS:
         raise InvalidInput(f"the name is longer than {MAX_NAME_CHARS} characters")
+    one_time = not password
     password = password or new_password()
     user = create_user(session=session, email=email, password=password, role=role)
     user.name = name.strip()
+    user.must_change_password = one_time  # its owner chooses their own at first log-in
     return NewAccount(email=user.email, name=user.name, role=role.value, password=password)
 
 
@@ -97,6 +101,7 @@ def reset_password(*, session: Session, user: User) -> str:
     """Give ``user`` a new random password (ending their sessions) and return it."""
     password = new_password()
     user.password_hash = hash_password(password)
+    user.must_change_password = True
     return password
 
 

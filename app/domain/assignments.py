@@ -62,6 +62,7 @@ from worker.core.errors import Forbidden, InvalidInput, RateLimited
 from worker.core.outcome import Verdict
 
 COUNTS = ("best", "last")
+PRACTICE = ("examples_only", "counted")  # what practice on an assignment's exercises does (coursework.practice_under)
 FULL_CREDIT_PCT = 100.0
 
 
@@ -349,8 +350,13 @@ def check_submit(gate: Gate) -> None:
     """Raise what refuses a submission through ``gate``: ``RateLimited`` for the rate, else ``Forbidden``."""
     if gate.allowed:
         return
-    if gate.retry_after_s is not None:
-        raise RateLimited(gate.reason, retry_after_s=gate.retry_after_s)
+    if gate.retry_after_s is not None:  # an instruction, not the box's sentence: what to do, and when
+        wait = _wait(gate.retry_after_s)
+        raise RateLimited(
+            f"Wait {wait}, then submit again: you have used the submissions this assignment allows in a row "
+            "(nothing was stored, no attempt was used).",
+            retry_after_s=gate.retry_after_s,
+        )
     raise Forbidden(gate.reason)
 
 
@@ -467,6 +473,7 @@ def validate_assignment_fields(
     max_attempts: int | None,
     rate_burst: int | None,
     rate_refill_s: int | None,
+    practice: str = "examples_only",
 ) -> None:
     """Raise ``InvalidInput`` saying what is wrong with these assignment fields, if anything."""
     opens_at, due_at, late_until = _utc(opens_at), _utc(due_at), _utc(late_until)
@@ -480,6 +487,8 @@ def validate_assignment_fields(
         raise InvalidInput("the late credit must be a percentage from 0 to 100")
     if counts not in COUNTS:
         raise InvalidInput(f"which attempt counts must be 'best' or 'last', not {counts!r}")
+    if practice not in PRACTICE:
+        raise InvalidInput(f"practice must be 'examples_only' or 'counted', not {practice!r}")
     _positive("max_attempts", max_attempts)
     _positive("rate_burst", rate_burst)
     _positive("rate_refill_s", rate_refill_s)

@@ -12,6 +12,11 @@ Contract:
   a member of the course, the assignment's gate (``assignments.gate``) allows it now, else ``Forbidden`` or
   ``RateLimited`` with the gate's sentence. On PostgreSQL it locks the learner's membership row first, so two
   concurrent submissions of one learner are gated one after the other and an attempt limit is never overrun.
+- Practice binds (``gate_submission`` without an assignment, through ``practice_under``): while a published
+  assignment holds an exercise, its learners' practice submissions of it follow the assignment's ``practice``
+  policy, in every window (before it opens, while open or late, after it closes, attempts used up):
+  ``examples_only`` (the default) refuses them (``Forbidden``; the visible example runs stay open), ``counted``
+  makes each one an attempt under the assignment, gated and counted by its rules. Staff are never bound.
 - The caller commits.
 """
 
@@ -58,6 +63,7 @@ class AssignmentFields:
     rate_burst: int | None = None
     rate_refill_s: int | None = None
     is_published: bool = True
+    practice: str = "examples_only"
 
 
 def _title(text: str) -> str:
@@ -71,7 +77,7 @@ def _check(fields: AssignmentFields) -> None:
     assignments.validate_assignment_fields(
         opens_at=fields.opens_at, due_at=fields.due_at, late_until=fields.late_until,
         late_credit_pct=fields.late_credit_pct, counts=fields.counts, max_attempts=fields.max_attempts,
-        rate_burst=fields.rate_burst, rate_refill_s=fields.rate_refill_s,
+        rate_burst=fields.rate_burst, rate_refill_s=fields.rate_refill_s, practice=fields.practice,
     )  # fmt: skip
 
 
@@ -103,7 +109,7 @@ def _apply(assignment: Assignment, fields: AssignmentFields) -> None:
     assignment.title = _title(fields.title)
     for name in (
         "opens_at", "due_at", "late_until", "late_credit_pct", "counts", "max_attempts", "rate_burst",
-        "rate_refill_s", "is_published",
+        "rate_refill_s", "is_published", "practice",
     ):  # fmt: skip
         setattr(assignment, name, getattr(fields, name))
 
@@ -225,10 +231,57 @@ def require_submittable(
     return gate
 
 
+def holding_assignments(*, session: Session, exercise: Exercise, user: User) -> list[Assignment]:
+    """Return the published assignments holding ``exercise`` in the courses where ``user`` is a learner."""
+    stmt = (
+        select(Assignment)
+        .join(AssignmentItem, AssignmentItem.assignment_id == Assignment.id)
+        .join(CourseMember, CourseMember.course_id == Assignment.course_id)
+        .where(
+            AssignmentItem.exercise_id == exercise.id,
+            CourseMember.user_id == user.id,
+            CourseMember.role == CourseRole.learner,
+            Assignment.is_published.is_(True),
+        )
+        .order_by(Assignment.course_id, Assignment.position, Assignment.id)
+    )
+    return list(session.scalars(stmt))
+
+
+def practice_refusal(assignment: Assignment, exercise: Exercise) -> str:
+    """Say why practice on ``exercise`` runs only its example tests while ``assignment`` holds it."""
+    return (
+        f"this exercise is part of the assignment {assignment.title!r} ({assignment.course.title}): practice runs "
+        "only the example tests; submit under the assignment (no attempt was used)"
+    )
+
+
+def practice_under(*, session: Session, exercise: Exercise, user: User) -> Assignment | None:
+    """Return the assignment a practice submission of ``user`` counts under (None: plain practice), or refuse it.
+
+    An assignment that holds the exercise binds its learners' practice on it (``Assignment.practice``):
+    ``examples_only`` refuses the graded submission (example runs stay open), ``counted`` makes it an attempt
+    under the assignment, gated by its rules. Of several ``counted`` ones, the first that lets it in now.
+    """
+    holding = holding_assignments(session=session, exercise=exercise, user=user)
+    for assignment in holding:
+        if assignment.practice != "counted":
+            raise Forbidden(practice_refusal(assignment, exercise))
+    now = utcnow()
+    for assignment in holding:
+        if assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=now).allowed:
+            return assignment
+    return holding[0] if holding else None  # its gate refuses it, with its own sentence
+
+
 def gate_submission(*, session: Session, assignment_id: int | None, exercise: Exercise, user: User) -> int | None:
     """Return the assignment id a submission is made under, after its gate let it through (None: practice)."""
     if assignment_id is None:
-        return None
+        bound = practice_under(session=session, exercise=exercise, user=user)
+        if bound is None:
+            return None
+        require_submittable(session=session, assignment=bound, exercise=exercise, user=user)
+        return bound.id
     assignment = session.get(Assignment, assignment_id)
     if assignment is None:
         raise NotFound(f"no assignment {assignment_id}")

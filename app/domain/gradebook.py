@@ -115,6 +115,7 @@ class Column:
     assignment: str  # the assignment's title
     exercise: str  # the exercise's slug
     weight: float
+    title: str = ""  # the exercise's title, as pages show it (the CSV keeps the slug)
 
     @property
     def label(self) -> str:
@@ -187,7 +188,12 @@ def _assignments(session: Session, course: Course, *, published_only: bool) -> l
     stmt = (
         select(Assignment)
         .where(Assignment.course_id == course.id)
-        .options(selectinload(Assignment.items).selectinload(AssignmentItem.exercise))
+        .options(
+            selectinload(Assignment.items)
+            .selectinload(AssignmentItem.exercise)
+            .selectinload(Exercise.current_version)
+            .load_only(ExerciseVersion.id, ExerciseVersion.title)  # the title only: files hold every hidden test
+        )
         .order_by(Assignment.position, Assignment.id)
     )
     if published_only:
@@ -315,7 +321,15 @@ def _heads(chosen: list[Assignment]) -> tuple[AssignmentHead, ...]:
 
 
 def _columns(chosen: list[Assignment]) -> tuple[Column, ...]:
-    return tuple(Column(item.id, a.id, a.title, item.exercise.slug, item.weight) for a in chosen for item in _items(a))
+    return tuple(
+        Column(item.id, a.id, a.title, item.exercise.slug, item.weight, _title(item.exercise))
+        for a in chosen
+        for item in _items(a)
+    )
+
+
+def _title(exercise: Exercise) -> str:
+    return exercise.current_version.title if exercise.current_version is not None else exercise.slug
 
 
 # --- reading the gradebook --------------------------------------------------------------------------------------

@@ -44,7 +44,20 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Enum, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Enum,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from app.domain.db import Base
@@ -86,6 +99,8 @@ class User(Base):
     role: Mapped[Role] = mapped_column(_enum(Role, "role"), default=Role.learner)
     is_active: Mapped[bool] = mapped_column(default=True)
     name: Mapped[str] = mapped_column(String(200), default="", server_default="")
+    # Set while the password is a one-time one someone else handed over (CSV enrollment, an admin's reset).
+    must_change_password: Mapped[bool] = mapped_column(default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     submissions: Mapped[list[Submission]] = relationship(back_populates="user")
@@ -358,6 +373,8 @@ class Assignment(Base):
     max_attempts: Mapped[int | None] = mapped_column(Integer, nullable=True)
     rate_burst: Mapped[int | None] = mapped_column(Integer, nullable=True)  # token bucket size
     rate_refill_s: Mapped[int | None] = mapped_column(Integer, nullable=True)  # one token back every N s
+    # What the learners' practice on its exercises does meanwhile: examples_only or counted (app.domain.assignments).
+    practice: Mapped[str] = mapped_column(String(16), default="examples_only", server_default="examples_only")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     course: Mapped[Course] = relationship(back_populates="assignments")

@@ -8,6 +8,9 @@ Contract:
   pending answer also gets its ungraded ``ManualGrade`` (``app.domain.manual_grading``), whose release later
   puts its points into the attempt. So the submissions API, staff lists and recovery treat
   attempts like any other graded submission (recovery never sees them: they are never queued).
+- With ``complete`` (the API's rule for an attempt under an assignment) every question must be answered
+  (``InvalidInput`` naming how many are not: no attempt is used); practice, which costs nothing, may check
+  some questions only.
 - Retries are unlimited; ``progress`` reports the best score over the learner's attempts on any version.
 - Functions take keyword-only arguments and never commit; the route does.
 """
@@ -57,11 +60,34 @@ def _outcome(result: QuestionResult) -> str:
     return "passed" if result.score >= result.max_score else "failed"
 
 
+def _require_complete(quiz: Quiz, canonical: dict[str, list[str] | str]) -> None:
+    """Refuse an attempt that leaves a question unanswered: it would cost an attempt for nothing."""
+    unanswered = [q.id for q in quiz.questions if not _answered(canonical.get(q.id))]
+    if unanswered:
+        total = len(quiz.questions)
+        verb = "is" if len(unanswered) == 1 else "are"
+        raise InvalidInput(
+            f"{len(unanswered)} of {total} questions {verb} unanswered ({', '.join(unanswered)}): "
+            "answer every question, then submit (no attempt was used)"
+        )
+
+
+def _answered(value: list[str] | str | None) -> bool:
+    return bool(value.strip()) if isinstance(value, str) else bool(value)
+
+
 def answer_quiz(
-    *, session: Session, user: User, exercise: Exercise, answers: dict[str, Any], assignment_id: int | None = None
+    *,
+    session: Session,
+    user: User,
+    exercise: Exercise,
+    answers: dict[str, Any],
+    assignment_id: int | None = None,
+    complete: bool = False,
 ) -> tuple[Submission, QuizResult]:
     """Check and grade ``answers`` against the current version; add the graded attempt and return it.
 
+    ``complete``: refuse answers that leave a question unanswered (an attempt that counts under an assignment).
     ``assignment_id``: the assignment the attempt is made under (the caller has gated it), or None for practice.
     """
     version = exercise.current_version
@@ -69,6 +95,8 @@ def answer_quiz(
         raise InvalidInput(f"exercise {exercise.slug!r} has no version to answer")
     quiz = quiz_of(version)
     canonical = check_answers(quiz, answers)
+    if complete:
+        _require_complete(quiz, canonical)
     code = canonical_json(canonical)
     try:
         code.encode("utf-8")  # a lone surrogate (a JSON "\ud800" escape) has no UTF-8 form for PostgreSQL

@@ -22,7 +22,7 @@ Contract:
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -99,10 +99,13 @@ class NotebookIn(_In):
 class MeOut(BaseModel):
     email: str
     role: Role
+    must_change_password: bool = Field(
+        default=False, description="a one-time password: POST /api/auth/password before anything else"
+    )
 
     @classmethod
     def of(cls, user: User) -> MeOut:
-        return cls(email=user.email, role=user.role)
+        return cls(email=user.email, role=user.role, must_change_password=bool(user.must_change_password))
 
 
 class ExerciseSummary(BaseModel):
@@ -243,6 +246,7 @@ class SubmissionOut(BaseModel):
     finished_at: UtcDatetime | None
     runtime_ms: int | None
     device: str
+    assignment_id: int | None = Field(default=None, description="the assignment it was made under; None: practice")
     hidden_tests: int = 0
     newly_visible: list[str] = Field(default_factory=list)
     reveals_at: UtcDatetime | None = None
@@ -253,6 +257,8 @@ class SubmissionOut(BaseModel):
         settled = submission.status in SETTLED
         version = submission.exercise_version
         tests = [TestResultOut.of(t, visible=shown is None or shown.shows(t.name)) for t in submission.tests]
+        if shown is not None and shown.answers_withheld:
+            tests = [t.model_copy(update={"message": shown.message_of(t.message)}) for t in tests]
         return cls(
             id=submission.id,
             exercise=version.exercise.slug,
@@ -269,6 +275,7 @@ class SubmissionOut(BaseModel):
             finished_at=submission.finished_at,
             runtime_ms=submission.runtime_ms,
             device=submission.device,
+            assignment_id=submission.assignment_id,
             hidden_tests=sum(not t.visible for t in tests),
             newly_visible=list(shown.newly_visible) if shown else [],
             reveals_at=shown.reveals_at if shown else None,
@@ -394,11 +401,25 @@ class QuizAttemptOut(BaseModel):
     best_score: float | None
     attempts: int
     questions: list[QuizQuestionResultOut]
+    answers_withheld: bool = Field(
+        default=False,
+        description="explanations, model answers and rubrics are held back: attempts are left under the assignment",
+    )
 
     @classmethod
     def of(
-        cls, submission: Submission, result: QuizResult, *, best_score: float | None, attempts: int
+        cls,
+        submission: Submission,
+        result: QuizResult,
+        *,
+        best_score: float | None,
+        attempts: int,
+        answers_withheld: bool = False,
     ) -> QuizAttemptOut:
+        questions = [QuizQuestionResultOut.model_validate(q, from_attributes=True) for q in result.questions]
+        if answers_withheld:  # app.domain.visibility decides; the feedback on each pick stays
+            held: dict[str, Any] = {"explanation": None, "model_answer": None, "rubric": [], "common_mistakes": []}
+            questions = [q.model_copy(update=held) for q in questions]
         return cls(
             submission_id=submission.id,
             score=result.score,
@@ -407,7 +428,8 @@ class QuizAttemptOut(BaseModel):
             verdict=submission.verdict.value if submission.verdict else "failed",
             best_score=best_score,
             attempts=attempts,
-            questions=[QuizQuestionResultOut.model_validate(q, from_attributes=True) for q in result.questions],
+            questions=questions,
+            answers_withheld=answers_withheld,
         )
 
 

@@ -9,8 +9,12 @@ Contract:
 - E-mail addresses are stored and looked up as ``normalise_email`` spells them (stripped, lower-cased); a new
   one must also pass ``check_email`` (email-validator's syntax rules, no DNS: special-use domains such as
   ``.local``, ``.test`` or ``localhost`` are refused), which raises ``InvalidInput`` saying why.
-- ``create_user``/``authenticate`` take the session keyword-only and never commit: the caller commits, also
-  the upgraded hash a login leaves on the user.
+- ``change_password`` checks the current password, the new one twice and the length rule (``InvalidInput``
+  saying which failed) and clears ``must_change_password``: an account given a one-time password (made
+  without one by ``accounts.create_account``, CSV enrollment included, or reset by an admin) carries that mark
+  until its owner chooses their own (``app.web.deps.get_current_user`` enforces it).
+- ``create_user``/``authenticate``/``change_password`` take the session keyword-only and never commit: the
+  caller commits, also the upgraded hash a login leaves on the user.
 - ``LoginLimiter`` counts failed logins per e-mail and per client IP in an ``app.domain.ratelimit.Limiter`` (on
   Redis, shared by every API process, when a broker is set): after ``login_max_failures`` failures inside
   ``login_window_s`` either key is refused with ``RateLimited``; a success forgives the e-mail only.
@@ -184,6 +188,24 @@ def authenticate(*, session: Session, email: str, password: str) -> User | None:
     if new_hash is not None:
         user.password_hash = new_hash
     return user
+
+
+def change_password(*, session: Session, user: User, current: str, new: str, repeated: str) -> None:
+    """Replace ``user``'s password by ``new`` after checking ``current``; the one-time mark goes with the old one.
+
+    The new hash changes the session fingerprint, so every other session of ``user`` ends (the caller starts a
+    fresh one for this request).
+    """
+    if not check_password(current, user.password_hash)[0]:
+        raise InvalidInput("the current password is wrong")
+    if new != repeated:
+        raise InvalidInput("the two new passwords differ: type the same one twice")
+    if not MIN_PASSWORD_CHARS <= len(new) <= MAX_PASSWORD_CHARS:
+        raise InvalidInput(f"the new password must be {MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters long")
+    if new == current:
+        raise InvalidInput("the new password is the current one: choose another")
+    user.password_hash = hash_password(new)
+    user.must_change_password = False
 
 
 # --- login rate limiting -------------------------------------------------------------------------------------

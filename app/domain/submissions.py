@@ -1,7 +1,8 @@
 """Submissions through their life: create (before anything runs), claim for grading, record, recover.
 
 Contract:
-- ``create_submission`` only adds the row; the caller commits, then dispatches (never the reverse).
+- ``create_submission`` only adds the row; the caller commits, then dispatches (never the reverse). Code that
+  cannot be an answer (empty, only blanks, or the starter code unchanged) is ``InvalidInput``: it costs no attempt.
 - ``claim`` is the idempotency gate of every grading task: it moves a submission to ``running`` with one
   conditional UPDATE, so of two deliveries of the same id only one grades. A ``running`` row whose lease
   has expired (no heartbeat for ``lease_s``: its worker died) can be claimed again. The claimed row's new
@@ -47,6 +48,8 @@ def create_submission(
         raise PayloadTooLarge(f"code is larger than {max_bytes // 1024} KiB; submit a smaller file")
     if "\x00" in code:
         raise InvalidInput("code contains a NUL character")
+    if not code.strip():
+        raise InvalidInput("the code is empty: write your solution in the editor, then submit (no attempt was used)")
     try:
         code.encode("utf-8")  # a lone surrogate (a JSON "\ud800" escape) has no UTF-8 form for PostgreSQL
     except UnicodeEncodeError:
@@ -56,6 +59,9 @@ def create_submission(
         raise InvalidInput(f"exercise {exercise.slug!r} has no version to grade against")
     if version.kind != "code":
         raise InvalidInput(f"exercise {exercise.slug!r} is a {version.kind}, not a code exercise")
+    starter = dict(version.files).get("starter.py", "")
+    if starter.strip() and code.strip() == starter.strip():
+        raise InvalidInput("the code is the starter code, unchanged: write your solution first (no attempt was used)")
     submission = Submission(
         user_id=user.id if user else None,
         exercise_version_id=version.id,

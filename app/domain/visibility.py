@@ -10,6 +10,11 @@ Contract:
   test whole once their window on the submission's assignment is closed (``assignments.window`` on the owner's
   ``dates_from``: after the late period when there is one, else after the due date; an extension in force
   moves it), by name and points only before; a ``never`` test by name and points only.
+- Quiz answers: a learner's quiz attempt under an assignment shows its questions' feedback but not their
+  explanations or model answers (``answers_withheld``; ``message_of`` cuts them and says when they show) while
+  the learner has attempts left and their window is open: they show after the last attempt (the limit plus an
+  extension's extra attempts) or once the window closes; never before under an assignment without an attempt
+  limit and a due date. Practice attempts show everything at once (practice costs nothing).
 - No deadline, no reveal: a practice submission (no assignment) or one under an assignment without a due date
   keeps its ``after_due`` tests withheld, so practising an exercise never shows what an instructor holds back
   until a deadline.
@@ -32,10 +37,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.domain.assignments import Window, dates_from, window
+from app.domain.assignments import Window, dates_from, not_platform_failure, window
 from app.domain.courses import STAFF
 from app.domain.models import Assignment, CourseMember, ExerciseVersion, Extension, Role, Submission, User
 from worker.bank.spec import Visibility, read_meta
@@ -58,13 +63,23 @@ class ShownTests:
     withheld: frozenset[str] = frozenset()
     newly_visible: tuple[str, ...] = ()
     reveals_at: datetime | None = None
+    answers_withheld: bool = False  # a quiz attempt under an assignment with attempts left, before it closes
 
     def shows(self, name: str) -> bool:
         """Say whether the test ``name`` is shown whole (outcome, message, points earned)."""
         return name not in self.withheld
 
+    def message_of(self, message: str) -> str:
+        """Return a test's ``message`` as shown: a quiz answer's explanation and model answer cut while withheld."""
+        if not self.answers_withheld:
+            return message
+        kept = [part for part in message.split("\n\n") if not part.startswith(ANSWER_PARTS)]
+        return "\n\n".join([*kept, ANSWERS_LATER])
+
 
 EVERYTHING = ShownTests()
+ANSWER_PARTS = ("Why: ", "Model answer: ")  # the paragraphs app.domain.quiz adds that give an answer away
+ANSWERS_LATER = "The explanation shows after your last attempt, or once the assignment closes."
 
 
 def shown_tests(*, session: Session, submission: Submission, viewer: User, now: datetime) -> ShownTests:
@@ -80,12 +95,27 @@ def shown_for(
     if viewer.role in SITE_STAFF:
         return shown
     rules = _rules_of(session, [s.exercise_version for s in submissions])
+    quizzes = [s for s in submissions if s.exercise_version.kind == "quiz" and s.assignment_id is not None]
     held = [s for s in submissions if any(rules[s.exercise_version.content_hash].of(t.name) != "now" for t in s.tests)]
-    under = sorted({s.assignment_id for s in held if s.assignment_id is not None})
+    under = sorted({s.assignment_id for s in [*held, *quizzes] if s.assignment_id is not None})
     assignments = _assignments(session, under)
     staff_in = _staff_courses(session, viewer, {a.course_id for a in assignments.values()})
-    owners = sorted({s.user_id for s in held if s.user_id is not None})
+    owners = sorted({s.user_id for s in [*held, *quizzes] if s.user_id is not None})
     extensions = _extensions(session, under, owners)
+    limited = [s for s in quizzes if getattr(assignments.get(s.assignment_id or 0), "max_attempts", None) is not None]
+    used = _attempts_used(session, limited)
+    for submission in quizzes:
+        holder = assignments.get(submission.assignment_id or 0)
+        if holder is None or holder.course_id in staff_in or submission.user_id is None:
+            continue
+        extension = extensions.get((holder.id, submission.user_id))
+        closed = window(dates_from(holder, extension), now) is Window.closed
+        key = (holder.id, submission.user_id, submission.exercise_version.exercise_id)
+        limit = None if holder.max_attempts is None else holder.max_attempts + (
+            extension.extra_attempts if extension is not None else 0
+        )  # fmt: skip
+        last_used = limit is not None and used.get(key, 0) >= limit
+        shown[submission.id] = ShownTests(answers_withheld=not (closed or last_used))
     for submission in held:
         assignment = assignments.get(submission.assignment_id) if submission.assignment_id is not None else None
         if assignment is not None and assignment.course_id in staff_in:
@@ -148,6 +178,24 @@ def _read(version: ExerciseVersion, text: str) -> Visibility:
     except ExerciseFormatError as exc:
         log.warning("cannot read the visibility tiers, withholding every test from learners: %s", exc)
         return NOTHING_SHOWN
+
+
+def _attempts_used(session: Session, quizzes: list[Submission]) -> dict[tuple[int, int, int], int]:
+    """Return the attempts used per (assignment, learner, exercise) of these quiz attempts (one query)."""
+    if not quizzes:
+        return {}
+    stmt = (
+        select(Submission.assignment_id, Submission.user_id, ExerciseVersion.exercise_id, func.count())
+        .join(ExerciseVersion, Submission.exercise_version_id == ExerciseVersion.id)
+        .where(
+            Submission.assignment_id.in_(sorted({s.assignment_id for s in quizzes if s.assignment_id is not None})),
+            Submission.user_id.in_(sorted({s.user_id for s in quizzes if s.user_id is not None})),
+            ExerciseVersion.exercise_id.in_(sorted({s.exercise_version.exercise_id for s in quizzes})),
+            *not_platform_failure(),
+        )
+        .group_by(Submission.assignment_id, Submission.user_id, ExerciseVersion.exercise_id)
+    )
+    return {(a, u, e): int(n) for a, u, e, n in session.execute(stmt) if a is not None and u is not None}
 
 
 def _assignments(session: Session, ids: list[int]) -> dict[int, Assignment]:

@@ -59,6 +59,61 @@ function timedText(element, sentence) {
   localTimes(element);
 }
 
+// Under an attempt limit, a counted submission is confirmed first with the browser's own dialog (keyboard and
+// screen readers handle it): "Submit? You have 2 of 3 attempts left; this one counts." No limit, no question.
+// Practice that an assignment counts (#practice-bound with its attempts) asks the same.
+function confirmAttempt() {
+  const gate = document.getElementById("gate") || document.getElementById("practice-bound");
+  if (!gate || !gate.dataset.attemptsLeft || gate.classList.contains("gate-refused")) return true;
+  const left = Number(gate.dataset.attemptsLeft);
+  const max = Number(gate.dataset.attemptsMax);
+  return window.confirm("Submit? You have " + left + " of " + max + " attempt" + (max === 1 ? "" : "s") + " left; this one counts.");
+}
+
+function waitText(seconds) {
+  if (seconds < 60) return seconds + " s";
+  const minutes = Math.floor(seconds / 60);
+  const rest = seconds % 60;
+  return minutes + " min" + (rest ? " " + rest + " s" : "");
+}
+
+// While the assignment's rate holds submissions back, its Submit button (#submit-button or #quiz-submit) stays
+// disabled under a countdown (#gate-wait, a timer: read on demand, not announced every second); at zero it comes
+// back and the gate's sentence (a polite live region) is asked for again.
+let waitTimer = null;
+function holdSubmit(retryAt, assignmentId, slug) {
+  const wait = document.getElementById("gate-wait");
+  const button = document.getElementById("submit-button") || document.getElementById("quiz-submit");
+  if (!wait || !button) return;
+  window.clearInterval(waitTimer);
+  const tick = () => {
+    const left = Math.ceil((retryAt - Date.now()) / 1000);
+    if (left <= 0) {
+      window.clearInterval(waitTimer);
+      waitTimer = null;
+      wait.hidden = true;
+      button.disabled = false;
+      button.removeAttribute("aria-describedby");
+      refreshGate(assignmentId, slug, false);
+      return;
+    }
+    wait.textContent = "You can submit again in " + waitText(left) + ".";
+    wait.hidden = false;
+    button.disabled = true;
+    button.setAttribute("aria-describedby", "gate-wait");
+  };
+  tick();
+  if (!wait.hidden) waitTimer = window.setInterval(tick, 1000);
+}
+
+// A 429 answer: hold Submit for its Retry-After seconds.
+function holdAfter(response, assignmentId, slug) {
+  const seconds = Number(response.headers.get("Retry-After"));
+  if (response.status === 429 && seconds > 0) holdSubmit(Date.now() + seconds * 1000, assignmentId, slug);
+}
+
+function waiting() { return waitTimer !== null; }
+
 // Under an assignment, the gate above Submit (#gate, #gate-text, #gate-score): asked for again after each try, so
 // "2 attempts left; next in 3 min" stays true. The counted score is news only once an attempt settled.
 async function refreshGate(assignmentId, slug, settled) {
@@ -71,7 +126,15 @@ async function refreshGate(assignmentId, slug, settled) {
     const item = (assignment.items || []).find((i) => i.exercise === slug);
     if (!item || !item.gate) return;
     timedText(gate, item.gate.reason);
-    document.getElementById("gate").classList.toggle("gate-refused", !item.gate.allowed);
+    const box = document.getElementById("gate");
+    box.classList.toggle("gate-refused", !item.gate.allowed);
+    if (item.gate.attempts_left !== null) {
+      box.dataset.attemptsLeft = String(item.gate.attempts_left);
+      box.dataset.attemptsMax = String(item.gate.attempts_left + item.gate.attempts_used);
+    }
+    if (!item.gate.allowed && item.gate.tokens_left === 0 && item.gate.next_at) {
+      holdSubmit(new Date(item.gate.next_at).getTime(), assignmentId, slug);
+    }
     const score = document.getElementById("gate-score");
     if (settled && score && item.score_pct !== null) {
       score.textContent = "Counted score: " + String(Math.round(item.score_pct * 100) / 100) + "%" + (item.late ? " (late)" : "");
@@ -79,5 +142,10 @@ async function refreshGate(assignmentId, slug, settled) {
   } catch (_) { /* the sentence is a convenience; submitting says the same */ }
 }
 
-window.gpulab = { postJson, errorText, showError, localTimes, timedText, refreshGate };
-document.addEventListener("DOMContentLoaded", () => localTimes(document));
+window.gpulab = { postJson, errorText, showError, localTimes, timedText, refreshGate, confirmAttempt, holdSubmit, holdAfter, waiting };
+document.addEventListener("DOMContentLoaded", () => {
+  localTimes(document);
+  const gate = document.getElementById("gate");
+  const form = document.getElementById("submit-form") || document.getElementById("quiz-form");
+  if (gate && gate.dataset.retryAt && form) holdSubmit(new Date(gate.dataset.retryAt).getTime(), form.dataset.assignment, form.dataset.slug);
+});

@@ -62,7 +62,8 @@
     busy = value;
     for (const id of ["submit-button", "run-button", "reset-button"]) {
       const button = byId(id);
-      if (button) button.disabled = value;
+      // Submit stays disabled while the assignment's rate holds it back (app.js's countdown gives it back).
+      if (button) button.disabled = value || (id === "submit-button" && window.gpulab.waiting());
     }
   }
 
@@ -161,9 +162,16 @@
       }
     };
     const show = (sub) => {
-      render(sub, live ? "Result" : "Result of your last submission");
-      if (SETTLED.has(sub.status)) { settle(sub); return true; }
+      if (SETTLED.has(sub.status)) {
+        render(sub, live ? "Result" : "Result of your last submission");
+        settle(sub);
+        return true;
+      }
+      // Until it settles there is no result to show: the progress box says where it is, not an empty result.
+      byId("result").hidden = true;
       if (live) { setProgressStep(sub.status); announce(STEP_TEXT[sub.status] || sub.status); }
+      else if (byId("progress").hidden) startProgress(sub.status, "Your last submission is being graded…");
+      else setProgressStep(sub.status, "Your last submission is being graded…");
       return false;
     };
     source = new EventSource(url + "/events");
@@ -191,7 +199,8 @@
 
   async function submitCode(form) {
     const error = byId("submit-error");
-    if (busy) return;
+    if (busy || window.gpulab.waiting()) return;
+    if (!window.gpulab.confirmAttempt()) return;  // under an attempt limit: "Submit? 2 of 3 attempts left"
     window.gpulab.showError(error, "");
     setBusy(true);
     const slug = form.dataset.slug;
@@ -205,6 +214,7 @@
       if (!response.ok) {
         // Under an assignment a 403/429 says why (the gate's sentence); #submit-error is an alert.
         window.gpulab.showError(error, await window.gpulab.errorText(response));
+        window.gpulab.holdAfter(response, form.dataset.assignment, slug);
         setBusy(false);
         refreshGate(form);
         return;

@@ -76,6 +76,8 @@
       window.gpulab.showError(error, "");
       const answers = collect(form);
       if (!Object.keys(answers).length) { window.gpulab.showError(error, "Answer at least one question first."); return; }
+      if (window.gpulab.waiting()) return;
+      if (!window.gpulab.confirmAttempt()) return;  // under an attempt limit: "Submit? 2 of 3 attempts left"
       button.disabled = true;
       try {
         const response = await window.gpulab.postJson(
@@ -86,6 +88,7 @@
         if (response.status === 401) { window.location.assign("/login?next=" + encodeURIComponent(window.location.pathname)); return; }
         if (!response.ok) {
           window.gpulab.showError(error, await window.gpulab.errorText(response));  // under an assignment: the gate's sentence
+          window.gpulab.holdAfter(response, form.dataset.assignment, form.dataset.slug);
           window.gpulab.refreshGate(form.dataset.assignment, form.dataset.slug, false);
           return;
         }
@@ -96,6 +99,7 @@
         score.textContent = "Score " + fmt(attempt.score) + " / " + fmt(attempt.max_score) + " · " +
           (attempt.passed ? "passed" : "not passed yet") + " · best " + fmt(attempt.best_score || 0) +
           " after " + attempt.attempts + " attempt" + (attempt.attempts === 1 ? "" : "s") + ".";
+        if (attempt.answers_withheld) score.textContent += " The explanations show after your last attempt, or once the assignment closes.";
         score.className = "quiz-score verdict-" + (attempt.passed ? "passed" : "failed");
         score.hidden = false;
         reset.hidden = false;
@@ -104,7 +108,7 @@
       } catch (_) {
         window.gpulab.showError(error, "Could not reach the server; try again.");
       } finally {
-        button.disabled = false;
+        button.disabled = window.gpulab.waiting();
       }
     });
 

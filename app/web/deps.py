@@ -8,7 +8,7 @@ Contract:
 - Under ``/api/`` an ``Authorization: Bearer`` access token (``app.domain.tokens``) authenticates instead of the
   session cookie (which is then ignored); elsewhere it is ignored. An unknown or revoked token is ``Unauthorized``;
   a token is ``Forbidden`` where ``required_scope`` says it needs a scope it lacks, or on ``TOKENLESS_PATHS``
-  (logging in and out, managing tokens). The scope comes from the route: ``staff`` for one that depends on a staff
+  (logging in and out, changing the password, managing tokens). The scope comes from the route: ``staff`` for one that depends on a staff
   dependency (``STAFF_DEPENDENCIES``) or checks the role inside (``STAFF_PATHS``), else ``read`` for GET,
   ``submit`` for the learner's own writes (``SUBMIT_PATHS``), ``staff`` for every other write. A token without
   ``staff`` does not carry its user's staff rights to ``SubmissionDep`` (only their own submissions).
@@ -75,7 +75,7 @@ from app.domain.submissions import get_for_user
 from app.domain.tokens import Scope, user_for_token
 from worker.bank.spec import SLUG_RE
 from worker.core.config import Settings
-from worker.core.errors import Forbidden, NotFound, Unauthorized
+from worker.core.errors import Forbidden, NotFound, PasswordChangeRequired, Unauthorized
 
 SessionFactory = Callable[[], AbstractContextManager[Session]]
 
@@ -205,9 +205,23 @@ async def get_optional_user(
 OptionalUser = Annotated[User | None, Depends(get_optional_user)]
 
 
-async def get_current_user(user: OptionalUser) -> User:
+async def get_logged_in_user(user: OptionalUser) -> User:
+    """Return the logged-in user, also one who must still change a one-time password (who am I, the change)."""
     if user is None:
         raise Unauthorized("log in first")
+    return user
+
+
+LoggedInUser = Annotated[User, Depends(get_logged_in_user)]
+
+
+async def get_current_user(user: LoggedInUser) -> User:
+    """Return the logged-in user, once any one-time password is changed (``PasswordChangeRequired`` before)."""
+    if user.must_change_password:
+        raise PasswordChangeRequired(
+            "your password is a one-time password: choose your own first (POST /api/auth/password, or the page "
+            "/account/password)"
+        )
     return user
 
 
@@ -438,8 +452,9 @@ CheckStarterDep = Annotated[CheckStarter, Depends(get_check_starter)]
 
 # --- which calls an access token may make ----------------------------------------------------------------------
 
-# Paths where a token is never accepted: logging in and out, and managing tokens (a token cannot make tokens).
-TOKENLESS_PATHS = ("/api/auth/login", "/api/auth/logout", "/api/me/tokens")
+# Paths where a token is never accepted: logging in and out, changing the password, and managing tokens (a token
+# cannot make tokens, nor choose a password).
+TOKENLESS_PATHS = ("/api/auth/login", "/api/auth/logout", "/api/auth/password", "/api/me/tokens")
 # The learner's own writes, allowed by the ``submit`` scope; every other state-changing call needs ``staff``.
 SUBMIT_PATHS = frozenset({
     "/api/exercises/{slug}/submissions",

@@ -13,8 +13,9 @@ Contract:
 - ``FORM_CSRF``: a router dependency that refuses (403) an unsafe request whose form lacks the session's token;
   every page router has it, so no page route can forget it.
 - ``error_page(request, status, message, exc)`` is how ``app.web.errors`` answers a failure on a page path:
-  ``Unauthorized`` on a GET redirects to ``/login?next=...``, a stale log-in form is shown again with the
-  message, anything else is ``error.html`` with the status.
+  ``Unauthorized`` on a GET redirects to ``/login?next=...``, ``PasswordChangeRequired`` on a GET to
+  ``/account/password?next=...`` (a one-time password is changed before anything else), a stale log-in form
+  is shown again with the message, anything else is ``error.html`` with the status.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from fastapi.templating import Jinja2Templates
 from app.domain.schemas import MeOut, as_utc
 from app.domain.security import UNSAFE_METHODS, csrf_token, user_from_session, verify_csrf
 from app.web.deps import get_session_factory
-from worker.core.errors import Forbidden, Unauthorized
+from worker.core.errors import Forbidden, PasswordChangeRequired, Unauthorized
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 TITLES = {401: "Please log in", 403: "Not allowed", 404: "Not found", 405: "Not allowed", 429: "Too many requests"}
@@ -126,6 +127,8 @@ def error_page(request: Request, status: int, message: str, exc: Exception) -> R
     """Answer a failed page request: the log-in redirect, the log-in form again, or the error page."""
     if isinstance(exc, Unauthorized) and request.method == "GET":
         return redirect_to_login(request)
+    if isinstance(exc, PasswordChangeRequired) and request.method == "GET":
+        return RedirectResponse(f"/account/password?next={quote(request.url.path)}", status_code=303)
     if isinstance(exc, Forbidden) and request.url.path == "/login":  # an expired log-in form: offer a fresh one
         return render(request, "login.html", 403, user=None, next="/exercises", email="", error=message)
     title = TITLES.get(status, "Something went wrong")

@@ -22,13 +22,14 @@ pytestmark = pytest.mark.postgres
 def test_login_sets_an_httponly_lax_cookie_and_me_answers(client: TestClient, learner: User) -> None:
     response = client.post("/api/auth/login", json={"email": learner.email.upper(), "password": PASSWORD})
     assert response.status_code == 200
-    assert response.json() == {"email": learner.email, "role": "learner"}
+    assert response.json() == {"email": learner.email, "role": "learner", "must_change_password": False}
     cookie = response.headers["set-cookie"]
     assert cookie.startswith("gpulab_session=")
     assert "httponly" in cookie.lower() and "samesite=lax" in cookie.lower()
     assert "secure" not in cookie.lower()  # cookie_secure defaults to False
     me = client.get("/api/auth/me")
-    assert me.status_code == 200 and me.json() == {"email": learner.email, "role": "learner"}
+    assert me.status_code == 200
+    assert me.json() == {"email": learner.email, "role": "learner", "must_change_password": False}
 
 
 def test_wrong_password_and_unknown_email_get_the_same_401(client: TestClient, learner: User) -> None:

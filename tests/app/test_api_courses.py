@@ -135,8 +135,8 @@ def test_the_attempt_limit_holds_and_platform_errors_cost_nothing(
     db_session.commit()
     again = client.post(url, json={"code": CODE, "assignment_id": made["id"]})
     assert again.status_code == 202, again.text
-    practice = client.post(url, json={"code": CODE})  # practice, outside the assignment, is never limited
-    assert practice.status_code == 202
+    practice = client.post(url, json={"code": CODE})  # practice cannot bypass the limit (examples only, the default)
+    assert practice.status_code == 403 and "runs only the example tests" in practice.json()["detail"]
 
 
 def test_closed_not_open_and_rate_limited_submissions_are_refused_with_the_reason(
@@ -161,7 +161,8 @@ def test_closed_not_open_and_rate_limited_submissions_are_refused_with_the_reaso
     assert closed.status_code == 403 and closed.json()["detail"].startswith("closed on")
     assert send(rated, bucket).status_code == 202
     limited = send(rated, bucket)
-    assert limited.status_code == 429 and "next in" in limited.json()["detail"]
+    assert limited.status_code == 429 and limited.json()["detail"].startswith("Wait ")
+    assert "then submit again" in limited.json()["detail"] and int(limited.headers["Retry-After"]) > 0
     assert 1 <= int(limited.headers["Retry-After"]) <= 300
     other = send(rated, past)  # an exercise that is not part of that assignment
     assert other.status_code == 403 and "is not part of" in other.json()["detail"]

@@ -333,7 +333,8 @@ def test_the_bucket_empties_refills_one_token_per_period_and_refuses_with_retry_
     assert gate.reason == "due on 2026-12-08 17:00 UTC; 3 attempts left; next in 3 min"
     with pytest.raises(RateLimited) as refused:
         check_submit(gate)
-    assert refused.value.retry_after_s == 180 and refused.value.message == gate.reason
+    assert refused.value.retry_after_s == 180
+    assert refused.value.message.startswith("Wait 3 min, then submit again")  # an instruction, not the box's sentence
 
     at_refill = t0 + timedelta(minutes=10)
     assert bucket(at_refill - TICK).tokens_left == 0

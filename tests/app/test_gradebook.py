@@ -509,4 +509,4 @@ def test_the_gradebook_reads_a_fixed_number_of_queries(
     many = selects()
 
     assert many == few
-    assert many[0] <= 8 and many[1] <= 7, many
+    assert many[0] <= 9 and many[1] <= 8, many  # one of them reads the exercises' titles for the columns

@@ -63,3 +63,25 @@ def test_0013_adds_api_tokens_to_a_database_with_users_and_takes_only_them_away(
     assert "api_tokens" not in names and "users" in names
     with engine_for(url).connect() as conn:
         assert conn.execute(text("SELECT email FROM users")).scalars().all() == ["a@example.com"]
+
+
+def test_0012_keeps_rows_with_their_defaults(tmp_path: Path) -> None:
+    """Accounts made before 0012 need no password change; assignments made before it let practice run examples only."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    upgrade("0011", database_url=url)
+    with engine_for(url).begin() as conn:
+        conn.execute(text(
+            "INSERT INTO users (id, email, password_hash, role, is_active, name, created_at) "
+            "VALUES (1, 'a@example.com', 'x', 'learner', 1, '', '2026-12-01')"
+        ))
+        course_id = conn.execute(text("SELECT id FROM courses WHERE slug = 'practice'")).scalar_one()
+        conn.execute(text(
+            "INSERT INTO assignments (id, course_id, title, position, is_published, late_credit_pct, counts, "
+            "created_at) VALUES (1, :course, 'A', 0, 1, 50, 'best', '2026-12-01')"
+        ), {"course": course_id})
+    upgrade("head", database_url=url)
+    with engine_for(url).connect() as conn:
+        assert conn.execute(text("SELECT must_change_password FROM users")).scalar_one() in (0, False)
+        assert conn.execute(text("SELECT practice FROM assignments")).scalar_one() == "examples_only"
+    command.downgrade(alembic_config(url), "0011")
+    assert "practice" not in {c["name"] for c in inspect(engine_for(url)).get_columns("assignments")}

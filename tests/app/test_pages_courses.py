@@ -300,6 +300,7 @@ def test_extensions_are_granted_and_revoked_through_the_forms(
     login(client, learner)
     html = client.get("/courses/gpu-101").text
     assert "Your dates (extended)" in html and "3 attempts left" in html
+    assert "3 per exercise <span class=\"meta\">(1, +2 for you)</span>" in html
     assert '<time datetime="2030-01-10T00:00:00+00:00" data-format="long">' in html
     logout(client)
 
@@ -315,6 +316,29 @@ def test_extensions_are_granted_and_revoked_through_the_forms(
     logout(client)
     login(client, learner)
     assert "(extended)" not in client.get("/courses/gpu-101").text
+
+
+def test_an_extension_that_moves_only_the_due_date_keeps_a_late_period_as_long_as_the_assignments(
+    client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,
+    tiny_exercise: TinyExercise, db_session: Session,
+) -> None:  # fmt: skip
+    login(client, instructor)
+    made = _assignment(client, tiny_exercise.slug, due_at="2030-01-01T12:00:00+00:00",
+                       late_until="2030-01-03T12:00:00+00:00")  # fmt: skip
+    url = f"/courses/gpu-101/assignments/{made['id']}/extensions"
+    page = client.get(url).text
+    assert 'name="late_until" type="datetime-local" value=""' in page
+    assert "a late period as long as the assignment&#39;s, 48 h" in page
+    fields = {"csrf_token": form_token(client, url), "email": learner.email, "tz": "UTC", "due_at": "2030-01-05T12:00",
+              "late_until": "", "extra_attempts": "0", "reason": "moved"}  # fmt: skip
+    assert client.post(url, data=fields, follow_redirects=False).status_code == 303
+    none = client.post(url, data={**fields, "no_late": "1", "reason": "no late"}, follow_redirects=False)
+    assert none.status_code == 303
+    kept, dropped = db_session.scalars(
+        select(Extension).where(Extension.assignment_id == made["id"]).order_by(Extension.id)
+    ).all()
+    assert kept.late_until is not None and kept.late_until.astimezone(UTC) == datetime(2030, 1, 7, 12, tzinfo=UTC)
+    assert dropped.late_until is None
 
 
 def test_submitting_without_javascript_passes_the_gate(
@@ -387,10 +411,14 @@ def test_a_quiz_under_an_assignment_has_its_page_with_the_gate(
     assert f"due on {stamp}; 1 attempt left" in page  # the gate's date is a time element, shown in the viewer's zone
     assert "Your best attempt counts for Quiz week" in page
 
-    answered = client.post(
+    partial = client.post(
         "/api/exercises/week-quiz/quiz", json={"answers": {"q1": ["b"]}, "assignment_id": made["id"]}
     )
+    assert partial.status_code == 422 and "2 of 3 questions are unanswered" in partial.json()["detail"]
+    assert "1 attempt left" in client.get(link).text  # the refusal cost nothing
+    whole = {"q1": ["b"], "q2": ["a"], "q3": "one two three four five six"}
+    answered = client.post("/api/exercises/week-quiz/quiz", json={"answers": whole, "assignment_id": made["id"]})
     assert answered.status_code == 200, answered.text
     assert "no attempts left (1 used)" in client.get(link).text
-    again = client.post("/api/exercises/week-quiz/quiz", json={"answers": {"q1": ["b"]}, "assignment_id": made["id"]})
+    again = client.post("/api/exercises/week-quiz/quiz", json={"answers": whole, "assignment_id": made["id"]})
     assert again.status_code == 403 and "no attempts left" in again.json()["detail"]

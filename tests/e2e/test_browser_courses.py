@@ -115,9 +115,12 @@ def test_course_assignment_extension_and_gated_submission(
     expect(learner.locator("#gate-text")).to_contain_text("1 attempt left")
     expect(learner.locator(".cm-editor .cm-content")).to_be_visible()
     learner.evaluate("(code) => window.gpulabExercise.editor().setValue(code)", bank_file(SLUG, "solution.py"))
+    asked: list[str] = []
+    learner.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))
     learner.get_by_role("button", name="Submit").click()
     expect(learner.locator("#result-verdict")).to_have_text("passed", timeout=GRADING_MS)
     expect(learner.locator("#gate-text")).to_contain_text("no attempts left (1 used)")
+    assert asked == ["Submit? You have 1 of 1 attempt left; this one counts."]  # a counted attempt is confirmed
     expect(learner.locator("#gate-score")).to_have_text("Counted score: 100%")
     learner.get_by_role("button", name="Submit").click()
     expect(learner.locator("#submit-error")).to_contain_text("no attempts left")

@@ -74,7 +74,7 @@ def test_the_queue_by_keyboard_then_release_and_the_learner_sees_it(grading_serv
     expect(staff.locator(".flash").last).to_contain_text("Released 2 grades")
 
     learner.goto(f"{base}/exercises/{SLUG}/history")
-    expect(learner.locator(".tests")).to_contain_text("Graded by staff: 3 of 4 points.")
-    expect(learner.locator(".tests")).to_contain_text("What limits the gain?")
-    expect(learner.locator(".tests")).to_contain_text("Graded by staff: 3 of 3 points.")
+    expect(learner.locator(".quiz-answers")).to_contain_text("Graded by staff: 3 of 4 points.")
+    expect(learner.locator(".quiz-answers")).to_contain_text("What limits the gain?")
+    expect(learner.locator(".quiz-answers")).to_contain_text("Graded by staff: 3 of 3 points.")
     assert staff.problems == [] and learner.problems == []

@@ -60,7 +60,7 @@ def test_a_learner_asks_staff_adjust_and_the_learner_sees_it(regrade_server: tup
     staff.get_by_label("Answer and set the item's score").check()
     staff.get_by_label("New score for the item").fill("75")
     staff.get_by_role("button", name="Send").click()
-    expect(staff.get_by_role("status")).to_contain_text("Done: adjust")
+    expect(staff.get_by_role("status")).to_contain_text("the item's score is set")
     expect(staff.locator("#regrade-status")).to_have_text("answered")
 
     learner.goto(thread_url)

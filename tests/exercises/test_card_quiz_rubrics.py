@@ -31,3 +31,11 @@ def test_text_questions_are_staff_graded_with_points_that_reach_full_marks(slug:
         assert question.rubric_score(positive) == question.points, f"{slug}::{question.id} cannot reach full marks"
         assert question.rubric_score([r.id for r in question.rubric_items if r.points < 0]) == 0
         assert question.comments, f"{slug}::{question.id} offers graders no reusable comment"
+
+
+@pytest.mark.parametrize("slug", QUIZZES)
+def test_the_intro_calls_staff_graded_questions_staff_graded(slug: str) -> None:
+    quiz = parse_quiz(slug, (BANK / slug / "quiz.toml").read_text())
+    intro = (BANK / slug / "prompt.md").read_text().lower()
+    if any(isinstance(q, TextQuestion) and q.grading == "staff" for q in quiz.questions):
+        assert "self-assessed" not in intro, f"{slug}: its intro calls a staff-graded question self-assessed"

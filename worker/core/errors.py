@@ -24,6 +24,10 @@ class Forbidden(GpulabError):
     """The asker is known but may not do this."""
 
 
+class PasswordChangeRequired(Forbidden):
+    """The account still has a one-time password someone else handed over: its owner must choose their own first."""
+
+
 class Unauthorized(GpulabError):
     """Nobody is logged in, or the credentials are wrong."""
 

@@ -3,15 +3,27 @@
 Contract: a failed login answers 401 "wrong email or password" whether or not the e-mail exists, and counts
 against the e-mail and the client IP; a refused one answers 429 with Retry-After, before the password is
 checked. A successful login starts a fresh session (a new cookie), so a planted session id never carries over.
+``POST /password`` changes my password (422 saying what is wrong); an account with a one-time password (CSV
+enrollment, an admin's reset) answers every other authenticated operation but ``GET /me`` with the 403 problem
+``password-change-required`` until it has.
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.domain.schemas import LoginIn, MeOut
-from app.domain.security import authenticate, client_ip, end_session, start_session
-from app.web.deps import CurrentUser, LoginLimiterDep, SessionDep, SettingsDep
+from app.domain.security import (
+    MAX_PASSWORD_CHARS,
+    MIN_PASSWORD_CHARS,
+    authenticate,
+    change_password,
+    client_ip,
+    end_session,
+    start_session,
+)
+from app.web.deps import LoggedInUser, LoginLimiterDep, SessionDep, SettingsDep
 from app.web.errors import problem_responses
 from worker.core.errors import Unauthorized
 
@@ -47,7 +59,29 @@ def logout(request: Request, session: SessionDep, settings: SettingsDep) -> Resp
     return Response(status_code=204)
 
 
+class PasswordIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    current: str = Field(max_length=1024)
+    new: str = Field(max_length=1024, description=f"{MIN_PASSWORD_CHARS} to {MAX_PASSWORD_CHARS} characters")
+    repeated: str = Field(max_length=1024, description="the new password again")
+
+
+@router.post(
+    "/password",
+    status_code=204,
+    responses=problem_responses(
+        422, described={422: "The current password is wrong, the two new ones differ, or the new one breaks a rule"}
+    ),
+)
+def change_my_password(body: PasswordIn, request: Request, user: LoggedInUser, session: SessionDep) -> Response:
+    """Change my password (also a one-time one, which must be changed first); my other sessions end."""
+    change_password(session=session, user=user, current=body.current, new=body.new, repeated=body.repeated)
+    session.commit()
+    start_session(request, user)  # this session goes on with the new fingerprint
+    return Response(status_code=204)
+
+
 @router.get("/me")
-async def me(user: CurrentUser) -> MeOut:
+async def me(user: LoggedInUser) -> MeOut:
     """Return the logged-in user."""
     return MeOut.of(user)

@@ -11,7 +11,7 @@ grades.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
@@ -74,6 +74,11 @@ class AssignmentIn(BaseModel):
     late_until: When | None = None
     late_credit_pct: float = Field(default=50.0, ge=0, le=100)
     counts: str = Field(default="best", pattern="^(best|last)$")
+    practice: Literal["examples_only", "counted"] = Field(
+        default="examples_only",
+        description="what learners' practice on its exercises does while it is published: examples_only (only "
+        "the visible example tests run) or counted (each practice submission is an attempt under it)",
+    )
     max_attempts: int | None = Field(default=None, ge=1, le=10_000)
     rate_burst: int | None = Field(default=None, ge=1, le=10_000)
     rate_refill_s: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
@@ -85,6 +90,7 @@ class AssignmentIn(BaseModel):
             title=self.title, opens_at=self.opens_at, due_at=self.due_at, late_until=self.late_until,
             late_credit_pct=self.late_credit_pct, counts=self.counts, max_attempts=self.max_attempts,
             rate_burst=self.rate_burst, rate_refill_s=self.rate_refill_s, is_published=self.is_published,
+            practice=self.practice,
         )  # fmt: skip
 
     def chosen(self) -> list[tuple[str, float]]:
@@ -126,7 +132,9 @@ class AssignmentOut(BaseModel):
     late_until: UtcDatetime | None
     late_credit_pct: float
     counts: str
+    practice: str = Field(description="examples_only or counted (see AssignmentIn)")
     max_attempts: int | None
+    extra_attempts: int = Field(default=0, description="learners only: the extra attempts their extension grants")
     rate_burst: int | None
     rate_refill_s: int | None
     extended: bool = Field(description="the dates shown are this learner's extension")
@@ -230,8 +238,9 @@ def assignment_out(*, session: SessionDep, assignment: Assignment, user: User, s
         id=assignment.id, course=assignment.course.slug, title=assignment.title, position=assignment.position,
         is_published=assignment.is_published, opens_at=shown.opens_at, due_at=shown.due_at,
         late_until=shown.late_until, late_credit_pct=assignment.late_credit_pct, counts=assignment.counts,
-        max_attempts=assignment.max_attempts, rate_burst=assignment.rate_burst,
-        rate_refill_s=assignment.rate_refill_s, extended=shown.extended, items=items,
+        practice=assignment.practice, max_attempts=assignment.max_attempts,
+        extra_attempts=shown.extension.extra_attempts if shown.extension is not None else 0,
+        rate_burst=assignment.rate_burst, rate_refill_s=assignment.rate_refill_s, extended=shown.extended, items=items,
     )  # fmt: skip
 
 

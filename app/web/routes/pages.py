@@ -16,18 +16,25 @@ Contract:
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
 
+import markupsafe
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.domain import courses, coursework
+from app.domain.assignments import gate
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks, highlight_python
-from app.domain.models import Exercise, Submission, User, utcnow
+from app.domain.markdown import render_markdown
+from app.domain.models import Assignment, Exercise, Submission, User, utcnow
 from app.domain.progress import (
     Progress,
     attempts_for,
@@ -37,25 +44,27 @@ from app.domain.progress import (
     progress_for,
     summarize,
 )
+from app.domain.quiz import quiz_of
 from app.domain.regrade_requests import request_for_item
-from app.domain.schemas import ExerciseDetail, ExerciseSummary, SubmissionOut
-from app.domain.security import authenticate, client_ip, end_session, start_session
+from app.domain.schemas import ExerciseDetail, ExerciseSummary, SubmissionOut, TestResultOut
+from app.domain.security import authenticate, change_password, client_ip, end_session, start_session
 from app.domain.submissions import create_submission, get_for_user
 from app.domain.visibility import shown_for
 from app.web.deps import (
     CurrentUser,
     DispatcherDep,
     ExerciseDep,
+    LoggedInUser,
     LoginLimiterDep,
     OptionalUser,
     SessionDep,
     SettingsDep,
 )
 from app.web.errors import http_status
-from app.web.pages import FORM_CSRF, render, safe_next
+from app.web.pages import FORM_CSRF, flash, render, safe_next
 from app.web.routes.api_exercises import dispatch_committed
 from app.web.routes.preload import with_current_versions, with_submission_details
-from worker.core.errors import NotFound, RateLimited, Unauthorized
+from worker.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
 
 EDITOR_BUNDLE = Path(__file__).resolve().parents[2] / "static" / "build" / "editor.js"
 DIFFICULTY_ORDER = {"beginner": 0, "intermediate": 1, "advanced": 2}
@@ -117,6 +126,41 @@ def logout_form(request: Request, session: SessionDep, settings: SettingsDep) ->
     return RedirectResponse("/login", status_code=303)
 
 
+# --- my password ---------------------------------------------------------------------------------------------
+
+
+@router.get("/account/password")
+def password_page(
+    request: Request, user: LoggedInUser, next_path: Annotated[str, Query(alias="next")] = ""
+) -> Response:  # fmt: skip
+    """Show the change-password form (where a one-time password sends its owner first)."""
+    return render(request, "password.html", next=safe_next(next_path), error="", forced=user.must_change_password)
+
+
+@router.post("/account/password")
+def password_form(
+    request: Request,
+    user: LoggedInUser,
+    session: SessionDep,
+    current: Annotated[str, Form(max_length=1024)] = "",
+    new: Annotated[str, Form(max_length=1024)] = "",
+    repeated: Annotated[str, Form(max_length=1024)] = "",
+    next_path: Annotated[str, Form(alias="next")] = "",
+) -> Response:
+    """Change my password; this session goes on (with the new fingerprint), every other one ends."""
+    target = safe_next(next_path)
+    forced = user.must_change_password
+    try:
+        change_password(session=session, user=user, current=current, new=new, repeated=repeated)
+        session.commit()
+    except InvalidInput as exc:
+        session.rollback()
+        return render(request, "password.html", 422, next=target, error=exc.message, forced=forced)
+    start_session(request, user)
+    flash(request, "Your password is changed. Your other sessions have ended.")
+    return RedirectResponse(target, status_code=303)
+
+
 # --- the catalogue -------------------------------------------------------------------------------------------
 
 
@@ -153,18 +197,37 @@ def exercise_context(*, session: Session, user: User, exercise: Exercise, detail
         "last_id": last.id if last else "",
         "progress": progress_for(session=session, user=user, exercise=exercise),
         "has_editor": EDITOR_BUNDLE.is_file(),
+        "bound": [],  # the practice page's binding assignments (exercise_page)
     }
+
+
+def binding(*, session: Session, user: User, exercise: Exercise) -> list[dict[str, Any]]:
+    """Return the assignments that bind ``user``'s practice on ``exercise``, each with its policy, page and gate."""
+    now = utcnow()
+    return [
+        {
+            "title": a.title, "course": a.course.title, "practice": a.practice,
+            "url": f"/courses/{quote(a.course.slug)}/assignments/{a.id}/exercises/{quote(exercise.slug)}",
+            "gate": gate(session=session, assignment=a, exercise=exercise, user=user, now=now),
+        }
+        for a in sorted(  # a refusing policy first: it is the one that decides (practice_under)
+            coursework.holding_assignments(session=session, exercise=exercise, user=user),
+            key=lambda a: a.practice == "counted",
+        )
+    ]  # fmt: skip
 
 
 @router.get("/exercises/{slug}")
 def exercise_page(request: Request, exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> Response:
     detail = ExerciseDetail.of(exercise)
+    bound = binding(session=session, user=user, exercise=exercise)
     if detail.kind == "quiz":  # answered through quiz.js and POST /api/exercises/{slug}/quiz
         progress = progress_for(session=session, user=user, exercise=exercise)
-        return render(request, "quiz.html", ex=detail, prompt=highlight_blocks(detail.prompt_html), progress=progress)
-    return render(
-        request, "exercise.html", **exercise_context(session=session, user=user, exercise=exercise, detail=detail)
-    )
+        return render(
+            request, "quiz.html", ex=detail, prompt=highlight_blocks(detail.prompt_html), progress=progress, bound=bound
+        )
+    page = exercise_context(session=session, user=user, exercise=exercise, detail=detail)
+    return render(request, "exercise.html", **{**page, "bound": bound})
 
 
 @router.post("/exercises/{slug}/submissions")
@@ -177,9 +240,11 @@ def submit_form(
     code: Annotated[str, Form()] = "",
 ) -> Response:
     """Submit from the form without JavaScript; show the attempt on the history page."""
+    under = coursework.gate_submission(session=session, assignment_id=None, exercise=exercise, user=user)
     submission = create_submission(
-        session=session, user=user, exercise=exercise, code=code, max_bytes=settings.max_code_bytes
-    )
+        session=session, user=user, exercise=exercise, code=code, max_bytes=settings.max_code_bytes,
+        assignment_id=under,
+    )  # fmt: skip
     session.commit()
     dispatch_committed(dispatcher, submission)
     return RedirectResponse(
@@ -206,22 +271,88 @@ def history_page(
     user: CurrentUser,
     session: SessionDep,
     attempt: Annotated[str, Query(max_length=64)] = "",
+    from_assignment: Annotated[int | None, Query(alias="assignment", ge=1, le=2**31 - 1)] = None,
 ) -> Response:
     attempts = list(with_submission_details(session, attempts_for(session=session, user=user, exercise=exercise)))
+    where = _where_made(session, [s.assignment_id for s in attempts])
+    context = _opened_from(session, user, exercise, from_assignment) if from_assignment is not None else None
     chosen = _chosen(attempts, attempt, session=session, user=user)
     previous = previous_attempt(session=session, submission=chosen) if chosen else None
     numbers = {s.id: len(attempts) - i for i, s in enumerate(attempts)}
     shown = shown_for(session=session, submissions=attempts, viewer=user, now=utcnow())  # chosen is among them
+    chosen_out = SubmissionOut.of(chosen, shown[chosen.id]) if chosen else None
+    is_quiz = chosen is not None and chosen.exercise_version.kind == "quiz"
     return render(
         request,
         "history.html",
         ex=ExerciseSummary.of(exercise),
         attempts=[SubmissionOut.of(s, shown[s.id]) for s in attempts],
         numbers=numbers,
-        chosen=SubmissionOut.of(chosen, shown[chosen.id]) if chosen else None,
-        chosen_code=highlight_python(chosen.code) if chosen else "",
+        chosen=chosen_out,
+        chosen_code=highlight_python(chosen.code) if chosen and not is_quiz else "",
+        answers=quiz_answers(chosen, chosen_out) if chosen and chosen_out and is_quiz else [],
         previous_id=previous.id if previous else None,
         diff=diff_lines(previous.code, chosen.code) if chosen and previous else [],
         progress=progress_for(session=session, user=user, exercise=exercise),
         regrade=request_for_item(session=session, user=user, submission=chosen) if chosen else None,
+        where={s.id: where.get(s.assignment_id) for s in attempts},
+        context=context,
     )
+
+
+@dataclass(frozen=True)
+class QuizAnswer:
+    """One question of a quiz attempt as history shows it: the prompt, the learner's answer in words, the result."""
+
+    number: int
+    prompt_html: markupsafe.Markup
+    code: str
+    picked: list[str]  # the chosen options' texts (choice questions)
+    text: str  # the written answer (text questions)
+    result: TestResultOut | None
+
+
+def quiz_answers(attempt: Submission, shown: SubmissionOut) -> list[QuizAnswer]:
+    """Return the questions of a quiz ``attempt`` with the learner's answers in words and each one's result."""
+    quiz = quiz_of(attempt.exercise_version)
+    try:
+        given = json.loads(attempt.code)
+    except ValueError:
+        given = {}
+    results = {t.name: t for t in shown.tests}
+    found = []
+    for number, question in enumerate(quiz.questions, start=1):
+        value = given.get(question.id) if isinstance(given, dict) else None
+        options = {o.id: o.text for o in getattr(question, "options", ())}
+        picked = [str(options.get(v, v)) for v in value] if isinstance(value, list) else []
+        found.append(QuizAnswer(
+            number=number, prompt_html=markupsafe.Markup(render_markdown(question.prompt)),  # noqa: S704 (sanitised)
+            code=question.code, picked=picked, text=value if isinstance(value, str) else "",
+            result=results.get(question.id),
+        ))  # fmt: skip
+    return found
+
+
+def _opened_from(session: Session, user: User, exercise: Exercise, assignment_id: int) -> dict[str, str] | None:
+    """Return the assignment the history was opened from, if ``user`` is in its course and it holds ``exercise``."""
+    assignment = session.get(Assignment, assignment_id)
+    if assignment is None or courses.course_role(session=session, course=assignment.course, user=user) is None:
+        return None  # a link from elsewhere: the history stands without the course context
+    if not any(item.exercise_id == exercise.id for item in assignment.items):
+        return None
+    return _where_made(session, [assignment.id]).get(assignment.id)
+
+
+def _where_made(session: Session, assignment_ids: list[int | None]) -> dict[int | None, dict[str, str]]:
+    """Return, per assignment id among ``assignment_ids``, its title, its course and their pages."""
+    ids = sorted({i for i in assignment_ids if i is not None})
+    found: dict[int | None, dict[str, str]] = {}
+    if not ids:
+        return found
+    for assignment in session.scalars(select(Assignment).where(Assignment.id.in_(ids))):
+        found[assignment.id] = {
+            "id": str(assignment.id), "title": assignment.title, "course": assignment.course.title,
+            "course_url": f"/courses/{quote(assignment.course.slug)}",
+            "url": f"/courses/{quote(assignment.course.slug)}/assignments/{assignment.id}",
+        }  # fmt: skip
+    return found

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 import zoneinfo
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -50,6 +50,7 @@ from sqlalchemy.orm import Session
 from app.domain import accounts, assignments, courses, coursework
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks
+from app.domain.insights import exercise_insights
 from app.domain.lti import roster
 from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Exercise, User, utcnow
 from app.domain.progress import progress_for
@@ -85,7 +86,7 @@ LABELS = {
     "title": "the title", "opens_at": "the opening date", "due_at": "the due date", "late_until": "the late end",
     "late_credit_pct": "the late credit", "counts": "which attempt counts", "max_attempts": "the attempt limit",
     "rate_burst": "the submissions in a burst", "rate_refill_s": "the refill time", "email": "the learner",
-    "extra_attempts": "the extra attempts", "reason": "the reason",
+    "extra_attempts": "the extra attempts", "reason": "the reason", "practice": "practice",
 }  # fmt: skip
 
 
@@ -153,6 +154,7 @@ class AssignmentForm:
     rate_burst: str = ""
     rate_refill_s: str = ""
     is_published: bool = True
+    practice: str = "examples_only"
     items: str = ""  # one exercise a line: "slug [weight]"
 
     @classmethod
@@ -165,7 +167,7 @@ class AssignmentForm:
             late_until=local_value(assignment.late_until), tz="UTC", late_credit_pct=text(assignment.late_credit_pct),
             counts=assignment.counts, max_attempts=text(assignment.max_attempts),
             rate_burst=text(assignment.rate_burst), rate_refill_s=text(assignment.rate_refill_s),
-            is_published=assignment.is_published,
+            is_published=assignment.is_published, practice=assignment.practice,
             items="\n".join(f"{item.exercise.slug} {item.weight:g}" for item in assignment.items),
         )  # fmt: skip
 
@@ -197,6 +199,7 @@ class AssignmentForm:
                     "rate_burst": _optional(self.rate_burst),
                     "rate_refill_s": _optional(self.rate_refill_s),
                     "is_published": self.is_published,
+                    "practice": self.practice,
                     "items": self.chosen(),
                     **({"late_credit_pct": self.late_credit_pct.strip()} if self.late_credit_pct.strip() else {}),
                 }
@@ -215,18 +218,26 @@ class ExtensionForm:
     tz: str = "UTC"
     extra_attempts: str = "0"
     reason: str = ""
+    no_late: bool = False
 
-    def checked(self) -> ExtensionIn:
-        """Return the form as the API's ``ExtensionIn`` (dates in UTC), or raise ``InvalidInput``."""
+    def checked(self, late_span: timedelta | None = None) -> ExtensionIn:
+        """Return the form as the API's ``ExtensionIn`` (dates in UTC), or raise ``InvalidInput``.
+
+        ``late_span``: the assignment's late period; a late end left empty (and "no late period" unticked) ends
+        that long after the new due date, so moving only the due date keeps the learner's late period.
+        """
         due_at = utc_from_local(self.due_at, self.tz, LABELS["due_at"])
         if due_at is None:
             raise InvalidInput("an extension needs its new due date")
+        late_until = utc_from_local(self.late_until, self.tz, LABELS["late_until"])
+        if late_until is None and late_span is not None and not self.no_late:
+            late_until = due_at + late_span
         try:
             return ExtensionIn.model_validate(
                 {
                     "email": self.email,
                     "due_at": due_at,
-                    "late_until": utc_from_local(self.late_until, self.tz, LABELS["late_until"]),
+                    "late_until": late_until,
                     "extra_attempts": self.extra_attempts.strip() or "0",
                     "reason": self.reason,
                 }
@@ -414,7 +425,19 @@ def submit_under_assignment(
     )  # fmt: skip
     session.commit()
     dispatch_committed(dispatcher, submission)
-    return redirect(f"/exercises/{quote(exercise.slug)}/history?attempt={submission.id}#attempt")
+    history = f"/exercises/{quote(exercise.slug)}/history"
+    return redirect(f"{history}?attempt={submission.id}&assignment={here.assignment.id}#attempt")
+
+
+@router.get("/courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/insights")
+def assignment_insights_page(
+    request: Request, here: HereStaffDep, exercise: ExerciseDep, session: SessionDep
+) -> Response:  # fmt: skip
+    """Show what the course's learners get wrong on one exercise: any of its staff, TAs included, read-only."""
+    _item_of(here.assignment, exercise)
+    found = exercise_insights(session=session, exercise=exercise, course=here.course)
+    scope = {"course": here.course, "assignment": here.assignment, "url": _assignment_url(here.assignment)}
+    return render(request, "instructor/insights.html", exercise=exercise, ins=found, scope=scope)
 
 
 # --- staff: members, CSV enrollment, the invite link ---------------------------------------------------------
@@ -451,6 +474,12 @@ def _manage_page(
 @router.get("/courses/{slug}/manage")
 def manage_page(request: Request, access: CourseStaffDep, session: SessionDep) -> Response:
     return _manage_page(request, access, session)
+
+
+@router.get("/courses/{slug}/members")
+def members_page(access: CourseStaffDep) -> Response:
+    """Send a reload or a bookmark of the enrollment form's address to the manage page (POST-redirect-GET)."""
+    return redirect(f"{_course_url(access.course)}/manage#members")
 
 
 @router.post("/courses/{slug}/members")
@@ -527,13 +556,13 @@ def posted_assignment(
     title: TextField = "", opens_at: TextField = "", due_at: TextField = "", late_until: TextField = "",
     tz: TextField = "UTC", late_credit_pct: TextField = "", counts: TextField = "best", max_attempts: TextField = "",
     rate_burst: TextField = "", rate_refill_s: TextField = "", is_published: TextField = "",
-    items: Annotated[str, Form(max_length=100_000)] = "",
+    practice: TextField = "examples_only", items: Annotated[str, Form(max_length=100_000)] = "",
 ) -> AssignmentForm:  # fmt: skip
     """Return the posted assignment form as typed (an unticked "published" box is not posted at all)."""
     return AssignmentForm(
         title=title, opens_at=opens_at, due_at=due_at, late_until=late_until, tz=tz, late_credit_pct=late_credit_pct,
         counts=counts, max_attempts=max_attempts, rate_burst=rate_burst, rate_refill_s=rate_refill_s,
-        is_published=bool(is_published), items=items,
+        is_published=bool(is_published), practice=practice, items=items,
     )  # fmt: skip
 
 
@@ -603,13 +632,20 @@ def _extensions_page(
         request, "courses/extensions.html", status_code=status_code, course=here.course,
         assignment=assignment_out(session=session, assignment=here.assignment, user=here.user, staff=True),
         audit=[ExtensionOut.of(e, emails) for e in found], learners=learners, form=form, fresh=fresh, error=error,
-        zones=ZONES, base_url=_assignment_url(here.assignment),
+        zones=ZONES, base_url=_assignment_url(here.assignment), late_span=_late_span(here.assignment),
     )  # fmt: skip
+
+
+def _late_span(assignment: Assignment) -> timedelta | None:
+    """Return how long the assignment's late period lasts (None: it has none)."""
+    if assignment.due_at is None or assignment.late_until is None:
+        return None
+    return as_utc(assignment.late_until) - as_utc(assignment.due_at)
 
 
 @router.get("/courses/{course_slug}/assignments/{assignment_id}/extensions")
 def extensions_page(request: Request, here: HereStaffDep, session: SessionDep) -> Response:
-    form = ExtensionForm(due_at=local_value(here.assignment.due_at), late_until=local_value(here.assignment.late_until))
+    form = ExtensionForm(due_at=local_value(here.assignment.due_at))  # the late end follows the due date (checked)
     return _extensions_page(request, session, here, form)
 
 
@@ -624,12 +660,14 @@ def grant_form(
     tz: TextField = "UTC",
     extra_attempts: TextField = "0",
     reason: TextField = "",
+    no_late: TextField = "",
 ) -> Response:
     form = ExtensionForm(
-        email=email, due_at=due_at, late_until=late_until, tz=tz, extra_attempts=extra_attempts, reason=reason
-    )
+        email=email, due_at=due_at, late_until=late_until, tz=tz, extra_attempts=extra_attempts, reason=reason,
+        no_late=bool(no_late),
+    )  # fmt: skip
     try:
-        body = form.checked()
+        body = form.checked(_late_span(here.assignment))
         learner = session.scalar(select(User).where(User.email == body.email.strip().lower()))
         if learner is None:
             raise InvalidInput(f"no user {body.email!r}")

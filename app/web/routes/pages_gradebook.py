@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from app.domain import accounts, gradebook
 from app.domain.lti import scores
-from app.domain.models import AssignmentItem, User
+from app.domain.models import AssignmentItem, Exercise, ExerciseVersion, User
 from app.web.deps import CourseAccess, CourseDep, CourseStaffDep, RowId, SessionDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from worker.core.errors import InvalidInput, NotFound
@@ -68,7 +68,8 @@ class GradeLine:
 
     assignment_id: int
     assignment: str
-    exercise: str
+    exercise: str  # the exercise's title
+    url: str  # the exercise under its assignment
     cell: gradebook.Cell
 
 
@@ -143,11 +144,17 @@ def my_grades_page(request: Request, access: CourseDep, session: SessionDep) -> 
     stmt = (
         select(AssignmentItem)
         .where(AssignmentItem.id.in_(ids))
-        .options(joinedload(AssignmentItem.assignment), joinedload(AssignmentItem.exercise))
+        .options(
+            joinedload(AssignmentItem.assignment),
+            joinedload(AssignmentItem.exercise).joinedload(Exercise.current_version).load_only(ExerciseVersion.title),
+        )
     )
     items = {item.id: item for item in session.scalars(stmt)} if ids else {}
     lines = []
     for cell in row.cells:
         item = items[cell.item_id]
-        lines.append(GradeLine(item.assignment_id, item.assignment.title, item.exercise.slug, cell))
+        exercise = item.exercise
+        title = exercise.current_version.title if exercise.current_version is not None else exercise.slug
+        url = f"/courses/{quote(access.course.slug)}/assignments/{item.assignment_id}/exercises/{quote(exercise.slug)}"
+        lines.append(GradeLine(item.assignment_id, item.assignment.title, title, url, cell))
     return render(request, "gradebook/grades.html", course=access.course, row=row, lines=lines)

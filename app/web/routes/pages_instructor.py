@@ -275,7 +275,7 @@ def submission_page(
 @router.get("/exercises/{slug}/insights")
 def insights_page(request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> Response:
     found = exercise_insights(session=session, exercise=exercise)
-    return render(request, "instructor/insights.html", user=user, exercise=exercise, ins=found)
+    return render(request, "instructor/insights.html", user=user, exercise=exercise, ins=found, scope=None)
 
 
 @router.post("/exercises/{slug}/regrade")

@@ -78,8 +78,17 @@ def write(
         return _thread(request, user, session, found, error=exc.message, body=body, status_code=http_status(exc))
     for submission in jobs:
         dispatch_committed(dispatcher, submission)
-    flash(request, "Sent." if chosen is None else f"Done: {chosen.value}.")
+    flash(request, DONE[chosen] if chosen is not None else "Your message is sent.")
     return redirect(f"/regrade-requests/{found.id}")
+
+
+DONE = {
+    rr.StaffAction.comment: "Your answer is sent to the learner.",
+    rr.StaffAction.adjust: "Your answer is sent and the item's score is set: the learner and the grade book show it.",
+    rr.StaffAction.rerun: "Your answer is sent and the attempt is being graded again; its history shows the result.",
+    rr.StaffAction.close: "The request is closed; the learner sees your answer.",
+    rr.StaffAction.reopen: "The request is open again: the learner may write.",
+}  # what a staff answer did, as the flash says it
 
 
 @router.post("/submissions/{submission_id}/regrade-request")
