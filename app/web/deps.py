@@ -9,9 +9,9 @@ Contract:
   session cookie (which is then ignored); elsewhere it is ignored. An unknown or revoked token is ``Unauthorized``;
   a token is ``Forbidden`` where ``required_scope`` says it needs a scope it lacks, or on ``TOKENLESS_PATHS``
   (logging in and out, changing the password, managing tokens). The scope comes from the route: ``staff`` for one
-  that depends on a staff dependency (``STAFF_DEPENDENCIES``) or checks the role inside (``STAFF_PATHS``), else ``read`` for GET,
-  ``submit`` for the learner's own writes (``SUBMIT_PATHS``), ``staff`` for every other write. A token without
-  ``staff`` does not carry its user's staff rights to ``SubmissionDep`` (only their own submissions).
+  that depends on a staff dependency (``STAFF_DEPENDENCIES``) or checks the role inside (``STAFF_PATHS``), else
+  ``read`` for GET, ``submit`` for the learner's own writes (``SUBMIT_PATHS``), ``staff`` for every other write. A
+  token without ``staff`` does not carry its user's staff rights to ``SubmissionDep`` (only their own submissions).
 - ``CurrentUser`` is the logged-in active user or ``Unauthorized("log in first")``; ``require_role`` raises
   ``Forbidden``. API routes and pages use the same ones: ``app.web.errors`` answers JSON or HTML by path (a
   page's ``Unauthorized`` becomes the log-in redirect). ``request.state.user`` keeps a detached copy of the
