@@ -148,6 +148,9 @@ def test_tokens_work_on_the_api_only_and_never_manage_tokens_or_log_in(
     assert more.status_code == 403
     form = client.post("/account/tokens", data={"name": "x", "scopes": "read"}, headers=_bearer(token))
     assert form.status_code == 403  # a page form: no session, so no form token either
+    new_password = {"current": "whatever", "new": "a-new-long-password", "repeated": "a-new-long-password"}
+    changed = client.post("/api/auth/password", json=new_password, headers=_bearer(token))
+    assert changed.status_code == 403 and "cannot be used here" in changed.json()["detail"]
 
 
 def test_the_attempt_rules_of_an_assignment_hold_for_a_token(
