@@ -86,10 +86,14 @@ def met(value: float | None, target: float | None, compare: str) -> bool | None:
 
 
 def credit(value: float, target: float, compare: str, zero_at: float | None) -> float:
-    """Return the share of the points earned: 1 at the target, linear down to 0 at ``zero_at`` (0 without it)."""
+    """Return the share of the points earned: 1 at the target, linear down to 0 at ``zero_at`` (0 without it).
+
+    Only a miss on ``zero_at``'s side of the target earns a share: with ``compare="=="`` and ``zero_at`` above
+    the target, a value below it earns nothing.
+    """
     if met(value, target, compare):
         return 1.0
-    if zero_at is None or zero_at == target:
+    if zero_at is None or zero_at == target or (value - target) * (zero_at - target) <= 0:
         return 0.0
     share = (zero_at - value) / (zero_at - target)
     return max(0.0, min(1.0, share))
