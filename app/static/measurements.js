@@ -55,6 +55,11 @@ window.gpulabMeasurements = (function () {
     root.appendChild(svg("text", { x: left - 4, y: top + plotH, "text-anchor": "end", "font-size": 10 }, "0"));
     root.appendChild(svg("text", { x: left + plotW / 2, y: height - 4, "text-anchor": "middle", "font-size": 11 }, c.x_label));
     root.appendChild(svg("text", { x: 4, y: top - 4, "font-size": 11 }, c.y_label));
+    const ticks = c.kind === "bar" ? c.series[0].points.map((p, i) => [left + (i + 0.5) * plotW / c.series[0].points.length, p[0]])
+      : [...new Set(xs)].map((x) => [sx(x), x]);
+    for (const [x, value] of ticks.slice(0, 16)) {
+      root.appendChild(svg("text", { x, y: top + plotH + 12, "text-anchor": "middle", "font-size": 10 }, round(value)));
+    }
     c.series.forEach((s, index) => {
       const colour = COLOURS[index % COLOURS.length];
       if (c.kind === "bar") {

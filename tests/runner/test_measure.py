@@ -73,7 +73,7 @@ def test_met_targets_pass_without_credit_keys(tmp_path: Path) -> None:
 
 def test_modelled_figure_without_basis_is_the_tests_error(tmp_path: Path) -> None:
     tests = {"test_m.py": "def test_m(measure):\n    measure.record('speed-up', 1.5, modelled=True)\n"}
-    proc, result = run_runner(make_job(tmp_path, "x = 1\n", tests))
+    _, result = run_runner(make_job(tmp_path, "x = 1\n", tests))
     assert result is not None
     entry = by_id(result)["test_m.py::test_m"]
     assert entry["outcome"] == "failed" and "a modelled figure needs its basis" in entry["message"], entry

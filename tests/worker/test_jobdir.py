@@ -139,10 +139,14 @@ MEASUREMENT: dict[str, Any] = {
     "met": True,
     "modelled": False,
     "basis": "",
-    "chart": {"kind": "bar", "x_label": "step", "y_label": "bytes", "series": [{"label": "rank 0", "points": [[1, 196]]}]},
+    "chart": {"kind": "bar", "x_label": "step", "y_label": "bytes", "series": [{"label": "r", "points": [[1, 196]]}]},
 }
+ONE_COORDINATE = [{"label": "r", "points": [[1]]}]
+TOO_LONG = [{"label": "r", "points": [[0, 1]] * 65}]  # one point more than a series may hold
 MODELLED = {**MEASUREMENT, "name": "modelled step time", "modelled": True, "basis": "compute + link", "chart": None}
-PARTIAL = {"id": "test_add.py::test_budget", "outcome": "failed", "message": "over budget", "duration_ms": 1, "credit": 0.5}
+PARTIAL = {
+    "id": "test_add.py::test_budget", "outcome": "failed", "message": "over budget", "duration_ms": 1, "credit": 0.5,
+}  # fmt: skip
 
 
 def test_read_result_accepts_measurements_and_partial_credit(tmp_path: Path) -> None:
@@ -164,8 +168,8 @@ def test_read_result_accepts_measurements_and_partial_credit(tmp_path: Path) -> 
         {"measurements": [{**MEASUREMENT, "name": "n" * 121}]},
         {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "kind": "pie"}}]},
         {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "series": []}}]},
-        {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "series": [{"label": "r", "points": [[1]]}]}}]},
-        {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "series": [{"label": "r", "points": [[0, 1]] * 65}]}}]},
+        {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "series": ONE_COORDINATE}}]},
+        {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "series": TOO_LONG}}]},
         {"tests": [{**PARTIAL, "credit": 1.0}]},
         {"tests": [{**PARTIAL, "credit": 0}]},
         {"tests": [{**PARTIAL, "outcome": "passed"}]},

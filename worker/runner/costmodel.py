@@ -36,21 +36,24 @@ NVLINK = Link("NVLink-class", 300e9, 5e-6)
 LINKS = (PCIE, NVLINK)
 
 
-def allreduce_s(payload_bytes: float, ranks: int, link: Link, calls: int = 1) -> float:
-    """Return the modelled seconds of ``calls`` ring all-reduces moving ``payload_bytes`` in all on ``ranks``."""
+def allreduce_s(payload_bytes: float, ranks: int, link: Link, calls: float = 1) -> float:
+    """Return the modelled seconds of ``calls`` ring all-reduces moving ``payload_bytes`` in all on ``ranks``.
+
+    ``calls`` may be an average (calls per step over many steps): it only multiplies the latency term.
+    """
     if ranks <= 1:
         return 0.0
     hops = 2 * (ranks - 1)
     return calls * hops * link.latency_s + hops / ranks * payload_bytes / link.bandwidth_bytes_s
 
 
-def step_s(compute_s: float, payload_bytes: float, calls: int, ranks: int, link: Link) -> float:
+def step_s(compute_s: float, payload_bytes: float, calls: float, ranks: int, link: Link) -> float:
     """Return the modelled seconds of one step: measured compute plus modelled all-reduce (no overlap)."""
     return compute_s + allreduce_s(payload_bytes, ranks, link, calls)
 
 
 def speedup(
-    single_compute_s: float, payload_bytes: float, calls: int, ranks: list[int], link: Link
+    single_compute_s: float, payload_bytes: float, calls: float, ranks: list[int], link: Link
 ) -> list[tuple[int, float]]:
     """Return the modelled speed-up over one device for each rank count, the global batch held fixed.
 
