@@ -133,7 +133,7 @@ def _wrap_ddp(ddp: Any) -> None:
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     forward, register = ddp.forward, ddp.register_comm_hook
-    builtin = getattr(ddp, "_register_builtin_comm_hook", None)
+    builtin: Any = getattr(ddp, "_register_builtin_comm_hook", None)
 
     def counted_forward(self: Any, *inputs: Any, **kwargs: Any) -> Any:
         import torch
