@@ -130,3 +130,31 @@ def test_measuring_does_not_change_the_training() -> None:
     assert measured.state.keys() == plain.state.keys()
     for key in plain.state:
         assert (measured.state[key] == plain.state[key]).all(), f"{key} differs with the Python twin of DDP's hook"
+
+
+def train_hook_after_forward(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """Register the fp16 hook after the first forward, before its backward, as DDP's docs allow."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    model = DistributedDataParallel(_small())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(rank))
+    for step in range(2):
+        loss = model(x).square().mean()
+        if step == 0:
+            model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+    return dict(model.module.state_dict())
+
+
+def test_a_hook_registered_after_the_first_forward_replaces_the_twin() -> None:
+    comm = _comm(train_hook_after_forward)[0].comm
+    assert comm is not None
+    assert [(w["calls"], w["bytes"]) for w in comm["per_step"]] == [(1, SMALL_BYTES // 2)] * 2
+    assert comm["own_hooks"] == 1 and comm["ddp_default_hooks"] == 1

@@ -11,7 +11,8 @@ Contract (torch 2.13, any backend; measured on gloo, see README.md "Communicatio
   DDP's own gradient all-reduce runs in C++ (``Reducer`` -> ``ProcessGroup::allreduce``) and never passes
   through Python, so every ``DistributedDataParallel`` gets, at its first ``forward``, the Python twin of the
   built-in reduction (``default_hooks.allreduce_hook``: divide by the world size, then all-reduce the bucket),
-  unless the learner registered a hook of their own (which goes through the wrapped methods itself).
+  unless the learner registered a hook of their own (which goes through the wrapped methods itself); one the
+  learner registers after that forward (DDP allows it until the first backward) replaces the twin.
   Not seen: DDP's start-up broadcast of rank 0's weights (``_broadcast_coalesced`` in C++) and C++ built-in
   hooks (``_register_builtin_comm_hook``), whose buckets are counted as plain all-reduces.
 - **Bytes** are the payload a rank hands to the collective: ``numel * element_size`` of its input tensors.
@@ -127,6 +128,25 @@ def _step_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     _state["steps"] = _state.get("steps", 0) + 1
 
 
+class _Dispatch:
+    """The comm hook ``comm`` registers on a DDP wrapper: it runs whichever hook is current.
+
+    DDP takes one comm hook per wrapper, and DDP's docs only ask that it come before the first backward. ``comm``
+    registers at the first forward, so a learner's hook registered between that forward and the backward must
+    still be accepted: it replaces the target here instead of reaching the reducer a second time.
+    """
+
+    def __init__(self, state: Any, hook: Any) -> None:
+        self.state, self.hook = state, hook
+
+    def __call__(self, _unused: Any, bucket: Any) -> Any:
+        return self.hook(self.state, bucket)
+
+
+def _dispatch_hook(dispatch, bucket):  # type: ignore[no-untyped-def]  # DDP refuses annotations but its own
+    return dispatch(None, bucket)
+
+
 def _wrap_ddp(ddp: Any) -> None:
     if getattr(ddp.forward, "_gpulab_comm", False):
         return
@@ -140,9 +160,10 @@ def _wrap_ddp(ddp: Any) -> None:
 
         if not getattr(self, "_gpulab_hooked", False):
             # The built-in C++ reduction is invisible to Python: use its Python twin, which calls the
-            # (wrapped) ProcessGroup.allreduce.
+            # (wrapped) ProcessGroup.allreduce, through a dispatcher a later learner hook can retarget.
             self._gpulab_hooked = True
-            register(self, self.process_group, default_hooks.allreduce_hook)
+            self._gpulab_dispatch = _Dispatch(self.process_group, default_hooks.allreduce_hook)
+            register(self, self._gpulab_dispatch, _dispatch_hook)
             if _state:
                 _state["ddp_hooks"] += 1
         first = inputs[0] if inputs else next(iter(kwargs.values()), None)
@@ -150,11 +171,16 @@ def _wrap_ddp(ddp: Any) -> None:
             _state["windows"][-1]["samples"] += int(first.shape[0])
         return forward(self, *inputs, **kwargs)
 
-    def own_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
-        self._gpulab_hooked = True
+    def own_hook(self: Any, state: Any, hook: Any) -> Any:
+        dispatch = getattr(self, "_gpulab_dispatch", None)
         if _state:
             _state["own_hooks"] += 1
-        return register(self, *args, **kwargs)
+        if dispatch is not None and dispatch.hook is default_hooks.allreduce_hook:
+            self._check_comm_hook(hook)  # DDP's own checks of the hook's signature
+            dispatch.state, dispatch.hook = state, hook
+            return None
+        self._gpulab_hooked = True
+        return register(self, state, hook)  # a second registration fails here, as DDP would make it fail
 
     def own_builtin(self: Any, *args: Any, **kwargs: Any) -> Any:
         self._gpulab_hooked = True  # C++ hook: its all-reduces stay invisible (documented)
