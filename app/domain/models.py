@@ -174,6 +174,8 @@ class Submission(Base):
     device: Mapped[str] = mapped_column(String(200), default="")
     sandbox: Mapped[str] = mapped_column(String(32), default="")
     runtime_ms: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # What the hidden tests measured (runner/measure.py, checked by worker.grading.jobdir); none before 0014.
+    measurements: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -17,6 +17,9 @@ Contract:
   learner's deadline passed, ``reveals_at`` is when the waiting ones will show. The grade stays: ``score``,
   ``verdict``, ``stdout``, ``stderr`` and ``message`` are as without tiers. Without ``shown`` everything is shown
   (staff's views), and a visible test reads exactly as before tiers, plus ``visible: true``.
+- ``measurements`` are what a measured-outcome exercise's hidden tests measured (``runner/measure.py``), each
+  beside its target; a measurement of a withheld test is withheld with it. ``modelled: true`` marks a figure
+  from the cost model (``runner/costmodel.py``), never a measurement: every view labels it so with its ``basis``.
 """
 
 from __future__ import annotations
@@ -230,6 +233,40 @@ class TestResultOut(BaseModel):
         )
 
 
+class ChartSeriesOut(BaseModel):
+    label: str
+    points: list[tuple[float, float]]
+
+
+class ChartOut(BaseModel):
+    """A small chart of a measurement: bars (e.g. bytes per step) or lines (e.g. modelled speed-up vs ranks)."""
+
+    kind: Literal["bar", "line"]
+    x_label: str
+    y_label: str
+    series: list[ChartSeriesOut]
+
+
+class MeasurementOut(BaseModel):
+    """One measured (or ``modelled``) outcome of a hidden test, beside its target (``met`` compares them)."""
+
+    test: str
+    name: str
+    value: float | None
+    unit: str
+    target: float | None
+    compare: Literal["<=", ">=", "=="] | None
+    met: bool | None
+    modelled: bool
+    basis: str
+    chart: ChartOut | None
+
+
+def _measurements(submission: Submission, shown: ShownTests | None) -> list[MeasurementOut]:
+    found = submission.measurements or []
+    return [MeasurementOut.model_validate(m) for m in found if shown is None or shown.shows(m["test"])]
+
+
 class SubmissionOut(BaseModel):
     id: str
     exercise: str
@@ -250,6 +287,7 @@ class SubmissionOut(BaseModel):
     hidden_tests: int = 0
     newly_visible: list[str] = Field(default_factory=list)
     reveals_at: UtcDatetime | None = None
+    measurements: list[MeasurementOut] = Field(default_factory=list)
 
     @classmethod
     def of(cls, submission: Submission, shown: ShownTests | None = None) -> SubmissionOut:
@@ -279,6 +317,7 @@ class SubmissionOut(BaseModel):
             hidden_tests=sum(not t.visible for t in tests),
             newly_visible=list(shown.newly_visible) if shown else [],
             reveals_at=shown.reveals_at if shown else None,
+            measurements=_measurements(submission, shown),
         )
 
 
@@ -362,6 +401,7 @@ def example_run_out(version: ExerciseVersion, outcome: GradeOutcome, started_at:
         finished_at=datetime.now(UTC),
         runtime_ms=outcome.runtime_ms,
         device=outcome.device,
+        measurements=[MeasurementOut.model_validate(m) for m in outcome.measurements],
     )
 
 

@@ -143,6 +143,7 @@ def record_outcome(*, session: Session, submission: Submission, outcome: GradeOu
     submission.device = outcome.device
     submission.sandbox = outcome.sandbox
     submission.runtime_ms = outcome.runtime_ms
+    submission.measurements = list(outcome.measurements) or None
     submission.finished_at = utcnow()
 
 

@@ -111,6 +111,7 @@
       }
     }
     table.hidden = !(sub.tests && sub.tests.length);
+    if (window.gpulabMeasurements) window.gpulabMeasurements.render(byId("result-measurements"), sub.measurements);
 
     setText("result-device", sub.device ? "Ran on " + sub.device : "");
     setText("result-runtime", sub.runtime_ms ? "in " + (sub.runtime_ms / 1000).toFixed(2) + " s" : "");

@@ -356,3 +356,31 @@ def test_a_list_is_read_in_a_fixed_number_of_queries(
         return len(statements)
 
     assert count(1) == count(4) <= 4  # the new versions' exercise.toml, assignments, staff roles, extensions
+
+
+def _measurement(test: str, name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "test": test, "name": name, "value": 196.0, "unit": "B", "target": 196.0, "compare": "<=", "met": True,
+        "modelled": False, "basis": "", "chart": None, **extra,
+    }  # fmt: skip
+
+
+def test_measurements_show_beside_their_targets_and_hide_with_their_test(
+    learner_client: TestClient, learner: User, make_tiered: MakeExercise, submit: Submit, db_session: Session
+) -> None:
+    exercise = make_tiered(f'[visibility]\n"{NEGATIVE}" = "never"\n')
+    submission = submit(learner, exercise)
+    modelled = _measurement(SMALL, "modelled step time", modelled=True, basis="compute measured + PCIe-class link")
+    submission.measurements = [
+        _measurement(SMALL, "bytes per step"),
+        modelled,
+        _measurement(NEGATIVE, "SECRET-INPUT bytes"),
+    ]
+    db_session.commit()
+
+    body = learner_client.get(f"/api/submissions/{submission.id}").json()
+    assert [m["name"] for m in body["measurements"]] == ["bytes per step", "modelled step time"]
+    assert body["measurements"][1] == modelled, "a modelled figure keeps its label and its basis"
+    assert "SECRET-INPUT" not in json.dumps(body), "a held-back test's measurements are held back with it"
+    staff = SubmissionOut.of(submission)
+    assert [m.name for m in staff.measurements] == ["bytes per step", "modelled step time", "SECRET-INPUT bytes"]

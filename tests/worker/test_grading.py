@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -185,3 +186,34 @@ def test_local_check_names_a_missing_user() -> None:
         pytest.skip("check() reports the missing root first when not root")
     with pytest.raises(SandboxUnavailable, match="gpulab-no-such-user-xyz"):
         sandbox.check()
+
+
+def test_partial_credit_and_measurements_reach_the_outcome(tiny_spec: SpecFactory) -> None:
+    spec = tiny_spec(timeout_s=5)
+    first, *rest = [t.id for t in spec.tests]
+    measurement = {
+        "test": first, "name": "bytes per step", "value": 500.0, "unit": "B", "target": 200.0, "compare": "<=",
+        "met": False, "modelled": False, "basis": "", "chart": None,
+    }  # fmt: skip
+
+    class MeasuringSandbox:
+        name = "measuring"
+        isolated = True
+
+        def check(self) -> None:
+            pass
+
+        def run(self, job_dir: Path, limits: Limits) -> SandboxRun:
+            tests = [{"id": first, "outcome": "failed", "message": "over budget", "duration_ms": 1, "credit": 0.25}]
+            tests += [{"id": i, "outcome": "passed", "message": "", "duration_ms": 1} for i in rest]
+            unknown = {**measurement, "test": "test_nope.py::test_not_expected"}
+            result = {"version": 1, "tests": tests, "error": None, "measurements": [measurement, unknown]}
+            (job_dir / "out" / "result.json").write_text(json.dumps(result))
+            return SandboxRun(exit_code=0)
+
+    result = grade(spec, CORRECT, sandbox=MeasuringSandbox())
+    got = {t.name: t for t in result.tests}
+    assert got[first].outcome is TestOutcomeKind.failed and got[first].points == round(got[first].max_points * 0.25, 2)
+    assert result.score == got[first].points + sum(got[i].max_points for i in rest)
+    assert result.verdict is Verdict.failed
+    assert result.measurements == [measurement], "only expected tests' measurements travel on"

@@ -132,3 +132,60 @@ def test_read_result_refuses_oversized(tmp_path: Path) -> None:
 def test_read_result_refuses_bad_schema(tmp_path: Path, data: Any) -> None:
     write_result(tmp_path, data)
     assert read_result(tmp_path) is None
+
+
+MEASUREMENT: dict[str, Any] = {
+    "test": "test_add.py::test_small",
+    "name": "bytes per step",
+    "value": 196.0,
+    "unit": "B",
+    "target": 196.0,
+    "compare": "<=",
+    "met": True,
+    "modelled": False,
+    "basis": "",
+    "chart": {"kind": "bar", "x_label": "step", "y_label": "bytes", "series": [{"label": "r", "points": [[1, 196]]}]},
+}
+ONE_COORDINATE = [{"label": "r", "points": [[1]]}]
+TOO_LONG = [{"label": "r", "points": [[0, 1]] * 65}]  # one point more than a series may hold
+MODELLED = {**MEASUREMENT, "name": "modelled step time", "modelled": True, "basis": "compute + link", "chart": None}
+PARTIAL = {
+    "id": "test_add.py::test_budget", "outcome": "failed", "message": "over budget", "duration_ms": 1, "credit": 0.5,
+}  # fmt: skip
+
+
+def test_read_result_accepts_measurements_and_partial_credit(tmp_path: Path) -> None:
+    data = {**VALID, "tests": [*VALID["tests"], PARTIAL], "measurements": [MEASUREMENT, MODELLED]}
+    write_result(tmp_path, data)
+    assert read_result(tmp_path) == data
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"measurements": {}},
+        {"measurements": [MEASUREMENT] * 65},
+        {"measurements": [{**MEASUREMENT, "extra": 1}]},
+        {"measurements": [{**MODELLED, "basis": ""}]},  # a modelled figure always comes with its basis
+        {"measurements": [{**MEASUREMENT, "value": "196"}]},
+        {"measurements": [{**MEASUREMENT, "value": True}]},
+        {"measurements": [{**MEASUREMENT, "compare": "<"}]},
+        {"measurements": [{**MEASUREMENT, "name": "n" * 121}]},
+        {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "kind": "pie"}}]},
+        {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "series": []}}]},
+        {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "series": ONE_COORDINATE}}]},
+        {"measurements": [{**MEASUREMENT, "chart": {**MEASUREMENT["chart"], "series": TOO_LONG}}]},
+        {"tests": [{**PARTIAL, "credit": 1.0}]},
+        {"tests": [{**PARTIAL, "credit": 0}]},
+        {"tests": [{**PARTIAL, "outcome": "passed"}]},
+        {"tests": [{**PARTIAL, "credit": "0.5"}]},
+    ],
+)
+def test_read_result_refuses_bad_measurements_and_credit(tmp_path: Path, bad: dict[str, Any]) -> None:
+    write_result(tmp_path, {**VALID, **bad})
+    assert read_result(tmp_path) is None
+
+
+def test_read_result_refuses_nan_measurements(tmp_path: Path) -> None:
+    write_result(tmp_path, json.dumps({**VALID, "measurements": [MEASUREMENT]}).replace("196.0", "NaN", 1))
+    assert read_result(tmp_path) is None

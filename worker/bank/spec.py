@@ -91,6 +91,7 @@ class WrongVariant(FormatModel):
     path: str = Field(validation_alias="file", min_length=1)  # inside the exercise folder
     must_fail: tuple[str, ...] = Field(min_length=1)
     why: Text = ""  # the mistake it stands for, in one sentence
+    feedback: str | None = None  # a fragment the failure message must contain (checked by another change)
 
 
 class ExerciseMeta(FormatModel):

@@ -57,6 +57,8 @@ class GradeOutcome:
     device: str = ""
     sandbox: str = ""
     message: str = ""
+    # What hidden tests measured (runner/measure.py): name, value, unit, target, met, modelled, basis, chart.
+    measurements: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """Return the plain-JSON form printed by ``gpulab grade --json``."""

@@ -9,13 +9,15 @@ Contract (the runner side is ``worker/runner/README.md``):
   ``ipc/`` are owned by ``owner`` (the judge's uid) when given and we are root. Everything else is
   readable by any uid, nothing is writable by it; which part each sandbox sees is the backend's job.
 - ``read_result(out_dir)`` returns the parsed ``result.json`` or ``None`` when it is missing, not a plain
-  file, a link, larger than ``max_bytes``, not JSON or not exactly the documented schema. It never raises
-  for anything the sandbox wrote, and never unpickles.
+  file, a link, larger than ``max_bytes``, not JSON or not exactly the documented schema (measurements and
+  partial credit included: ``runner/measure.py``). It never raises for anything the sandbox wrote, and never
+  unpickles.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -34,8 +36,17 @@ MAX_MESSAGE_CHARS = 8000
 MAX_ERROR_CHARS = 8000
 OUTCOMES = frozenset({"passed", "failed", "error", "skipped"})
 RESULT_KEYS = {"version", "tests", "error"}
-OPTIONAL_RESULT_KEYS = {"timed_out"}
+OPTIONAL_RESULT_KEYS = {"timed_out", "measurements"}
 TEST_KEYS = {"id", "outcome", "message", "duration_ms"}
+OPTIONAL_TEST_KEYS = {"credit"}  # a failed test's share of its points (0 < credit < 1): runner.measure.grade
+# Measurements (runner/measure.py): the same caps as the runner's, checked again here.
+MAX_MEASUREMENTS = 64
+MEASUREMENT_KEYS = {"test", "name", "value", "unit", "target", "compare", "met", "modelled", "basis", "chart"}
+MEASUREMENT_TEXT_CAPS = {"name": 120, "unit": 24, "basis": 400}
+COMPARES = frozenset({"<=", ">=", "=="})
+CHART_KEYS = {"kind", "x_label", "y_label", "series"}
+MAX_SERIES = 4
+MAX_POINTS = 64
 
 
 def _safe_relative(path: str) -> PurePosixPath:
@@ -100,11 +111,65 @@ def write_job_dir(
     return root
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _valid_credit(entry: dict[str, Any]) -> bool:
+    if "credit" not in entry:
+        return True
+    share = entry["credit"]
+    return entry["outcome"] == "failed" and _finite(share) and 0 < share < 1
+
+
+def _valid_chart(chart: Any) -> bool:
+    if chart is None:
+        return True
+    if not isinstance(chart, dict) or set(chart) != CHART_KEYS or chart["kind"] not in ("bar", "line"):
+        return False
+    if not all(isinstance(chart[k], str) and len(chart[k]) <= 120 for k in ("x_label", "y_label")):
+        return False
+    series = chart["series"]
+    if not isinstance(series, list) or not 0 < len(series) <= MAX_SERIES:
+        return False
+    for s in series:
+        if not isinstance(s, dict) or set(s) != {"label", "points"}:
+            return False
+        points = s["points"]
+        if not isinstance(s["label"], str) or len(s["label"]) > 120:
+            return False
+        if not isinstance(points, list) or not 0 < len(points) <= MAX_POINTS:
+            return False
+        if not all(isinstance(p, list) and len(p) == 2 and all(_finite(v) for v in p) for p in points):
+            return False
+    return True
+
+
+def _valid_measurement(entry: Any) -> bool:
+    """Say whether ``entry`` is one measurement exactly as ``runner.measure.Recorder.record`` writes it."""
+    if not isinstance(entry, dict) or set(entry) != MEASUREMENT_KEYS:
+        return False
+    if not isinstance(entry["test"], str) or not 0 < len(entry["test"]) <= MAX_ID_CHARS:
+        return False
+    for key, cap in MEASUREMENT_TEXT_CAPS.items():
+        if not isinstance(entry[key], str) or len(entry[key]) > cap:
+            return False
+    if not all(entry[k] is None or _finite(entry[k]) for k in ("value", "target")):
+        return False
+    if entry["compare"] is not None and entry["compare"] not in COMPARES:
+        return False
+    if entry["met"] is not None and not isinstance(entry["met"], bool):
+        return False
+    if not isinstance(entry["modelled"], bool) or (entry["modelled"] and not entry["basis"]):
+        return False  # a modelled figure never comes without what it assumes
+    return _valid_chart(entry["chart"])
+
+
 def _valid_test(entry: Any) -> bool:
-    if not isinstance(entry, dict) or set(entry) != TEST_KEYS:
+    if not isinstance(entry, dict) or not TEST_KEYS <= set(entry) <= TEST_KEYS | OPTIONAL_TEST_KEYS:
         return False
     test_id, outcome, message, duration = entry["id"], entry["outcome"], entry["message"], entry["duration_ms"]
-    return (
+    return _valid_credit(entry) and (
         isinstance(test_id, str)
         and 0 < len(test_id) <= MAX_ID_CHARS
         and outcome in OUTCOMES
@@ -127,6 +192,12 @@ def validate_result(data: Any) -> bool:
         return False
     if "timed_out" in data and not isinstance(data["timed_out"], bool):
         return False
+    if "measurements" in data:
+        found = data["measurements"]
+        if not isinstance(found, list) or len(found) > MAX_MEASUREMENTS:
+            return False
+        if not all(_valid_measurement(m) for m in found):
+            return False
     return isinstance(tests, list) and len(tests) <= MAX_TESTS and all(_valid_test(t) for t in tests)
 
 

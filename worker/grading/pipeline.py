@@ -8,6 +8,8 @@ Contract:
   reporting), else ``passed`` iff every point was earned (and there are points to earn), else ``failed``.
   The score always counts the passed expected tests, whatever the verdict.
 - Only ``spec.tests`` count: unknown reported ids are ignored, expected ids that never reported fail.
+- A failed test with ``credit`` (``runner.measure.grade``: a measured outcome short of its target) earns that
+  share of its points. Measurements of expected tests travel on in ``GradeOutcome.measurements``.
 - ``SandboxUnavailable`` propagates; any other failure of ours becomes an ``internal_error`` outcome.
   The job directory (it holds the hidden tests) is always deleted.
 - ``gpus`` names the models of the real GPUs the run's subject can use (``scripts/gpu-check`` passes the
@@ -63,9 +65,20 @@ def _test_outcomes(spec: ExerciseData, result: dict[str, Any] | None) -> list[Te
             kind, message = TestOutcomeKind.failed, NOT_REPORTED
         else:
             kind, message = TestOutcomeKind(entry["outcome"]), entry["message"]
-        points = expected.points if kind is TestOutcomeKind.passed else 0.0
+        if kind is TestOutcomeKind.passed:
+            points = expected.points
+        elif kind is TestOutcomeKind.failed and entry is not None and "credit" in entry:
+            points = round(expected.points * float(entry["credit"]), 2)
+        else:
+            points = 0.0
         outcomes.append(TestOutcome(expected.id, kind, message, points, expected.points))
     return outcomes
+
+
+def _measurements(spec: ExerciseData, result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Return the measurements of expected tests (the schema was checked by ``read_result``)."""
+    expected = {t.id for t in spec.tests}
+    return [m for m in (result or {}).get("measurements", []) if m["test"] in expected]
 
 
 def decide(spec: ExerciseData, run: SandboxRun, result: dict[str, Any] | None) -> tuple[Verdict, str]:
@@ -116,6 +129,7 @@ def grade(
             device=device,
             sandbox=sandbox.name,
             message=message,
+            measurements=_measurements(spec, result),
         )
     except SandboxUnavailable:
         raise

@@ -119,7 +119,7 @@ def main(argv: list[str], *, spawn_subject: bool = False) -> int:
         listener = listen(job_dir / "ipc" / "judge.sock")
         client = SubjectClient(deadline=deadline, max_reply_bytes=job.max_reply_bytes, listener=listener)
     try:
-        tests, error, timed_out = run_tests(job, client)
+        tests, error, timed_out, measurements = run_tests(job, client)
     finally:
         if subject is not None:
             # Closing our end makes the subject stop its current child; then the subject itself goes.
@@ -131,6 +131,8 @@ def main(argv: list[str], *, spawn_subject: bool = False) -> int:
     result: dict[str, object] = {"version": RESULT_VERSION, "tests": tests, "error": error}
     if timed_out:
         result["timed_out"] = True
+    if measurements:
+        result["measurements"] = measurements
     try:
         write_result(job_dir / "out", result)
     except OSError as exc:

@@ -1,9 +1,11 @@
 """The judge's pytest run: hidden tests that reach the learner's code only through the subject.
 
 Contract:
-- ``run_tests(job, client)`` returns ``(tests, error, timed_out)``: ``tests`` is the ``result.json`` test
-  list (ids relative to the tests folder, parametrized ids folded into their base id), ``error`` a
-  collection/setup problem or ``None``, ``timed_out`` whether the inner time limit fired.
+- ``run_tests(job, client)`` returns ``(tests, error, timed_out, measurements)``: ``tests`` is the
+  ``result.json`` test list (ids relative to the tests folder, parametrized ids folded into their base id;
+  a failed test that earned partial credit through ``measure.grade`` carries ``credit``), ``error`` a
+  collection/setup problem or ``None``, ``timed_out`` whether the inner time limit fired, ``measurements``
+  what the tests recorded with the ``measure`` fixture (``runner.measure``).
 - Tests reach the learner's code through the ``submission`` fixture (or ``import submission``), a
   ``SubmissionProxy`` whose calls run in the subject, and the ``probe`` fixture: ``probe("name", *args)``
   runs ``probes.name(submission_module, *args)`` there. Both return data only. Each test gets a fresh
@@ -37,6 +39,7 @@ from .client import (
     SubmissionImportError,
     SubmissionProxy,
 )
+from .measure import Recorder
 
 MAX_MESSAGE = 2000
 MAX_INTROSPECTION_LINES = 12
@@ -126,6 +129,8 @@ class GradingPlugin:
         self.records: dict[str, _Record] = {}
         self.param_records: dict[str, list[tuple[str, _Record]]] = {}
         self.collect_errors: list[tuple[str, str, bool]] = []
+        self.measurements: list[dict[str, Any]] = []
+        self.credits: dict[str, float] = {}
 
     @pytest.fixture(name="submission")
     def submission_fixture(self) -> types.ModuleType:
@@ -136,6 +141,11 @@ class GradingPlugin:
     def probe_fixture(self) -> Any:
         """Give the test ``probe(name, *args, **kwargs)``: run an exercise probe next to the learner's code."""
         return self.probe
+
+    @pytest.fixture(name="measure")
+    def measure_fixture(self, request: pytest.FixtureRequest) -> Recorder:
+        """Give the test a ``runner.measure.Recorder``: measurements and partial credit for this test."""
+        return Recorder(self.measurements, self.credits, _base_id(request.node.nodeid))
 
     def probe(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``probes.<name>(submission, *args, **kwargs)`` in the learner's process; return its data."""
@@ -200,7 +210,11 @@ class GradingPlugin:
         """Fold the records into the ``result.json`` test list and the collection error, if any."""
         tests: list[dict[str, Any]] = []
         for base, params in self.param_records.items():
-            tests.append(_fold(base, params))
+            folded = _fold(base, params)
+            share = self.credits.get(base)
+            if folded["outcome"] == "failed" and share is not None and 0 < share < 1:
+                folded["credit"] = round(share, 4)
+            tests.append(folded)
         reported = {t["id"] for t in tests}
         errors: list[str] = []
         for prefix, message, learner_caused in self.collect_errors:
@@ -296,8 +310,10 @@ def pytest_args(job: Job) -> list[str]:
     ]  # fmt: skip
 
 
-def run_tests(job: Job, client: SubjectClient) -> tuple[list[dict[str, Any]], str | None, bool]:
-    """Run the job's tests; return the result test list, the collection error and whether time ran out."""
+def run_tests(
+    job: Job, client: SubjectClient
+) -> tuple[list[dict[str, Any]], str | None, bool, list[dict[str, Any]]]:
+    """Run the job's tests; return the result test list, the collection error, whether time ran out, measurements."""
     _scrub_environment(job)
     plugin = GradingPlugin(job, client)
     sys.modules[job.module] = plugin.proxy
@@ -318,4 +334,4 @@ def run_tests(job: Job, client: SubjectClient) -> tuple[list[dict[str, Any]], st
     if not plugin.timed_out and time.monotonic() - started > job.timeout_s:
         plugin.timed_out = True
     tests, collect_error = plugin.results()
-    return tests, error or collect_error, plugin.timed_out
+    return tests, error or collect_error, plugin.timed_out, plugin.measurements

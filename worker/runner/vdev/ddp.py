@@ -56,6 +56,7 @@ class RankResult:
     exit_code: int | None = None
     destroyed: bool | None = None  # whether the process group was destroyed when train returned
     seconds: float = 0.0
+    comm: dict[str, Any] | None = None  # runner.vdev.comm.report() when run with measure=True
 
     @property
     def ok(self) -> bool:
@@ -85,6 +86,7 @@ class RankResult:
             "exit_code": self.exit_code,
             "destroyed": self.destroyed,
             "seconds": round(self.seconds, 3),
+            "comm": self.comm,
         }
 
 
@@ -190,9 +192,12 @@ def _keep_wrappers(torch: Any) -> None:
     ddp.__init__ = init
 
 
-def _rank_main(train: Callable[[int, int], Any], rank: int, world_size: int, port: int, fd: int, release: int) -> None:
+def _rank_main(
+    train: Callable[[int, int], Any], rank: int, world_size: int, port: int, fd: int, release: int, measure: bool
+) -> None:
     """Run one rank in the forked child, report through ``fd``, wait for ``release`` to close; never returns."""
     code = 0
+    comm: Any = None
     try:
         import torch
         import torch.distributed as dist
@@ -203,6 +208,10 @@ def _rank_main(train: Callable[[int, int], Any], rank: int, world_size: int, por
         torch.set_num_threads(1)
         _no_tls_context(torch)
         _keep_wrappers(torch)
+        if measure:
+            from . import comm
+
+            comm.install()
         os.environ.update(
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
@@ -212,7 +221,10 @@ def _rank_main(train: Callable[[int, int], Any], rank: int, world_size: int, por
         )
         state = train(rank, world_size)
         arrays = _to_arrays(state)
-        message = encode({"destroyed": not dist.is_initialized()}, arrays)
+        header: dict[str, Any] = {"destroyed": not dist.is_initialized()}
+        if comm is not None:
+            header["comm"] = comm.report()
+        message = encode(header, arrays)
     except BaseException as exc:
         code = 1
         tail = "".join(traceback.format_exception(exc)[-12:])[-4000:]
@@ -230,8 +242,13 @@ def _rank_main(train: Callable[[int, int], Any], rank: int, world_size: int, por
         os._exit(code)
 
 
-def run(train: Callable[[int, int], Any], world_size: int = 2, timeout_s: float = 60.0) -> list[RankResult]:
-    """Run ``train(rank, world_size)`` in ``world_size`` forked processes; return one result per rank."""
+def run(
+    train: Callable[[int, int], Any], world_size: int = 2, timeout_s: float = 60.0, *, measure: bool = False
+) -> list[RankResult]:
+    """Run ``train(rank, world_size)`` in ``world_size`` forked processes; return one result per rank.
+
+    With ``measure``, each rank records its communication (``runner.vdev.comm``) into ``RankResult.comm``.
+    """
     port = _free_port()
     started = time.monotonic()
     children: dict[int, tuple[int, int]] = {}  # read fd -> (rank, pid)
@@ -242,7 +259,7 @@ def run(train: Callable[[int, int], Any], world_size: int = 2, timeout_s: float 
         if pid == 0:
             os.close(r)
             os.close(release_w)
-            _rank_main(train, rank, world_size, port, w, release_r)
+            _rank_main(train, rank, world_size, port, w, release_r, measure)
         os.close(w)
         children[r] = (rank, pid)
     os.close(release_r)
@@ -282,4 +299,5 @@ def run(train: Callable[[int, int], Any], world_size: int = 2, timeout_s: float 
             res.error = RankError(str(e.get("type")), str(e.get("message")), str(e.get("traceback")))
         else:
             res.state, res.destroyed = arrays, bool(payload.get("destroyed"))
+            res.comm = payload["comm"] if isinstance(payload.get("comm"), dict) else None
     return [results[rank] for rank in range(world_size)]

@@ -1,0 +1,14 @@
+"""Visible example: runs your train() on 2 ranks (real processes, DDP over gloo) and prints what was measured.
+The hidden tests check more: the steps, the weights against the large batch, and the communication targets."""
+
+
+def test_example_two_ranks_accumulate(probe):
+    runs = probe("run", world_size=2, timeout_s=40.0)
+    for r in runs:
+        assert not r["timed_out"] and not r["error"], f"rank {r['rank']}: {r['error'] or 'timed out'}"
+    comm = runs[0]["comm"]
+    steps = comm["per_step"]
+    print("optimizer steps:", comm["steps"])
+    print("collective calls per step:", [s["calls"] for s in steps])
+    print("bytes per step:", [s["bytes"] for s in steps])
+    assert comm["steps"] == 6, f"rank 0 made {comm['steps']} optimizer steps; expected 6 (windows of 4, 4, 3 per epoch)"

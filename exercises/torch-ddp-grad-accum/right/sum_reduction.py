@@ -1,0 +1,47 @@
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+N_SAMPLES, MICRO, ACCUM, EPOCHS, LR = 88, 4, 4, 2, 0.1
+
+
+def make_dataset() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(N_SAMPLES, 4, generator=g)
+    w = torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
+    return x, torch.sin(x @ w) + 0.1 * torch.randn(N_SAMPLES, 1, generator=g)
+
+
+def build_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+
+def micro_batches(rank: int, world_size: int) -> DataLoader:
+    sampler = DistributedSampler(TensorDataset(*make_dataset()), world_size, rank, shuffle=False)
+    return DataLoader(TensorDataset(*make_dataset()), batch_size=MICRO, sampler=sampler)
+
+
+def train(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """Sum the squared errors and divide by the window's sample count: the window's mean loss, spread over backwards."""
+    dist.init_process_group("gloo")
+    model = DistributedDataParallel(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    loader = micro_batches(rank, world_size)
+    n = len(loader)
+    for _ in range(EPOCHS):
+        for i, (x, y) in enumerate(loader):
+            start = i // ACCUM * ACCUM
+            samples = sum(min(MICRO, len(loader.sampler) - j * MICRO) for j in range(start, min(start + ACCUM, n)))
+            done = i + 1 == n or (i + 1) % ACCUM == 0
+            if done:
+                (nn.functional.mse_loss(model(x), y, reduction="sum") / samples).backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            else:
+                with model.no_sync():  # the forward too: DDP reads the flag when forward runs
+                    (nn.functional.mse_loss(model(x), y, reduction="sum") / samples).backward()
+    dist.destroy_process_group()
+    return model.module.state_dict()
