@@ -1,4 +1,5 @@
-// Shared page behaviour: JSON calls for the page scripts, error text, local times. No external code, no innerHTML.
+// Shared page behaviour: JSON calls for the page scripts, error text, local times, numbers for people, fresh pages
+// after Back/Forward. No external code, no innerHTML.
 // Logging in and out are plain HTML forms (with the session's CSRF token), so they work without this file.
 "use strict";
 
@@ -21,8 +22,40 @@ async function errorText(response) {
 }
 
 function showError(element, text) {
-  element.textContent = text;
+  // Through timedText: a refusal's "closed on ... UTC" reads in the viewer's zone, like the gate's sentence above it.
+  timedText(element, text || "");
   element.hidden = !text;
+}
+
+// Numbers for people, as the server's `num`/`points`/`duration_ms` filters (worker/core/humane.py) write them:
+// at most `decimals` places, no trailing zeros, no exponent ("0.67", "4.67/10", "13,140").
+function num(value, decimals) {
+  if (value === null || value === undefined || !Number.isFinite(Number(value))) return "\u2013";
+  const places = decimals === undefined ? 2 : decimals;
+  const text = Number(value).toLocaleString("en-US", { maximumFractionDigits: places, minimumFractionDigits: 0 });
+  return text === "-0" ? "0" : text;
+}
+
+function points(score, maxScore) { return num(score) + "/" + num(maxScore); }
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return "\u2013";
+  if (ms < 1000) return num(ms, 0) + " ms";
+  const seconds = ms / 1000;
+  if (seconds < 100) return num(seconds, 1) + " s";
+  if (seconds < 5400) return num(seconds / 60, 1) + " min";
+  return num(seconds / 3600, 1) + " h";
+}
+
+// Sizes as humane.size writes them (1 KB = 1024 bytes, rounded up), and its one sentence for code over the limit.
+function size(bytes) {
+  if (bytes >= 1024 * 1024) return num(Math.ceil(bytes * 10 / (1024 * 1024)) / 10, 1) + " MB";
+  return Math.ceil(bytes / 1024) + " KB";
+}
+
+function codeTooLarge(bytes, limit) {
+  return "Your code is " + size(bytes) + "; the limit is " + size(limit) +
+    ". Shorten it (remove long comments, pasted output or data) and submit again.";
 }
 
 const SHORT_TIME = { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" };
@@ -30,12 +63,19 @@ const SHORT_TIME = { month: "short", day: "numeric", hour: "2-digit", minute: "2
 const LONG_TIME = { weekday: "short", year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short" };
 
 function localTimes(root) {
-  // The server writes UTC; show the reader's own clock where the browser can (the UTC text stays as the title).
-  for (const element of (root || document).querySelectorAll("time[datetime]")) {
+  // The server writes each time with its offset (the `when` filter); show the reader's own clock where the browser
+  // can (the UTC text stays as the title). data-format="ago" keeps its "5 s ago" text and gets the time as title.
+  for (const element of (root || document).querySelectorAll("time[datetime]:not([data-local])")) {
     const when = new Date(element.getAttribute("datetime"));
     if (!Number.isNaN(when.getTime())) {
-      element.title = element.textContent;
-      element.textContent = when.toLocaleString(undefined, element.dataset.format === "long" ? LONG_TIME : SHORT_TIME);
+      const local = when.toLocaleString(undefined, element.dataset.format === "short" ? SHORT_TIME : LONG_TIME);
+      if (element.dataset.format === "ago") {
+        element.title = local;
+      } else {
+        element.title = element.textContent;
+        element.textContent = local;
+      }
+      element.dataset.local = "1";
     }
   }
 }
@@ -74,10 +114,17 @@ async function refreshGate(assignmentId, slug, settled) {
     document.getElementById("gate").classList.toggle("gate-refused", !item.gate.allowed);
     const score = document.getElementById("gate-score");
     if (settled && score && item.score_pct !== null) {
-      score.textContent = "Counted score: " + String(Math.round(item.score_pct * 100) / 100) + "%" + (item.late ? " (late)" : "");
+      score.textContent = "Counted score: " + num(item.score_pct) + "%" + (item.late ? " (late)" : "");
     }
   } catch (_) { /* the sentence is a convenience; submitting says the same */ }
 }
 
-window.gpulab = { postJson, errorText, showError, localTimes, timedText, refreshGate };
+// A page the browser restores from its back/forward cache shows what it held when it was left ("3 attempts left",
+// no result): load it again, so it shows what the server knows now (pages are sent with Cache-Control: no-store,
+// which keeps them out of the HTTP cache; this covers browsers that still keep them in the bfcache).
+window.addEventListener("pageshow", (event) => { if (event.persisted) window.location.reload(); });
+
+window.gpulab = {
+  postJson, errorText, showError, localTimes, timedText, refreshGate, num, points, duration, size, codeTooLarge,
+};
 document.addEventListener("DOMContentLoaded", () => localTimes(document));

@@ -22,9 +22,7 @@
     return element;
   }
 
-  function formatPoints(value) {
-    return value === null || value === undefined ? "–" : String(Math.round(value * 100) / 100);
-  }
+  function formatPoints(value) { return window.gpulab.num(value); }
 
   function announce(text) { setText("live-status", text); }
 
@@ -112,7 +110,7 @@
     table.hidden = !(sub.tests && sub.tests.length);
 
     setText("result-device", sub.device ? "Ran on " + sub.device : "");
-    setText("result-runtime", sub.runtime_ms ? "in " + (sub.runtime_ms / 1000).toFixed(2) + " s" : "");
+    setText("result-runtime", sub.runtime_ms ? "in " + window.gpulab.duration(sub.runtime_ms) : "");
     setText("result-stdout", sub.stdout || "");
     byId("result-stdout-box").hidden = !sub.stdout;
     setText("result-stderr", sub.stderr || "");
