@@ -62,7 +62,7 @@ def time_element(value: datetime | None, time_format: str = "short", text: str =
         raise ValueError(f"unknown time format {time_format!r}")
     at = as_utc(value)
     return markupsafe.Markup('<time datetime="{}" data-format="{}">{}</time>').format(
-        at.isoformat(timespec="seconds"), time_format, text or utc_text(at)
+        at.isoformat(), time_format, text or utc_text(at)
     )
 
 
