@@ -5,7 +5,10 @@ refuses; ``BodySizeLimitMiddleware`` answers 413 to a body over its limit (per p
 of it to the app. Both answer before any route or exception handler runs, in the one error format
 (``app.web.errors``: a problem on JSON paths; on page paths the sentence as plain text). ``SecurityHeadersMiddleware``
 adds a strict Content-Security-Policy and friends to every answer; framing is refused unless
-``GPULAB_FRAME_ANCESTORS`` names the LMS origins that may embed gpulab (then only those, by CSP).
+``GPULAB_FRAME_ANCESTORS`` names the LMS origins that may embed gpulab (then only those, by CSP). Every HTML page
+is sent with ``Cache-Control: no-store`` (unless its route set its own), so Back/Forward after a submission asks
+the server again instead of showing "3 attempts left" and no result from a copy (``app.js`` reloads a page the
+browser still restores from its back/forward cache).
 """
 
 from __future__ import annotations
@@ -141,6 +144,10 @@ class SecurityHeadersMiddleware:
                 headers = list(message.get("headers", []))
                 headers += [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin")]
                 headers += self.frame_headers
+                names = {k.lower() for k, _ in headers}
+                html = any(k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers)
+                if html and b"cache-control" not in names:
+                    headers.append((b"cache-control", b"no-store"))
                 own = next((v for k, v in headers if k.lower() == b"content-security-policy"), None)
                 if own is not None:  # a route's own policy (one extra form target) keeps the framing rule
                     headers = [(k, v) for k, v in headers if k.lower() != b"content-security-policy"]

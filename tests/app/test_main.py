@@ -59,6 +59,10 @@ def test_security_headers_and_static_files(settings: Settings) -> None:
         assert "content-security-policy" not in client.get("/docs").headers  # Swagger UI loads its own assets
         script = client.get("/static/exercise.js")
         assert script.status_code == 200 and "innerHTML" not in script.text.replace("never innerHTML", "")
+        # Pages are never kept (Back/Forward asks again); static files and JSON keep their own rules.
+        assert page.headers["cache-control"] == "no-store"
+        assert client.get("/nowhere").headers["cache-control"] == "no-store"  # the HTML error page too
+        assert "cache-control" not in script.headers
 
 
 def test_api_docs_are_served_without_a_cdn(settings: Settings) -> None:
