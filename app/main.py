@@ -9,7 +9,7 @@ Contract:
   also relays news from other processes (``app.domain.news.relay``) and, on SIGTERM/SIGINT, ends open status
   streams cleanly before the server waits for its connections (``_end_streams_on_stop_signals``).
   ``app.jobs.dispatch`` is imported there, lazily.
-- Middleware (``app.web.middleware``), outermost first: security headers, request-body size limit (twice
+- Middleware (``app.web.middleware``), outermost first: security headers, request-body size limit (six times
   ``max_code_bytes`` + slack, answered 413 before anything is parsed), CSRF rule for ``/api``, signed session
   cookie. The first two answer their refusals as problem details themselves.
 - The OpenAPI schema declares every error an operation can answer (``app.web.errors.document_problems``): what
@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 SWAGGER_DIR = STATIC_DIR / "build" / "swagger"
 BODY_SLACK_BYTES = 4096  # JSON framing around the code field
+# Code within max_code_bytes always fits the body limit, however it is sent: JSON escapes a control character as
+# six bytes (\u0001), a urlencoded form a byte as three (%3A). So a code body over the limit holds code over it.
+BODY_PER_CODE_BYTE = 6
 STAFF_BODY_LIMITS = {"/instructor/": 3 * 1024 * 1024, "/admin/users/import": 512 * 1024}
 
 
@@ -211,8 +214,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(CSRFMiddleware)
     app.add_middleware(
         BodySizeLimitMiddleware,
-        max_bytes=2 * settings.max_code_bytes + BODY_SLACK_BYTES,
+        max_bytes=BODY_PER_CODE_BYTE * settings.max_code_bytes + BODY_SLACK_BYTES,
         path_limits=STAFF_BODY_LIMITS,  # exercise uploads and the authoring form carry whole folders
+        code_bytes=settings.max_code_bytes,
     )
     app.add_middleware(SecurityHeadersMiddleware, frame_origins=settings.frame_origins)
     return app

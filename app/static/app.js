@@ -119,6 +119,47 @@ async function refreshGate(assignmentId, slug, settled) {
   } catch (_) { /* the sentence is a convenience; submitting says the same */ }
 }
 
+// A box that scrolls (a wide table's .scroll, a long <pre>) must be reachable by keyboard to scroll it: while it
+// overflows and holds nothing focusable, it becomes a focusable region named by its label or its table's caption.
+const FOCUSABLE = "a[href], button, input, select, textarea, [tabindex], [contenteditable]";
+function focusableScrollers(root) {
+  for (const box of (root || document).querySelectorAll(".scroll, pre, .output")) {
+    const overflows = box.scrollWidth > box.clientWidth + 1 || box.scrollHeight > box.clientHeight + 1;
+    const own = box.dataset.scrollFocus === "1";
+    if (overflows && !own && !box.hasAttribute("tabindex") && !box.querySelector(FOCUSABLE)) {
+      box.tabIndex = 0;
+      box.dataset.scrollFocus = "1";
+      if (!box.hasAttribute("role")) box.setAttribute("role", "region");
+      if (!box.hasAttribute("aria-label") && !box.hasAttribute("aria-labelledby")) {
+        const caption = box.querySelector("caption");
+        box.setAttribute("aria-label", caption ? caption.textContent.trim() : "Scrollable content");
+      }
+    } else if (!overflows && own) {
+      box.removeAttribute("tabindex");
+      delete box.dataset.scrollFocus;
+    }
+  }
+}
+
+function watchScrollers() {
+  let queued = false;
+  const again = () => {
+    if (queued) return;
+    queued = true;
+    window.requestAnimationFrame(() => { queued = false; focusableScrollers(document); });
+  };
+  again();
+  window.addEventListener("resize", again);
+  // Typing in the code editor changes nothing that scrolls here: skip its mutations (a big paste stays fast).
+  const outsideEditor = (record) => {
+    const node = record.target.nodeType === 1 ? record.target : record.target.parentElement;
+    return !node || !node.closest(".cm-editor");
+  };
+  new MutationObserver((records) => { if (records.some(outsideEditor)) again(); }).observe(document.body, {
+    childList: true, subtree: true, characterData: true, attributes: true, attributeFilter: ["hidden", "open"],
+  });
+}
+
 // A page the browser restores from its back/forward cache shows what it held when it was left ("3 attempts left",
 // no result): load it again, so it shows what the server knows now (pages are sent with Cache-Control: no-store,
 // which keeps them out of the HTTP cache; this covers browsers that still keep them in the bfcache).
@@ -127,4 +168,4 @@ window.addEventListener("pageshow", (event) => { if (event.persisted) window.loc
 window.gpulab = {
   postJson, errorText, showError, localTimes, timedText, refreshGate, num, points, duration, size, codeTooLarge,
 };
-document.addEventListener("DOMContentLoaded", () => localTimes(document));
+document.addEventListener("DOMContentLoaded", () => { localTimes(document); watchScrollers(); });

@@ -187,10 +187,19 @@
     return editor ? editor.getValue() : form.elements.code.value;
   }
 
+  // Code over the limit is refused here, before sending, in the server's words (exact size, the real limit).
+  function oversize(form) {
+    const limit = Number(form.dataset.maxBytes || 0);
+    const bytes = new TextEncoder().encode(currentCode(form)).length;
+    return limit && bytes > limit ? window.gpulab.codeTooLarge(bytes, limit) : "";
+  }
+
   async function submitCode(form) {
     const error = byId("submit-error");
     if (busy) return;
-    window.gpulab.showError(error, "");
+    const tooLarge = oversize(form);
+    window.gpulab.showError(error, tooLarge);
+    if (tooLarge) return;
     setBusy(true);
     const slug = form.dataset.slug;
     const body = { code: currentCode(form) };
@@ -222,7 +231,9 @@
   async function runExamples(form) {
     const error = byId("submit-error");
     if (busy) return;
-    window.gpulab.showError(error, "");
+    const tooLarge = oversize(form);
+    window.gpulab.showError(error, tooLarge);
+    if (tooLarge) return;
     setBusy(true);
     byId("result").hidden = true;
     startProgress("running", "Running the example tests…");
