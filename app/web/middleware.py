@@ -148,7 +148,7 @@ class SecurityHeadersMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        docs = scope.get("path", "") in ("/docs", "/redoc", "/docs/oauth2-redirect")
+        docs = scope.get("path", "") in ("/redoc", "/docs/oauth2-redirect")
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

@@ -82,8 +82,8 @@ def seed_walk(browser: Any, base: str, db_file: Path) -> Walk:
               {"body": "Looking at it this week.", "action": "comment"})  # fmt: skip
 
     run = post_json(staff, base, f"/api/instructor/exercises/{CODE}/similarity", {})
-    wait_for(lambda: staff.request.get(f"{base}/api/similarity/runs/{run['id']}").json()["status"] in ("done", "failed"),
-             timeout_s=120, interval_s=0.5)  # fmt: skip
+    run_url = f"{base}/api/similarity/runs/{run['id']}"
+    wait_for(lambda: staff.request.get(run_url).json()["status"] in ("done", "failed"), timeout_s=120, interval_s=0.5)
     staff.goto(f"{base}/instructor/exercises/{QUIZ}/grading")
     link = staff.locator("a[href^='/grading/']").first.get_attribute("href") or ""
     grade_id = int(re.search(r"/grading/(\d+)", link).group(1))  # type: ignore[union-attr]
