@@ -120,13 +120,13 @@ async function refreshGate(assignmentId, slug, settled) {
 }
 
 // A box that scrolls (a wide table's .scroll, a long <pre>) must be reachable by keyboard to scroll it: while it
-// overflows and holds nothing focusable, it becomes a focusable region named by its label or its table's caption.
-const FOCUSABLE = "a[href], button, input, select, textarea, [tabindex], [contenteditable]";
+// overflows it becomes a focusable region named by its label or its table's caption (links inside it would let
+// the keyboard reach their own column only, not a "Counted score" beyond them).
 function focusableScrollers(root) {
   for (const box of (root || document).querySelectorAll(".scroll, pre, .output")) {
     const overflows = box.scrollWidth > box.clientWidth + 1 || box.scrollHeight > box.clientHeight + 1;
     const own = box.dataset.scrollFocus === "1";
-    if (overflows && !own && !box.hasAttribute("tabindex") && !box.querySelector(FOCUSABLE)) {
+    if (overflows && !own && !box.hasAttribute("tabindex")) {
       box.tabIndex = 0;
       box.dataset.scrollFocus = "1";
       if (!box.hasAttribute("role")) box.setAttribute("role", "region");

@@ -146,14 +146,15 @@
 
   // --- following a submission -----------------------------------------------------------------------------
 
-  function follow(id, slug, live) {
+  function follow(id, slug, live, seen) {
     if (source) source.close();
     const url = "/api/submissions/" + encodeURIComponent(id);
+    let watched = live || Boolean(seen);  // saw it grading: once settled, the standing and counted score above are out of date
     const settle = (sub) => {
       stopProgress();
       setBusy(false);
-      if (live) {
-        announce(settledText(sub, "Graded"));
+      if (live) announce(settledText(sub, "Graded"));
+      if (watched) {
         refreshStanding(slug);
         refreshGate(byId("submit-form"), true);
       }
@@ -161,6 +162,7 @@
     const show = (sub) => {
       render(sub, live ? "Result" : "Result of your last submission");
       if (SETTLED.has(sub.status)) { settle(sub); return true; }
+      watched = true;
       if (live) { setProgressStep(sub.status); announce(STEP_TEXT[sub.status] || sub.status); }
       return false;
     };
@@ -175,7 +177,7 @@
         .then((r) => (r.ok ? r.json() : null))
         .then((sub) => {
           if (!sub) { stopProgress(); setBusy(false); return; }
-          if (!show(sub)) window.setTimeout(() => follow(id, slug, live), 2000);
+          if (!show(sub)) window.setTimeout(() => follow(id, slug, live, watched), 2000);
         })
         .catch(() => { stopProgress(); setBusy(false); });
     });

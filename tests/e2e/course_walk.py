@@ -9,6 +9,7 @@ the role that sees them.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -16,8 +17,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import pytest
+
 from tests.e2e.conftest import log_in, post_json, store_graded, watched_page
-from tests.support import bank_file, wait_for
+from tests.support import REPO_ROOT, bank_file, wait_for
 from worker.core.outcome import Verdict
 
 ADMIN, INSTRUCTOR, TA = "root@example.com", "ina@example.com", "tom@example.com"
@@ -29,6 +32,8 @@ QUIZ = "quiz-tf-multigpu-basics"
 ZONES = ("America/New_York", "Asia/Kolkata")
 # A graded attempt's time: 23:16 UTC is the day before in New York and the day after in Kolkata.
 GRADED_AT = datetime(2026, 12, 1, 23, 16, tzinfo=UTC)
+AXE = REPO_ROOT / "frontend" / "node_modules" / "axe-core" / "axe.min.js"
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"]
 EXPLAIN = (
     "Every GPU keeps a complete copy of the model and gets its own slice of the batch, so the slices are processed "
     "at the same time and a step covers more examples. The gradients are averaged so the copies stay identical."
@@ -42,6 +47,7 @@ class Walk:
     base: str
     db_file: Path
     assignment_id: int
+    closed_id: int  # an assignment that closed three days ago, holding CODE
     attempt_id: str  # LEARNER's graded code attempt under the assignment
     quiz_attempt_id: str
     grade_id: int  # the staff-graded answer of LEARNER's quiz attempt
@@ -62,6 +68,8 @@ def seed_walk(browser: Any, base: str, db_file: Path) -> Walk:
         "late_credit_pct": 50, "max_attempts": 3, "items": [{"exercise": CODE, "weight": 2}, {"exercise": QUIZ}],
     }  # fmt: skip
     assignment_id = post_json(staff, base, f"/api/courses/{COURSE}/assignments", week)["id"]
+    closed = {"title": "Week 0", "due_at": (due - timedelta(days=10)).isoformat(), "items": [{"exercise": CODE}]}
+    closed_id = post_json(staff, base, f"/api/courses/{COURSE}/assignments", closed)["id"]
 
     # Scores that do not round evenly (4.67/10), once under the assignment and once as practice.
     code = bank_file(CODE, "wrong/round_robin.py")  # a copy, renamed, is what the similarity run finds
@@ -93,7 +101,7 @@ def seed_walk(browser: Any, base: str, db_file: Path) -> Walk:
     assert admin.request.get(f"{base}/api/admin/lti/keys").ok  # the first key: the LTI page lists it with its date
     for page in (staff, learner, admin):
         page.context.close()
-    return Walk(base=base, db_file=db_file, assignment_id=assignment_id, attempt_id=attempt,
+    return Walk(base=base, db_file=db_file, assignment_id=assignment_id, closed_id=closed_id, attempt_id=attempt,
                 quiz_attempt_id=quiz["submission_id"], grade_id=grade_id, regrade_id=asked["id"],
                 similarity_run_id=run["id"])  # fmt: skip
 
@@ -115,6 +123,7 @@ def pages(walk: Walk) -> list[tuple[str | None, str]]:
         (LEARNER, under),
         (LEARNER, f"{under}/exercises/{CODE}"),
         (LEARNER, f"{under}/exercises/{QUIZ}"),
+        (LEARNER, f"{course}/assignments/{walk.closed_id}/exercises/{CODE}"),
         (LEARNER, f"{course}/grades"),
         (LEARNER, "/regrade-requests"),
         (LEARNER, f"/regrade-requests/{walk.regrade_id}"),
@@ -163,3 +172,32 @@ def squeeze(text: str) -> str:
 def local_clock(iso: str, zone: str) -> str:
     """The hour and minute Chromium's en-US format shows for ``iso`` in ``zone`` (e.g. "06:16 PM")."""
     return datetime.fromisoformat(iso).astimezone(ZoneInfo(zone)).strftime("%I:%M %p")
+
+
+def axe_source() -> str:
+    """Return axe-core's script (fail under CI, skip elsewhere, when scripts/setup has not installed it)."""
+    if not AXE.is_file():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"axe-core is not installed at {AXE}: run scripts/setup")
+        pytest.skip("axe-core is not installed (scripts/setup installs it with npm)")
+    return AXE.read_text(encoding="utf-8")
+
+
+def settle(page: Any) -> None:
+    """Wait until the page's scripts ran and two frames were drawn (times localised, scroll boxes marked)."""
+    page.wait_for_load_state("load")
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+
+def axe_findings(page: Any, source: str) -> list[str]:
+    """Run axe-core (WCAG 2 A/AA rules) on the page; return one line per violation and element."""
+    if not page.evaluate("() => Boolean(window.axe)"):
+        page.evaluate(source + "\n;undefined")
+    result = page.evaluate(
+        "(tags) => axe.run(document, { runOnly: { type: 'tag', values: tags }, resultTypes: ['violations'] })", AXE_TAGS
+    )
+    return [
+        f"{v['id']} ({v['impact']}): {node['target']} {node.get('failureSummary', '')[:200]}"
+        for v in result["violations"]
+        for node in v["nodes"]
+    ]
