@@ -60,8 +60,10 @@ function mount(textarea, options = {}) {
         // class added by hand is gone after the first edit, and with it app.css's bounded height: the editor grew
         // with its content, a long paste drew every line).
         EditorView.editorAttributes.of({ class: "code-editor" }),
+        // tabindex: the text is focusable content of the box that scrolls it (.cm-scroller), so keyboard users can
+        // reach and scroll it, as axe's scrollable-region-focusable rule checks.
         EditorView.contentAttributes.of({
-          "aria-labelledby": labelId, "aria-describedby": options.describedBy || "", spellcheck: "false",
+          tabindex: "0", "aria-labelledby": labelId, "aria-describedby": options.describedBy || "", spellcheck: "false",
           autocapitalize: "off", autocorrect: "off",
         }),
       ],

@@ -57,6 +57,7 @@ def test_every_page_of_the_walk_has_no_wcag_finding(walk: cw.Walk, browser: Any,
         docs.locator(".opblock-summary-control").first.click()
         docs.locator(".try-out__btn").first.click()  # the operation opened, ready to be tried
         docs.locator("textarea.body-param__text").wait_for()
+        docs.locator(".opblock-summary").first.hover()  # its "copy path" button shows on hover
         check(docs, "/docs with an operation opened to try")
 
         # The exercise page's other two views: a graded result below the editor, and a refusal under it.
