@@ -75,7 +75,7 @@ def test_override_and_revert_a_cell_and_the_learner_sees_it(
     mark = cell.locator("abbr.mark-override")
     expect(mark).to_have_text("O")
     expect(mark).to_have_attribute("title", "Overridden by gina@example.com: Oral exam showed full understanding "
-                                            "(computed 50.0)")  # fmt: skip
+                                            "(computed 50)")  # fmt: skip
     expect(staff.locator("#override-rows tr.in-force")).to_contain_text("Oral exam showed full understanding")
     staff.screenshot(path=str(SCREENSHOTS / "gradebook.png"), full_page=True)
 
