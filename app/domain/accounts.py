@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.models import Role, User
 from app.domain.security import check_email, create_user, hash_password, normalise_email
+from worker.core import humane
 from worker.core.errors import InvalidInput
 
 MAX_IMPORT_ROWS = 500  # each new password costs one argon2 hash
@@ -108,7 +109,7 @@ def reset_password(*, session: Session, user: User) -> str:
 def decode_csv(data: bytes, *, max_bytes: int = MAX_IMPORT_BYTES) -> str:
     """Return the uploaded CSV ``data`` as text; raise ``InvalidInput`` if it is too large or not UTF-8."""
     if len(data) > max_bytes:
-        raise InvalidInput(f"the file is larger than {max_bytes // 1024} KiB")
+        raise InvalidInput(humane.too_large("The file", len(data), max_bytes, "Split it and enroll each part."))
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -58,6 +58,7 @@ from app.domain.models import (
 )
 from app.domain.schemas import as_utc
 from app.domain.submissions import of_exercise
+from worker.core import humane
 from worker.core.errors import Forbidden, InvalidInput, RateLimited
 from worker.core.outcome import Verdict
 
@@ -332,7 +333,7 @@ def gate(*, session: Session, assignment: Assignment, exercise: Exercise, user: 
 
     parts = []
     if where is Window.late:
-        parts.append(f"late: {assignment.late_credit_pct:g}% credit")
+        parts.append(f"late: {humane.number(assignment.late_credit_pct)}% credit")
     elif dates.due_at is not None:
         parts.append(f"due on {_day(dates.due_at)}")
     if left is not None:

@@ -21,6 +21,7 @@ from typing import NoReturn, Protocol, runtime_checkable
 from app.domain.exercises import spec_of
 from app.domain.models import ExerciseVersion
 from app.domain.ratelimit import Limiter, Rule
+from worker.core import humane
 from worker.core.config import Settings
 from worker.core.errors import InvalidInput, PayloadTooLarge, RateLimited
 from worker.core.outcome import GradeOutcome
@@ -71,8 +72,8 @@ class RunGate:
 
 def check_code(code: str, max_bytes: int) -> None:
     """Refuse code a submission would refuse: too large, or holding a NUL character."""
-    if len(code.encode("utf-8", errors="surrogatepass")) > max_bytes:
-        raise PayloadTooLarge(f"code is larger than {max_bytes // 1024} KiB; submit a smaller file")
+    if (size := len(code.encode("utf-8", errors="surrogatepass"))) > max_bytes:
+        raise PayloadTooLarge(humane.code_too_large(size, max_bytes))
     if "\x00" in code:
         raise InvalidInput("code contains a NUL character")
 

@@ -42,7 +42,6 @@ import io
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased, load_only, selectinload
@@ -63,7 +62,7 @@ from app.domain.models import (
     User,
     utcnow,
 )
-from app.domain.schemas import as_utc
+from app.domain.schemas import UtcDatetime, as_utc
 from app.domain.stats import csv_cell
 from worker.core.errors import InvalidInput, NotFound
 
@@ -85,7 +84,7 @@ class OverrideNote:
     score_pct: float
     comment: str
     by: str | None  # the author's e-mail (None: their account is gone)
-    at: datetime
+    at: UtcDatetime
 
 
 @dataclass(frozen=True)
@@ -171,8 +170,8 @@ class OverrideEntry:
     score_pct: float
     comment: str
     by: str | None
-    at: datetime
-    reverted_at: datetime | None
+    at: UtcDatetime
+    reverted_at: UtcDatetime | None
     reverted_by: str | None
     in_force: bool  # the newest unreverted override of its cell: the one that counts
 

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from app.domain import leases
 from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, WorkerBeat
 from app.domain.queues import ALL_QUEUES, DEFAULT_QUEUE, grading_queue, lane_for
-from app.domain.schemas import as_utc
+from app.domain.schemas import UtcDatetime, as_utc
 from worker.core.config import Settings
 
 STRANDED_QUEUED_S = 60.0
@@ -46,9 +46,9 @@ class WorkerState:
     sandbox: str
     busy: int
     redispatched: int
-    started_at: datetime
-    last_seen_at: datetime
-    stopped_at: datetime | None
+    started_at: UtcDatetime
+    last_seen_at: UtcDatetime
+    stopped_at: UtcDatetime | None
     state: Literal["live", "dead", "stopped"]
     seen_ago_s: float
 
@@ -64,8 +64,8 @@ class StrandedSubmission:
     queue: str
     status: Literal["queued", "running"]
     attempts: int
-    created_at: datetime
-    since: Annotated[datetime, Field(description="last lease renewal (running) or submission time (queued)")]
+    created_at: UtcDatetime
+    since: Annotated[UtcDatetime, Field(description="last lease renewal (running) or submission time (queued)")]
     age_s: float
     why: str
 

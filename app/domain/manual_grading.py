@@ -61,6 +61,7 @@ from app.domain.models import (
 )
 from worker.bank.quiz import QuestionResult, Quiz, RubricItem, TextQuestion, parse_quiz, score_items
 from worker.bank.spec import read_meta
+from worker.core import humane
 from worker.core.errors import Conflict, InvalidInput, NotFound
 from worker.core.outcome import Verdict
 
@@ -304,7 +305,7 @@ def save(
 
 
 def _message(rubric: Rubric, grade: ManualGrade) -> str:
-    lines = [f"Graded by staff: {grade.points or 0:g} of {rubric.points:g} points."]
+    lines = [f"Graded by staff: {humane.number(grade.points or 0)} of {humane.number(rubric.points)} points."]
     for item in rubric.rubric_items:
         if item.id in grade.checked:
             lines.append(f"✓ {item.points:+g} {item.text}")
@@ -353,8 +354,8 @@ def apply(*, session: Session, submission: Submission) -> None:
     if quiz is not None:  # a quiz passes at its pass mark; a code exercise keeps its tests' verdict
         pass_mark = submission.max_score * quiz.pass_percent / 100 - 1e-9
         submission.verdict = Verdict.passed if submission.score >= pass_mark else Verdict.failed
-        submission.message = (f"quiz attempt: {submission.score:g} of {submission.max_score:g} points "
-                              f"(pass mark {quiz.pass_percent:g}%), staff-graded answers included")  # fmt: skip
+        score, of, mark = (humane.number(v) for v in (submission.score, submission.max_score, quiz.pass_percent))
+        submission.message = f"quiz attempt: {score} of {of} points (pass mark {mark}%), staff-graded answers included"
     session.flush()
     queue_score(session=session, submission=submission)
 

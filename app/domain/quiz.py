@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from app.domain.manual_grading import open_grades
 from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
 from worker.bank.quiz import QuestionResult, Quiz, QuizResult, canonical_json, check_answers, grade, parse_quiz
+from worker.core import humane
 from worker.core.errors import InvalidInput
 from worker.core.outcome import Verdict
 
@@ -113,7 +114,8 @@ def answer_quiz(
         verdict=Verdict.passed if result.passed else Verdict.failed,
         score=result.score,
         max_score=result.max_score,
-        message=f"quiz attempt: {result.score:g} of {result.max_score:g} points (pass mark {quiz.pass_percent:g}%)",
+        message=f"quiz attempt: {humane.number(result.score)} of {humane.number(result.max_score)} points "
+        f"(pass mark {humane.number(quiz.pass_percent)}%)",
         attempts=1,
         runtime_ms=0,
         started_at=now,

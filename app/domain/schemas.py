@@ -27,7 +27,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer
 
 from app.domain.markdown import render_markdown
 from app.domain.models import (
@@ -58,7 +58,9 @@ def as_utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+# Aware in UTC both ways: validated into UTC, and written in UTC with its offset even from a dataclass or model
+# that skipped validation (SQLite hands back naive datetimes, which a browser would read as its own local time).
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc), PlainSerializer(as_utc, return_type=datetime)]
 
 
 def _checked_email(value: str) -> str:

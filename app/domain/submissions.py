@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from app.domain import leases
 from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
+from worker.core import humane
 from worker.core.errors import InvalidInput, PayloadTooLarge
 from worker.core.outcome import GradeOutcome, Verdict
 
@@ -44,8 +45,8 @@ def create_submission(
 
     ``assignment_id``: the assignment it is made under (the caller has gated it), or None for practice.
     """
-    if len(code.encode("utf-8", errors="surrogatepass")) > max_bytes:
-        raise PayloadTooLarge(f"code is larger than {max_bytes // 1024} KiB; submit a smaller file")
+    if (size := len(code.encode("utf-8", errors="surrogatepass"))) > max_bytes:
+        raise PayloadTooLarge(humane.code_too_large(size, max_bytes))
     if "\x00" in code:
         raise InvalidInput("code contains a NUL character")
     if not code.strip():

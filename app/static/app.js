@@ -1,4 +1,5 @@
-// Shared page behaviour: JSON calls for the page scripts, error text, local times. No external code, no innerHTML.
+// Shared page behaviour: JSON calls for the page scripts, error text, local times, numbers for people, fresh pages
+// after Back/Forward. No external code, no innerHTML.
 // Logging in and out are plain HTML forms (with the session's CSRF token), so they work without this file.
 "use strict";
 
@@ -21,8 +22,40 @@ async function errorText(response) {
 }
 
 function showError(element, text) {
-  element.textContent = text;
+  // Through timedText: a refusal's "closed on ... UTC" reads in the viewer's zone, like the gate's sentence above it.
+  timedText(element, text || "");
   element.hidden = !text;
+}
+
+// Numbers for people, as the server's `num`/`points`/`duration_ms` filters (worker/core/humane.py) write them:
+// at most `decimals` places, no trailing zeros, no exponent ("0.67", "4.67/10", "13,140").
+function num(value, decimals) {
+  if (value === null || value === undefined || !Number.isFinite(Number(value))) return "\u2013";
+  const places = decimals === undefined ? 2 : decimals;
+  const text = Number(value).toLocaleString("en-US", { maximumFractionDigits: places, minimumFractionDigits: 0 });
+  return text === "-0" ? "0" : text;
+}
+
+function points(score, maxScore) { return num(score) + "/" + num(maxScore); }
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return "\u2013";
+  if (ms < 1000) return num(ms, 0) + " ms";
+  const seconds = ms / 1000;
+  if (seconds < 100) return num(seconds, 1) + " s";
+  if (seconds < 5400) return num(seconds / 60, 1) + " min";
+  return num(seconds / 3600, 1) + " h";
+}
+
+// Sizes as humane.size writes them (1 KB = 1024 bytes, rounded up), and its one sentence for code over the limit.
+function size(bytes) {
+  if (bytes >= 1024 * 1024) return num(Math.ceil(bytes * 10 / (1024 * 1024)) / 10, 1) + " MB";
+  return Math.ceil(bytes / 1024) + " KB";
+}
+
+function codeTooLarge(bytes, limit) {
+  return "Your code is " + size(bytes) + "; the limit is " + size(limit) +
+    ". Shorten it (remove long comments, pasted output or data) and submit again.";
 }
 
 const SHORT_TIME = { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" };
@@ -30,12 +63,19 @@ const SHORT_TIME = { month: "short", day: "numeric", hour: "2-digit", minute: "2
 const LONG_TIME = { weekday: "short", year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", timeZoneName: "short" };
 
 function localTimes(root) {
-  // The server writes UTC; show the reader's own clock where the browser can (the UTC text stays as the title).
-  for (const element of (root || document).querySelectorAll("time[datetime]")) {
+  // The server writes each time with its offset (the `when` filter); show the reader's own clock where the browser
+  // can (the UTC text stays as the title). data-format="ago" keeps its "5 s ago" text and gets the time as title.
+  for (const element of (root || document).querySelectorAll("time[datetime]:not([data-local])")) {
     const when = new Date(element.getAttribute("datetime"));
     if (!Number.isNaN(when.getTime())) {
-      element.title = element.textContent;
-      element.textContent = when.toLocaleString(undefined, element.dataset.format === "long" ? LONG_TIME : SHORT_TIME);
+      const local = when.toLocaleString(undefined, element.dataset.format === "short" ? SHORT_TIME : LONG_TIME);
+      if (element.dataset.format === "ago") {
+        element.title = local;
+      } else {
+        element.title = element.textContent;
+        element.textContent = local;
+      }
+      element.dataset.local = "1";
     }
   }
 }
@@ -137,14 +177,64 @@ async function refreshGate(assignmentId, slug, settled) {
     }
     const score = document.getElementById("gate-score");
     if (settled && score && item.score_pct !== null) {
-      score.textContent = "Counted score: " + String(Math.round(item.score_pct * 100) / 100) + "%" + (item.late ? " (late)" : "");
+      score.textContent = "Counted score: " + num(item.score_pct) + "%" + (item.late ? " (late)" : "");
     }
   } catch (_) { /* the sentence is a convenience; submitting says the same */ }
 }
 
-window.gpulab = { postJson, errorText, showError, localTimes, timedText, refreshGate, confirmAttempt, holdSubmit, holdAfter, waiting };
+// A box that scrolls (a wide table's .scroll, a long <pre>) must be reachable by keyboard to scroll it: while it
+// overflows it becomes a focusable region named by its label or its table's caption (links inside it would let
+// the keyboard reach their own column only, not a "Counted score" beyond them).
+function focusableScrollers(root) {
+  for (const box of (root || document).querySelectorAll(".scroll, pre, .output")) {
+    const overflows = box.scrollWidth > box.clientWidth + 1 || box.scrollHeight > box.clientHeight + 1;
+    const own = box.dataset.scrollFocus === "1";
+    if (overflows && !own && !box.hasAttribute("tabindex")) {
+      box.tabIndex = 0;
+      box.dataset.scrollFocus = "1";
+      if (!box.hasAttribute("role")) box.setAttribute("role", "region");
+      if (!box.hasAttribute("aria-label") && !box.hasAttribute("aria-labelledby")) {
+        const caption = box.querySelector("caption");
+        box.setAttribute("aria-label", caption ? caption.textContent.trim() : "Scrollable content");
+      }
+    } else if (!overflows && own) {
+      box.removeAttribute("tabindex");
+      delete box.dataset.scrollFocus;
+    }
+  }
+}
+
+function watchScrollers() {
+  let queued = false;
+  const again = () => {
+    if (queued) return;
+    queued = true;
+    window.requestAnimationFrame(() => { queued = false; focusableScrollers(document); });
+  };
+  again();
+  window.addEventListener("resize", again);
+  // Typing in the code editor changes nothing that scrolls here: skip its mutations (a big paste stays fast).
+  const outsideEditor = (record) => {
+    const node = record.target.nodeType === 1 ? record.target : record.target.parentElement;
+    return !node || !node.closest(".cm-editor");
+  };
+  new MutationObserver((records) => { if (records.some(outsideEditor)) again(); }).observe(document.body, {
+    childList: true, subtree: true, characterData: true, attributes: true, attributeFilter: ["hidden", "open"],
+  });
+}
+
+// A page the browser restores from its back/forward cache shows what it held when it was left ("3 attempts left",
+// no result): load it again, so it shows what the server knows now (pages are sent with Cache-Control: no-store,
+// which keeps them out of the HTTP cache; this covers browsers that still keep them in the bfcache).
+window.addEventListener("pageshow", (event) => { if (event.persisted) window.location.reload(); });
+
+window.gpulab = {
+  postJson, errorText, showError, localTimes, timedText, refreshGate, confirmAttempt, holdSubmit, holdAfter, waiting,
+  num, points, duration, size, codeTooLarge,
+};
 document.addEventListener("DOMContentLoaded", () => {
   localTimes(document);
+  watchScrollers();
   const gate = document.getElementById("gate");
   const form = document.getElementById("submit-form") || document.getElementById("quiz-form");
   if (gate && gate.dataset.retryAt && form) holdSubmit(new Date(gate.dataset.retryAt).getTime(), form.dataset.assignment, form.dataset.slug);

@@ -22,9 +22,7 @@
     return element;
   }
 
-  function formatPoints(value) {
-    return value === null || value === undefined ? "–" : String(Math.round(value * 100) / 100);
-  }
+  function formatPoints(value) { return window.gpulab.num(value); }
 
   function announce(text) { setText("live-status", text); }
 
@@ -114,7 +112,7 @@
     if (window.gpulabMeasurements) window.gpulabMeasurements.render(byId("result-measurements"), sub.measurements);
 
     setText("result-device", sub.device ? "Ran on " + sub.device : "");
-    setText("result-runtime", sub.runtime_ms ? "in " + (sub.runtime_ms / 1000).toFixed(2) + " s" : "");
+    setText("result-runtime", sub.runtime_ms ? "in " + window.gpulab.duration(sub.runtime_ms) : "");
     setText("result-stdout", sub.stdout || "");
     byId("result-stdout-box").hidden = !sub.stdout;
     setText("result-stderr", sub.stderr || "");
@@ -150,14 +148,15 @@
 
   // --- following a submission -----------------------------------------------------------------------------
 
-  function follow(id, slug, live) {
+  function follow(id, slug, live, seen) {
     if (source) source.close();
     const url = "/api/submissions/" + encodeURIComponent(id);
+    let watched = live || Boolean(seen);  // saw it grading: once settled, the standing and counted score above are out of date
     const settle = (sub) => {
       stopProgress();
       setBusy(false);
-      if (live) {
-        announce(settledText(sub, "Graded"));
+      if (live) announce(settledText(sub, "Graded"));
+      if (watched) {
         refreshStanding(slug);
         refreshGate(byId("submit-form"), true);
       }
@@ -170,6 +169,7 @@
       }
       // Until it settles there is no result to show: the progress box says where it is, not an empty result.
       byId("result").hidden = true;
+      watched = true;
       if (live) { setProgressStep(sub.status); announce(STEP_TEXT[sub.status] || sub.status); }
       else if (byId("progress").hidden) startProgress(sub.status, "Your last submission is being graded…");
       else setProgressStep(sub.status, "Your last submission is being graded…");
@@ -186,7 +186,7 @@
         .then((r) => (r.ok ? r.json() : null))
         .then((sub) => {
           if (!sub) { stopProgress(); setBusy(false); return; }
-          if (!show(sub)) window.setTimeout(() => follow(id, slug, live), 2000);
+          if (!show(sub)) window.setTimeout(() => follow(id, slug, live, watched), 2000);
         })
         .catch(() => { stopProgress(); setBusy(false); });
     });
@@ -198,11 +198,20 @@
     return editor ? editor.getValue() : form.elements.code.value;
   }
 
+  // Code over the limit is refused here, before sending, in the server's words (exact size, the real limit).
+  function oversize(form) {
+    const limit = Number(form.dataset.maxBytes || 0);
+    const bytes = new TextEncoder().encode(currentCode(form)).length;
+    return limit && bytes > limit ? window.gpulab.codeTooLarge(bytes, limit) : "";
+  }
+
   async function submitCode(form) {
     const error = byId("submit-error");
     if (busy || window.gpulab.waiting()) return;
+    const tooLarge = oversize(form);
+    window.gpulab.showError(error, tooLarge);
+    if (tooLarge) return;
     if (!window.gpulab.confirmAttempt()) return;  // under an attempt limit: "Submit? 2 of 3 attempts left"
-    window.gpulab.showError(error, "");
     setBusy(true);
     const slug = form.dataset.slug;
     const body = { code: currentCode(form) };
@@ -240,7 +249,9 @@
   async function runExamples(form) {
     const error = byId("submit-error");
     if (busy) return;
-    window.gpulab.showError(error, "");
+    const tooLarge = oversize(form);
+    window.gpulab.showError(error, tooLarge);
+    if (tooLarge) return;
     setBusy(true);
     byId("result").hidden = true;
     startProgress("running", "Running the example tests…");

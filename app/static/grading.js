@@ -9,7 +9,7 @@
     for (const box of form.querySelectorAll("input[name=item]:checked")) sum += Number(box.dataset.points);
     const max = Number(out.dataset.max);
     const min = out.dataset.min === "" ? -Infinity : Number(out.dataset.min);
-    out.value = String(Math.round(Math.min(max, Math.max(min, sum)) * 1000) / 1000);
+    out.value = window.gpulab.num(Math.min(max, Math.max(min, sum)));
   }
 
   document.addEventListener("DOMContentLoaded", () => {

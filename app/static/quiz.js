@@ -12,7 +12,7 @@
     return node;
   }
 
-  function fmt(value) { return String(Math.round(value * 100) / 100); }
+  function fmt(value) { return window.gpulab.num(value); }
 
   function collect(form) {
     const answers = {};

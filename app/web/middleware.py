@@ -2,14 +2,20 @@
 
 Contract: ``CSRFMiddleware`` answers 403 to a state-changing API call that ``app.domain.security.csrf_problem``
 refuses; ``BodySizeLimitMiddleware`` answers 413 to a body over its limit (per path prefix) without handing any
-of it to the app. Both answer before any route or exception handler runs, in the one error format
+of it to the app, in the learner's words (``worker.core.humane``): where the body carries code (a submission or an
+example run), the sentence names the code limit, which any body over the limit exceeds. Both answer before any
+route or exception handler runs, in the one error format
 (``app.web.errors``: a problem on JSON paths; on page paths the sentence as plain text). ``SecurityHeadersMiddleware``
 adds a strict Content-Security-Policy and friends to every answer; framing is refused unless
-``GPULAB_FRAME_ANCESTORS`` names the LMS origins that may embed gpulab (then only those, by CSP).
+``GPULAB_FRAME_ANCESTORS`` names the LMS origins that may embed gpulab (then only those, by CSP). Every HTML page
+is sent with ``Cache-Control: no-store`` (unless its route set its own), so Back/Forward after a submission asks
+the server again instead of showing "3 attempts left" and no result from a copy (``app.js`` reloads a page the
+browser still restores from its back/forward cache).
 """
 
 from __future__ import annotations
 
+import re
 from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
@@ -17,6 +23,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.domain.security import UNSAFE_METHODS, csrf_problem, header
 from app.web.errors import PROBLEM_MEDIA_TYPE, kind_for_status, problem_body, problem_of, wants_json
+from worker.core import humane
+
+CODE_PATH = re.compile(r"/exercises/[^/]+/(submissions|runs)$")  # where a body carries a learner's code
 
 
 async def _refuse(scope: Scope, send: Send, status: int, detail: str, *, close: bool = False) -> None:
@@ -55,17 +64,22 @@ class BodySizeLimitMiddleware:
 
     BODY_METHODS = UNSAFE_METHODS
 
-    def __init__(self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None, code_bytes: int | None = None
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.path_limits = path_limits or {}
+        self.code_bytes = code_bytes  # the code limit, named when a code-carrying body is refused
 
     def _limit(self, path: str) -> int:
         # A key is a path prefix, where ``*`` stands for one path segment or more (a slug).
         return next((n for prefix, n in self.path_limits.items() if fnmatchcase(path, prefix + "*")), self.max_bytes)
 
-    def _too_large(self, limit: int) -> str:
-        return f"request body is larger than {limit // 1024} KiB"
+    def _too_large(self, path: str, limit: int, size: int | None) -> str:
+        if self.code_bytes is not None and CODE_PATH.search(path):
+            return humane.code_too_large(None, self.code_bytes)
+        return humane.too_large("What you sent", size, limit, "Send less at once.")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in self.BODY_METHODS:
@@ -74,7 +88,7 @@ class BodySizeLimitMiddleware:
         limit = self._limit(scope.get("path", ""))
         declared = header(scope, b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _refuse(scope, send, 413, self._too_large(limit), close=True)
+            await _refuse(scope, send, 413, self._too_large(scope.get("path", ""), limit, int(declared)), close=True)
             return
         chunks: list[bytes] = []
         size = 0
@@ -85,7 +99,7 @@ class BodySizeLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                await _refuse(scope, send, 413, self._too_large(limit), close=True)
+                await _refuse(scope, send, 413, self._too_large(scope.get("path", ""), limit, None), close=True)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -136,13 +150,17 @@ class SecurityHeadersMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        docs = scope.get("path", "") in ("/docs", "/redoc", "/docs/oauth2-redirect")
+        docs = scope.get("path", "") in ("/redoc", "/docs/oauth2-redirect")
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 headers += [(b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin")]
                 headers += self.frame_headers
+                names = {k.lower() for k, _ in headers}
+                html = any(k.lower() == b"content-type" and v.startswith(b"text/html") for k, v in headers)
+                if html and b"cache-control" not in names:
+                    headers.append((b"cache-control", b"no-store"))
                 own = next((v for k, v in headers if k.lower() == b"content-security-policy"), None)
                 if own is not None:  # a route's own policy (one extra form target) keeps the framing rule
                     headers = [(k, v) for k, v in headers if k.lower() != b"content-security-policy"]

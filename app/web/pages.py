@@ -1,12 +1,16 @@
 """What every HTML page shares: one template environment, one ``render``, the form-CSRF check, flashes, the error page.
 
 Contract:
-- ``templates`` loads ``app/web/templates`` with autoescape and ``StrictUndefined``. Filters: ``utc`` (a datetime as
-  ``YYYY-MM-DD HH:MM UTC``; the page script shows ``time`` elements in the viewer's zone) and ``num`` (``-``
-  for none, else 3 significant digits), ``timed`` (a sentence of ours, escaped, whose ``YYYY-MM-DD HH:MM UTC``
-  times become ``time`` elements, so a gate's "closed on ..." shows in the viewer's zone too; ``app.js``'s
-  ``timedText`` does the same for sentences a script writes). Learner text (code, e-mails, messages) is never
-  marked safe.
+- ``templates`` loads ``app/web/templates`` with autoescape and ``StrictUndefined``. Times: every time a page
+  shows goes through ``when`` (a ``time`` element whose ``datetime`` carries its UTC offset, with the UTC text
+  inside; ``app.js``'s ``localTimes`` rewrites it into the viewer's zone: ``format`` "short", "long" with the
+  weekday, year and zone, or "ago" whose text stays and whose title gets the local time) or ``timed`` (a
+  sentence of ours, escaped, whose ``YYYY-MM-DD HH:MM UTC`` times become such elements, so a gate's "closed on
+  ..." shows in the viewer's zone too; ``app.js``'s ``timedText`` does the same for sentences a script writes,
+  and ``showError`` uses it). ``utc`` is the plain UTC text, for sentences and CSV only. Numbers: ``num``
+  (``worker.core.humane.number``: at most 2 decimals, no exponent), ``points`` (``4.67/10``), ``pct`` and
+  ``duration_ms``; ``app.js``'s ``gpulab.num``/``gpulab.duration`` follow the same rules. Learner text (code,
+  e-mails, messages) is never marked safe.
 - ``render(request, name, status_code=200, **context)``: ``user`` defaults to the request's user (the
   detached copy ``app.web.deps`` keeps), ``csrf`` to the session's form token (every form posts it as
   ``csrf_token``), ``flashes`` to the messages ``flash`` queued for this page.
@@ -21,6 +25,7 @@ Contract:
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -34,6 +39,7 @@ from fastapi.templating import Jinja2Templates
 from app.domain.schemas import MeOut, as_utc
 from app.domain.security import UNSAFE_METHODS, csrf_token, user_from_session, verify_csrf
 from app.web.deps import get_session_factory
+from worker.core import humane
 from worker.core.errors import Forbidden, PasswordChangeRequired, Unauthorized
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
@@ -46,9 +52,24 @@ def utc_text(value: Any) -> str:
     return as_utc(value).strftime("%Y-%m-%d %H:%M UTC") if value else ""
 
 
-def number_text(value: float | None, digits: int = 3) -> str:
-    """Format a number to ``digits`` significant digits, or ``-`` for none."""
-    return "-" if value is None else f"{value:.{digits}g}"
+TIME_FORMATS = ("short", "long", "ago")
+
+
+def time_element(value: datetime | None, time_format: str = "short", text: str = "") -> markupsafe.Markup:
+    """Return ``value`` as a ``time`` element with its UTC offset (``text`` inside, else the UTC time)."""
+    if not value:
+        return markupsafe.Markup("")
+    if time_format not in TIME_FORMATS:
+        raise ValueError(f"unknown time format {time_format!r}")
+    at = as_utc(value)
+    return markupsafe.Markup('<time datetime="{}" data-format="{}">{}</time>').format(
+        at.isoformat(), time_format, text or utc_text(at)
+    )
+
+
+def iso_utc(value: datetime | None) -> str:
+    """Return ``value`` as ISO 8601 with its UTC offset (for a ``data-`` attribute a script reads), or ``""``."""
+    return as_utc(value).isoformat() if value else ""
 
 
 UTC_TIME_RE = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}) UTC")  # what utc_text writes
@@ -69,8 +90,13 @@ templates = Jinja2Templates(
     )
 )
 templates.env.filters["utc"] = utc_text
-templates.env.filters["num"] = number_text
+templates.env.filters["when"] = time_element
+templates.env.filters["iso"] = iso_utc
 templates.env.filters["timed"] = timed_text
+templates.env.filters["num"] = humane.number
+templates.env.filters["points"] = humane.points
+templates.env.filters["pct"] = humane.percent
+templates.env.filters["duration_ms"] = humane.duration_ms
 
 
 async def verify_form_csrf(request: Request) -> None:

@@ -12,6 +12,8 @@ import {
 } from "@codemirror/view";
 import { classHighlighter } from "@lezer/highlight";
 
+const LONG_INPUT_CHARS = 1000;
+
 function mount(textarea, options = {}) {
   const onSubmit = options.onSubmit || (() => false);
   const labelId = options.labelId || "";
@@ -40,11 +42,28 @@ function mount(textarea, options = {}) {
           { key: "Mod-Enter", run: () => { onSubmit(); return true; } },
           ...closeBracketsKeymap, ...defaultKeymap, ...historyKeymap, ...foldKeymap, indentWithTab,
         ]),
+        // Long text inserted as one "typed" input (what a paste becomes for some input methods, dictation or test
+        // automation): one change of the document, instead of the browser editing the DOM line by line and
+        // CodeMirror reading it back, which takes tens of seconds for a 150 KB paste.
+        EditorView.domEventHandlers({
+          beforeinput(event, view) {
+            if (event.inputType !== "insertText" || !event.data || event.data.length < LONG_INPUT_CHARS) return false;
+            event.preventDefault();
+            view.dispatch(view.state.replaceSelection(event.data), { scrollIntoView: true, userEvent: "input.paste" });
+            return true;
+          },
+        }),
         EditorView.updateListener.of((update) => {
           if (update.docChanged) textarea.value = update.state.doc.toString();
         }),
+        // The editor's own class through the view (CodeMirror rewrites its root's class list on every update, so a
+        // class added by hand is gone after the first edit, and with it app.css's bounded height: the editor grew
+        // with its content, a long paste drew every line).
+        EditorView.editorAttributes.of({ class: "code-editor" }),
+        // tabindex: the text is focusable content of the box that scrolls it (.cm-scroller), so keyboard users can
+        // reach and scroll it, as axe's scrollable-region-focusable rule checks.
         EditorView.contentAttributes.of({
-          "aria-labelledby": labelId, "aria-describedby": options.describedBy || "", spellcheck: "false",
+          tabindex: "0", "aria-labelledby": labelId, "aria-describedby": options.describedBy || "", spellcheck: "false",
           autocapitalize: "off", autocorrect: "off",
         }),
       ],
@@ -53,7 +72,6 @@ function mount(textarea, options = {}) {
   textarea.parentNode.insertBefore(view.dom, textarea.nextSibling);
   textarea.hidden = true;
   textarea.classList.add("enhanced");
-  view.dom.classList.add("code-editor");
   return {
     view,
     getValue: () => view.state.doc.toString(),

@@ -118,7 +118,8 @@ def test_oversized_code_is_413_and_nothing_is_stored(
         "type": "https://gpulab.dev/problems/payload-too-large",
         "title": "Payload too large",
         "status": 413,
-        "detail": f"code is larger than {limit // 1024} KiB; submit a smaller file",
+        "detail": f"Your code is {limit // 1024 + 1} KB; the limit is {limit // 1024} KB. Shorten it (remove long "
+        "comments, pasted output or data) and submit again.",
         "instance": f"/api/exercises/{tiny_exercise.slug}/submissions",
     }
     assert dispatcher.calls == [] and len(db_session.scalars(select(Submission.id)).all()) == before
@@ -131,7 +132,8 @@ def test_huge_body_is_refused_before_parsing(learner_client: TestClient, tiny_ex
     huge = b'{"code": "' + b"x" * (50 * 1024 * 1024) + b'"}'
     response = learner_client.post(url, content=huge, headers={"Content-Type": "application/json"})
     assert response.status_code == 413
-    assert "request body is larger than" in response.json()["detail"]
+    limit_kb = learner_client.app.state.settings.max_code_bytes // 1024
+    assert response.json()["detail"].startswith(f"Your code is over the limit of {limit_kb} KB. Shorten it")
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the guard must count what it reads
         yield b'{"code": "'
@@ -141,6 +143,18 @@ def test_huge_body_is_refused_before_parsing(learner_client: TestClient, tiny_ex
 
     streamed = learner_client.post(url, content=chunks(), headers={"Content-Type": "application/json"})
     assert streamed.status_code == 413
+
+
+def test_code_at_the_limit_passes_the_body_limit_however_it_is_escaped(
+    learner_client: TestClient, tiny_exercise: TinyExercise
+) -> None:
+    # JSON writes each control character as six bytes: the body limit must still let the code limit decide.
+    limit = learner_client.app.state.settings.max_code_bytes
+    url = f"/api/exercises/{tiny_exercise.slug}/submissions"
+    assert learner_client.post(url, json={"code": "\x01" * limit}).status_code == 202
+    over = learner_client.post(url, json={"code": "\x01" * (limit + 1)})
+    assert over.status_code == 413
+    assert over.json()["detail"].startswith(f"Your code is {limit // 1024 + 1} KB; the limit is {limit // 1024} KB.")
 
 
 @pytest.mark.parametrize(

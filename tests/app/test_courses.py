@@ -305,7 +305,7 @@ def test_csv_headers_bytes_and_disabled_accounts(
         ("email,role\n\n", "holds no people"),
         ("email,team\na@example.com,x\n", "unknown column"),
         ("email\n" + "".join(f"p{i}@example.com\n" for i in range(accounts.MAX_IMPORT_ROWS + 1)), "enroll at most"),
-        ("email\n" + "x" * (accounts.MAX_IMPORT_BYTES + 1), "larger than"),
+        ("email\n" + "x" * (accounts.MAX_IMPORT_BYTES + 1), "the limit is 256 KB"),
         (b"email\n\xff\xfe@example.com\n", "not UTF-8"),
         ("email\n\ud800@example.com\n", "not valid text"),
         ("email\n" + "x" * 140_000, "not a readable CSV"),  # a field over the csv module's limit

@@ -56,9 +56,14 @@ def test_security_headers_and_static_files(settings: Settings) -> None:
         page = client.get("/login")
         assert page.headers["x-content-type-options"] == "nosniff"
         assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
-        assert "content-security-policy" not in client.get("/docs").headers  # Swagger UI loads its own assets
+        # The API page starts Swagger UI from a file of ours, so it keeps the policy (no inline script).
+        assert "script-src 'self';" in client.get("/docs").headers["content-security-policy"]
         script = client.get("/static/exercise.js")
         assert script.status_code == 200 and "innerHTML" not in script.text.replace("never innerHTML", "")
+        # Pages are never kept (Back/Forward asks again); static files and JSON keep their own rules.
+        assert page.headers["cache-control"] == "no-store"
+        assert client.get("/nowhere").headers["cache-control"] == "no-store"  # the HTML error page too
+        assert "cache-control" not in script.headers
 
 
 def test_api_docs_are_served_without_a_cdn(settings: Settings) -> None:
@@ -66,11 +71,12 @@ def test_api_docs_are_served_without_a_cdn(settings: Settings) -> None:
     application.state.recover_on_start = False
     with make_test_client(application) as client:
         page = client.get("/docs")
-        assert page.status_code == 200
+        assert page.status_code == 200 and '<html lang="en">' in page.text
+        assert "cdn." not in page.text and "https://" not in page.text  # with or without the bundle
         if not (SWAGGER_DIR / "swagger-ui-bundle.js").is_file():
+            assert 'href="/openapi.json"' in page.text  # the page says where the description is
             pytest.skip("the front-end build (scripts/setup) has not run")
-        assert "/static/build/swagger/swagger-ui-bundle.js" in page.text
-        assert "cdn." not in page.text and "https://" not in page.text
+        assert "/static/build/swagger/swagger-ui-bundle.js" in page.text and "/static/docs.js" in page.text
         assert client.get("/static/build/swagger/swagger-ui-bundle.js").status_code == 200
         assert client.get("/static/build/swagger/swagger-ui.css").status_code == 200
         spec = client.get("/openapi.json").json()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -273,3 +273,30 @@ def test_timed_escapes_the_sentence_and_makes_its_utc_times_time_elements() -> N
         '<time datetime="2027-01-02T03:04:00Z" data-format="long">2027-01-02 03:04 UTC</time>'
     )
     assert str(timed_text("open")) == "open"
+
+
+@pytest.mark.parametrize(
+    ("stored", "iso"),
+    [
+        (datetime(2026, 12, 1, 23, 16), "2026-12-01T23:16:00+00:00"),  # naive, as SQLite hands it back: UTC
+        (datetime(2026, 12, 2, 0, 16, tzinfo=timezone(timedelta(hours=1))), "2026-12-01T23:16:00+00:00"),
+    ],
+)
+def test_when_writes_a_time_element_with_its_offset(stored: datetime, iso: str) -> None:
+    from app.web.pages import time_element
+
+    assert str(time_element(stored)) == f'<time datetime="{iso}" data-format="short">2026-12-01 23:16 UTC</time>'
+    ago = str(time_element(stored, "ago", "5 s <ago>"))
+    assert ago == f'<time datetime="{iso}" data-format="ago">5 s &lt;ago&gt;</time>'  # the text is escaped
+    assert str(time_element(None)) == ""
+    with pytest.raises(ValueError, match="unknown time format"):
+        time_element(stored, "weird")
+
+
+def test_the_error_page_shows_a_refusals_time_in_the_viewers_zone() -> None:
+    from app.web.pages import templates
+
+    page = templates.get_template("error.html").render(
+        request=None, user=None, title="Not allowed", code=403, message="closed on 2026-12-08 17:00 UTC"
+    )
+    assert '<time datetime="2026-12-08T17:00:00Z" data-format="long">2026-12-08 17:00 UTC</time>' in page

@@ -52,6 +52,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from worker.core import humane
 from worker.core.errors import ExerciseFormatError, InvalidInput
 
 QuestionType = Literal["single", "multiple", "text"]
@@ -585,7 +586,8 @@ def _grade_choice(question: ChoiceQuestion, picked: list[str]) -> QuestionResult
     if correct:
         verdict = "Correct."
     elif score > 0:
-        verdict = f"Partly right: {score:g} of {question.points:g} points. Some picks are missing or wrong."
+        verdict = (f"Partly right: {humane.number(score)} of {humane.number(question.points)} points. "
+                   "Some picks are missing or wrong.")  # fmt: skip
     else:
         verdict = "Not right."
     notes = [question.feedback[p] for p in picked if p in question.feedback]

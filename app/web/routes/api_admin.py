@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from app.domain import accounts, liveness
 from app.domain.models import Role, User
+from app.domain.schemas import UtcDatetime
 from app.domain.stats import grade_matrix, histogram, timing
 from app.jobs.queue_state import queue_state
 from app.web.deps import AdminDep, SessionDep, SettingsDep, UserDep
@@ -47,7 +48,7 @@ class StatsOut(BaseModel):
 
 
 class LivenessOut(BaseModel):
-    now: datetime
+    now: UtcDatetime
     workers: list[liveness.WorkerState] = Field(
         description=f"the {liveness.WORKERS_SHOWN} most recently seen, newest first"
     )

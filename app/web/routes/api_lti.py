@@ -22,7 +22,6 @@ none), so the API's CSRF rule covers them; each commits what ``app.domain.lti`` 
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
@@ -33,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.lti import keys, platforms, scores
 from app.domain.models import LtiPlatform, LtiScoreOutbox, LtiToolKey
+from app.domain.schemas import UtcDatetime
 from app.web.deps import AdminDep, RowId, SessionDep, SettingsDep
 from app.web.errors import problem_responses
 
@@ -67,7 +67,7 @@ class PlatformOut(BaseModel):
     jwks_url: str
     audience: str | None
     deployment_ids: list[str]
-    created_at: datetime
+    created_at: UtcDatetime
     users: int = Field(description="accounts that sign in through this platform")
     contexts: int = Field(description="platform courses mapped to gpulab courses")
     links: int = Field(description="resource links placed in the platform's courses")
@@ -95,8 +95,8 @@ def platform_listing(*, session: Session) -> list[PlatformOut]:
 
 class KeyOut(BaseModel):
     kid: str
-    created_at: datetime
-    retired_at: datetime | None
+    created_at: UtcDatetime
+    retired_at: UtcDatetime | None
     current: bool = Field(description="this key signs gpulab's messages now")
     published: bool = Field(description="in /lti/jwks: the current key, or retired within the grace period")
 
@@ -120,9 +120,9 @@ class OutboxRowOut(BaseModel):
     user_id: int
     lineitem_url: str
     payload: dict[str, Any]
-    created_at: datetime
+    created_at: UtcDatetime
     attempts: int
-    next_attempt_at: datetime
+    next_attempt_at: UtcDatetime
     last_error: str | None
     state: str  # "pending" (never tried) or "failed" (tried, waiting for its next attempt)
 

@@ -30,6 +30,7 @@ from app.domain.lti import scores
 from app.domain.models import AssignmentItem, Exercise, ExerciseVersion, User
 from app.web.deps import CourseAccess, CourseDep, CourseStaffDep, RowId, SessionDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
+from worker.core import humane
 from worker.core.errors import InvalidInput, NotFound
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])
@@ -120,7 +121,7 @@ def override_form(
     except InvalidInput as exc:
         session.rollback()
         return _page(request, session, access, form, error=exc.message, status_code=422)
-    flash(request, f"Score of {learner.email} on {item.exercise.slug} set to {form.score():.1f}.")
+    flash(request, f"Score of {learner.email} on {item.exercise.slug} set to {humane.number(form.score(), 1)}%.")
     return redirect(_url(access))
 
 

@@ -25,6 +25,7 @@ from app.domain.models import Assignment, Exercise, ManualGrade, User
 from app.web.deps import AssignmentStaffDep, CurrentUser, InstructorDep, RowId, SessionDep, StaffExerciseDep
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render
+from worker.core import humane
 from worker.core.errors import Conflict, GpulabError, InvalidInput, NotFound
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])
@@ -216,7 +217,7 @@ def save_grade(
         code = 409 if isinstance(exc, Conflict) else http_status(exc)
         return _grade_page(request, user, session, grade, queue, error=exc.message, mine=(checked, comment, lines),
                            status_code=code)  # fmt: skip
-    flash(request, f"Saved: {grade.points or 0:g} of {grade.max_points:g} points.")
+    flash(request, f"Saved: {humane.number(grade.points or 0)} of {humane.number(grade.max_points)} points.")
     scope = _scope_of(session, grade, queue)
     if then == "next":
         return redirect(f"{scope.url}/next?after={grade.id}")
