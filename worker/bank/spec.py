@@ -84,11 +84,14 @@ class Limits:
 
 
 class WrongVariant(FormatModel):
-    """A ``[[wrong]]`` table: a known-wrong file and the hidden tests it must fail."""
+    """A ``[[wrong]]`` table: a known-wrong file, the hidden tests it must fail and what their message must say."""
 
     path: str = Field(validation_alias="file", min_length=1)  # inside the exercise folder
     must_fail: tuple[str, ...] = Field(min_length=1)
     why: Text = ""  # the mistake it stands for, in one sentence
+    # Text the failure message of one of its must_fail tests must contain (exact, case-sensitive): it pins the
+    # message to the cause, so that `gpulab exercises check` catches a test failing for the wrong reason.
+    feedback: Text = ""
 
 
 @dataclass(frozen=True)

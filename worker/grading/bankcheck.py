@@ -1,8 +1,9 @@
 """Prove an exercise bank grades as its author intends, through the real sandbox.
 
 Contract: for every code exercise, ``solution.py`` and each ``right/*.py`` must pass with full marks, and
-each ``wrong/*.py`` must not pass and must fail every test its ``[[wrong]]`` entry names. Each mismatch is
-one human-readable problem in the returned list (empty means the bank checks out).
+each ``wrong/*.py`` must not pass, must fail every test its ``[[wrong]]`` entry names, and, when the entry declares
+``feedback``, one of those tests' failure messages must contain it (the message names the variant's mistake). Each
+mismatch is one human-readable problem in the returned list (empty means the bank checks out).
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from worker.bank.spec import ExerciseSpec, load_bank
-from worker.core.outcome import GradeOutcome, Verdict
+from worker.bank.spec import ExerciseSpec, WrongVariant, load_bank
+from worker.core.outcome import GradeOutcome, TestOutcome, Verdict
 from worker.grading.pipeline import grade
 from worker.grading.sandbox.base import Sandbox
 
@@ -21,6 +22,17 @@ def _summary(outcome: GradeOutcome) -> str:
     detail = f" failing {', '.join(failed)}" if failed else ""
     extra = f" ({outcome.message})" if outcome.message else ""
     return f"{outcome.verdict.value} {outcome.score:g}/{outcome.max_score:g}{detail}{extra}"
+
+
+def feedback_problem(variant: WrongVariant, tests: Sequence[TestOutcome]) -> str | None:
+    """Return why the variant's failing ``must_fail`` messages lack its ``feedback`` fragment, or None if one has it."""
+    if not variant.feedback:
+        return None
+    failed = [t for t in tests if t.name in variant.must_fail and t.outcome.value != "passed"]
+    if any(variant.feedback in t.message for t in failed):
+        return None
+    read = "; ".join(f"{t.name}: {' '.join(t.message.split())[:300]!r}" for t in failed) or "no message"
+    return f"no failure message of its must_fail tests contains its feedback {variant.feedback!r} ({read})"
 
 
 def check_exercise(spec: ExerciseSpec, *, sandbox: Sandbox, echo: Callable[[str], None]) -> list[str]:
@@ -42,10 +54,15 @@ def check_exercise(spec: ExerciseSpec, *, sandbox: Sandbox, echo: Callable[[str]
         ok = outcome.verdict is not Verdict.passed and not not_failed
         if outcome.verdict is Verdict.internal_error:
             ok = False
-        echo(f"  {'ok ' if ok else 'BAD'} {spec.slug}/{variant.path}: {_summary(outcome)}")
+        unsaid = feedback_problem(variant, outcome.tests) if ok else None
+        echo(f"  {'ok ' if ok and not unsaid else 'BAD'} {spec.slug}/{variant.path}: {_summary(outcome)}")
         if not ok:
             reason = f"passes {', '.join(not_failed)}" if not_failed else _summary(outcome)
             problems.append(f"{spec.slug}/{variant.path} must fail {', '.join(variant.must_fail)} but {reason}")
+        elif unsaid:
+            problems.append(f"{spec.slug}/{variant.path}: {unsaid}")
+        elif not variant.feedback:
+            echo(f"      (declares no feedback fragment: the message of {variant.path} is not checked)")
     return problems
 
 

@@ -8,6 +8,7 @@ Contract:
   reporting), else ``passed`` iff every point was earned (and there are points to earn), else ``failed``.
   The score always counts the passed expected tests, whatever the verdict.
 - Only ``spec.tests`` count: unknown reported ids are ignored, expected ids that never reported fail.
+- Every message the runner reports is cleaned (``messages.clean_message``): no terminal codes, no traceback.
 - ``SandboxUnavailable`` propagates; any other failure of ours becomes an ``internal_error`` outcome.
   The job directory (it holds the hidden tests) is always deleted.
 """
@@ -26,6 +27,7 @@ from worker.core.errors import SandboxUnavailable
 from worker.core.outcome import GradeOutcome, TestOutcome, TestOutcomeKind, Verdict
 from worker.grading.devices import device_label
 from worker.grading.jobdir import read_result, write_job_dir
+from worker.grading.messages import clean_message
 from worker.grading.sandbox.base import Sandbox, SandboxRun
 
 NOT_REPORTED = "This test did not report a result (did your code exit or crash?)"
@@ -59,7 +61,7 @@ def _test_outcomes(spec: ExerciseSpec, result: dict[str, Any] | None) -> list[Te
         if entry is None:
             kind, message = TestOutcomeKind.failed, NOT_REPORTED
         else:
-            kind, message = TestOutcomeKind(entry["outcome"]), entry["message"]
+            kind, message = TestOutcomeKind(entry["outcome"]), clean_message(entry["message"])
         points = expected.points if kind is TestOutcomeKind.passed else 0.0
         outcomes.append(TestOutcome(expected.id, kind, message, points, expected.points))
     return outcomes
@@ -77,7 +79,7 @@ def decide(spec: ExerciseSpec, run: SandboxRun, result: dict[str, Any] | None) -
         return Verdict.crashed, "Your code printed far too much output and was stopped."
     if result is None:
         return Verdict.crashed, f"Your program {_exit_text(run.exit_code)} before the tests could report."
-    return Verdict.failed, result["error"] or ""
+    return Verdict.failed, clean_message(result["error"] or "")
 
 
 def grade(spec: ExerciseSpec, code: str, *, sandbox: Sandbox, work_root: Path | None = None) -> GradeOutcome:
