@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from tests.worker.conftest import tiny_add_files
 from worker.bank.spec import ExerciseSpec
 from worker.grading.bankcheck import check_exercise
 from worker.grading.sandbox.fake import FakeJob, FakeSandbox, Reply
-from tests.worker.conftest import tiny_add_files
 
 SMALL, NEGATIVE = "test_add.py::test_small", "test_add.py::test_negative"
 WRONG = "def add(a, b):\n    return a - b\n"
@@ -36,7 +36,9 @@ def run_check(spec: ExerciseSpec, sandbox: FakeSandbox) -> tuple[list[str], list
 
 
 def test_the_fragment_in_a_must_fail_message_passes() -> None:
-    problems, lines = run_check(spec_with("subtracts instead of adding"), grader("add(1, 2) subtracts instead of adding"))
+    problems, lines = run_check(
+        spec_with("subtracts instead of adding"), grader("add(1, 2) subtracts instead of adding")
+    )
     assert problems == []
     assert any(line.startswith("  ok  tiny-add/wrong/minus.py") for line in lines)
 

@@ -60,7 +60,8 @@ def test_a_plain_message_is_kept(text: str) -> None:
 def test_the_pipeline_cleans_what_the_runner_reported(tiny_spec: SpecFactory) -> None:
     fake = FakeSandbox(
         lambda job: job.reply(
-            {"test_add.py::test_small": "failed"}, messages={"test_add.py::test_small": TORCH_BOLD + "\n" + TRACEBACK},
+            {"test_add.py::test_small": "failed"},
+            messages={"test_add.py::test_small": TORCH_BOLD + "\n" + TRACEBACK},
             error="collection:\n" + TRACEBACK,
         )
     )
@@ -68,4 +69,7 @@ def test_the_pipeline_cleans_what_the_runner_reported(tiny_spec: SpecFactory) ->
     small = outcome.tests[0]
     assert "\x1b" not in small.message and "Traceback" not in small.message
     assert "RuntimeError: disk full (your code, line 41)" in small.message
-    assert outcome.message == "collection:\ncheckpoint could not be read:\nRuntimeError: disk full (your code, line 41)\nthen the next line"
+    assert (
+        outcome.message
+        == "collection:\ncheckpoint could not be read:\nRuntimeError: disk full (your code, line 41)\nthen the next line"
+    )
