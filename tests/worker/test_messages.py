@@ -46,7 +46,8 @@ def test_a_chained_traceback_keeps_the_last_exception_and_a_harness_only_one_nam
     chained = (
         "Traceback (most recent call last):\n  File \"/job/probes/probes.py\", line 3, in run\n    x = d['k']\n"
         "KeyError: 'k'\n\nDuring handling of the above exception, another exception occurred:\n\n"
-        "Traceback (most recent call last):\n  File \"/job/probes/probes.py\", line 5, in run\n    raise ValueError('v')\n"
+        'Traceback (most recent call last):\n  File "/job/probes/probes.py", line 5, in run\n'
+        "    raise ValueError('v')\n"
         "ValueError: no value for k\nover two lines"
     )
     assert clean_message(chained) == "ValueError: no value for k\nover two lines"
@@ -70,6 +71,6 @@ def test_the_pipeline_cleans_what_the_runner_reported(tiny_spec: SpecFactory) ->
     assert "\x1b" not in small.message and "Traceback" not in small.message
     assert "RuntimeError: disk full (your code, line 41)" in small.message
     assert (
-        outcome.message
-        == "collection:\ncheckpoint could not be read:\nRuntimeError: disk full (your code, line 41)\nthen the next line"
+        outcome.message == "collection:\ncheckpoint could not be read:\nRuntimeError: disk full (your code, line 41)\n"
+        "then the next line"
     )
