@@ -219,7 +219,8 @@ def test_schedule_serializes(probe):
 
 
 def test_fit_follows_schedule(probe):
-    base_lr, base_batch, per_replica, k, n = 0.05, 8, 8, 3, 96
+    # base_lr, the per-replica rate (0.02) and the scaled rate (0.04) all differ, so the hints can tell them apart.
+    base_lr, base_batch, per_replica, k, n = 0.01, 4, 8, 3, 96
     what = (f"make_optimizer(MirroredStrategy() with 2 replicas, base_lr={base_lr}, base_batch={base_batch}, "
             f"per_replica_batch={per_replica}, warmup_steps={k})")
     seen = _probe(probe, "fit_lrs", base_lr, base_batch, per_replica, k, n, what=what)
