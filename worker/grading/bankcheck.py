@@ -55,14 +55,13 @@ def check_exercise(spec: ExerciseSpec, *, sandbox: Sandbox, echo: Callable[[str]
         if outcome.verdict is Verdict.internal_error:
             ok = False
         unsaid = feedback_problem(variant, outcome.tests) if ok else None
-        echo(f"  {'ok ' if ok and not unsaid else 'BAD'} {spec.slug}/{variant.path}: {_summary(outcome)}")
+        note = "" if variant.feedback else " [no feedback fragment declared: its message is not checked]"
+        echo(f"  {'ok ' if ok and not unsaid else 'BAD'} {spec.slug}/{variant.path}: {_summary(outcome)}{note}")
         if not ok:
             reason = f"passes {', '.join(not_failed)}" if not_failed else _summary(outcome)
             problems.append(f"{spec.slug}/{variant.path} must fail {', '.join(variant.must_fail)} but {reason}")
         elif unsaid:
             problems.append(f"{spec.slug}/{variant.path}: {unsaid}")
-        elif not variant.feedback:
-            echo(f"      (declares no feedback fragment: the message of {variant.path} is not checked)")
     return problems
 
 
