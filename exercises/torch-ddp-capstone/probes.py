@@ -102,9 +102,12 @@ def _instrument() -> None:
 
     def sampler_iter(self):
         mark()
-        if _is_train_set(self.dataset, train_x[0]):
-            _seen["samplers"].append([int(self.seed), int(self.epoch), int(self.num_replicas), int(self.rank),
-                                      int(bool(self.shuffle)), len(_seen["forwards"])])
+        try:  # a subclass may lack an attribute: recording must never break the learner's loop
+            if _is_train_set(self.dataset, train_x[0]):
+                _seen["samplers"].append([int(self.seed), int(self.epoch), int(self.num_replicas), int(self.rank),
+                                          int(bool(self.shuffle)), len(_seen["forwards"])])
+        except Exception:
+            pass
         return original_sampler_iter(self)
 
     def set_epoch(self, epoch):
