@@ -41,6 +41,7 @@ class WrongForm:
     code: str
     must_fail: list[str]
     why: str = ""
+    feedback: str = ""  # text the failure message of one of its must_fail tests must contain
 
 
 @dataclass
@@ -128,6 +129,8 @@ def files_from_form(form: AuthoringForm, base: dict[str, str] | None = None) -> 
         entry: dict[str, Any] = {"file": path, "must_fail": [m.strip() for m in variant.must_fail if m.strip()]}
         if variant.why.strip():
             entry["why"] = variant.why.strip()
+        if variant.feedback.strip():
+            entry["feedback"] = variant.feedback.strip()
         wrong.append(entry)
     meta.pop("wrong", None)
     for key in ("rubric", "rubric_comments"):  # written again below, after the other keys
@@ -170,6 +173,7 @@ def form_from_version(version: ExerciseVersion) -> AuthoringForm:
             code=files.get(e["file"], ""),
             must_fail=list(e.get("must_fail", [])),
             why=str(e.get("why", "")),
+            feedback=str(e.get("feedback", "")),
         )
         for e in meta.get("wrong", [])
     ]

@@ -146,7 +146,7 @@ def fit_lrs(submission, base_lr, base_batch, per_replica_batch, warmup_steps, n)
 
     strategy = tf.distribute.MirroredStrategy()
     seen = {"replicas": int(strategy.num_replicas_in_sync), "error": None, "lrs": [], "optimizer": None,
-            "iterations": None, "steps": None, "loss": None}
+            "is_sgd": False, "momentum": None, "iterations": None, "steps": None, "loss": None}
     try:
         optimizer = submission.make_optimizer(strategy, base_lr, base_batch, per_replica_batch, warmup_steps)
     except Exception as exc:
@@ -155,6 +155,8 @@ def fit_lrs(submission, base_lr, base_batch, per_replica_batch, warmup_steps, n)
     seen["optimizer"] = type(optimizer).__name__
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         return seen
+    seen["is_sgd"] = isinstance(optimizer, keras.optimizers.SGD)
+    seen["momentum"] = _number(getattr(optimizer, "momentum", None))[0]
     iterations = getattr(optimizer, "iterations", None)
     seen["iterations"] = type(getattr(iterations, "value", iterations)).__name__
     lrs = seen["lrs"]

@@ -17,7 +17,14 @@ def inputs(n: int = BATCH, seed: int = 0) -> np.ndarray:
 
 
 def _error(exc: BaseException) -> dict:
-    return {"type": type(exc).__name__, "message": str(exc)[:600]}
+    text = str(exc)
+    lines = text.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.lstrip().startswith("File ")]
+    if "(most recent call last)" in text and frames:
+        # A graph execution error lists TensorFlow's own call stack; the cause is the first line after it.
+        cause = next((line.strip() for line in lines[frames[-1] + 1:] if line.strip() and not line[0].isspace()), "")
+        text = f"{lines[0].strip()} {cause}".strip()
+    return {"type": type(exc).__name__, "message": text[:600]}
 
 
 def _variable(strategy, variable) -> dict:

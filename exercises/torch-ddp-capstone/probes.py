@@ -3,8 +3,12 @@ real DDP over gloo (runner.vdev.ddp) and report, as data, what each rank returne
 
 Observations, recorded inside each rank (forgeable by a learner who patches this file, like every probe; the
 tests also check results that cannot be forged without training correctly):
-- the dataset index of every training sample that went through a DistributedDataParallel forward (grad enabled,
-  training mode), in order, and the size of each such batch;
+- every batch that went through a DistributedDataParallel forward and whose output a backward pass then reached
+  (a training batch; an evaluation forward, even through the wrapper in training mode, has no backward): its
+  size and the dataset index of each of its samples, in order;
+- where each pass over the data began: every DataLoader or DistributedSampler iteration and set_epoch call, as
+  the number of training batches before it; and, for each DistributedSampler iterated over the training set, its
+  seed, epoch, num_replicas, rank and shuffle flag;
 - the learning rate of every optimizer step (a global step pre-hook);
 - how many times the rank called torch.save, and the final parameters of the model it wrapped in DDP.
 After the ranks finish, the probe loads the checkpoint file into a plain build_model() and reports how that went.
@@ -12,6 +16,7 @@ The hidden tests import make_data, build_model and the constants from here.
 """
 
 import os
+import pickle
 import tempfile
 from collections.abc import Mapping
 
@@ -19,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_pre_hook
-from torch.utils.data import TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 # Warm the subject before it forks per-test children, so ranks start in ~0.1 s instead of seconds.
 import torch._dynamo  # noqa: E402,F401
@@ -47,7 +52,14 @@ def build_model() -> nn.Module:
     return nn.Sequential(nn.Linear(FEATURES, 64), nn.ReLU(), nn.Linear(64, CLASSES))
 
 
-_seen: dict = {"indices": [], "sizes": [], "lrs": [], "saves": [], "modules": []}
+_seen: dict = {"forwards": [], "marks": [], "samplers": [], "lrs": [], "saves": [], "modules": []}
+
+
+def _is_train_set(dataset, first_row) -> bool:
+    try:
+        return len(dataset) == N_TRAIN and bool(torch.equal(dataset[0][0], first_row))
+    except Exception:
+        return False
 
 
 def _instrument() -> None:
@@ -56,6 +68,8 @@ def _instrument() -> None:
     train_x = make_data()[0].tensors[0]
     original_init, original_forward, original_save = (
         DistributedDataParallel.__init__, DistributedDataParallel.forward, torch.save)
+    original_loader_iter, original_sampler_iter, original_set_epoch = (
+        DataLoader.__iter__, DistributedSampler.__iter__, DistributedSampler.set_epoch)
 
     def init(self, module, *args, **kwargs):
         original_init(self, module, *args, **kwargs)
@@ -63,14 +77,42 @@ def _instrument() -> None:
 
     def forward(self, *inputs, **kwargs):
         first = inputs[0] if inputs else next(iter(kwargs.values()), None)
-        if self.training and torch.is_grad_enabled() and isinstance(first, torch.Tensor) and first.dim() == 2:
-            _seen["sizes"].append(int(first.shape[0]))
-            if len(_seen["indices"]) < MAX_SAMPLES and first.shape[1] == FEATURES:
+        out = original_forward(self, *inputs, **kwargs)
+        if isinstance(first, torch.Tensor) and first.dim() == 2 and isinstance(out, torch.Tensor) and out.requires_grad:
+            batch = {"size": int(first.shape[0]), "indices": [], "trained": False}
+            if first.shape[1] == FEATURES and sum(len(b["indices"]) for b in _seen["forwards"]) < MAX_SAMPLES:
                 rows = first.detach().cpu().float()
                 dist_to = (rows[:, None, :] - train_x[None, :, :]).abs().amax(dim=2)
                 best, index = dist_to.min(dim=1)
-                _seen["indices"].extend(torch.where(best < 1e-6, index, -1).tolist())
-        return original_forward(self, *inputs, **kwargs)
+                batch["indices"] = torch.where(best < 1e-6, index, -1).tolist()
+            _seen["forwards"].append(batch)
+
+            def reached(grad, batch=batch):
+                batch["trained"] = True  # a backward pass went through this batch's output
+
+            out.register_hook(reached)
+        return out
+
+    def mark():
+        _seen["marks"].append(len(_seen["forwards"]))
+
+    def loader_iter(self):
+        mark()
+        return original_loader_iter(self)
+
+    def sampler_iter(self):
+        mark()
+        try:  # a subclass may lack an attribute: recording must never break the learner's loop
+            if _is_train_set(self.dataset, train_x[0]):
+                _seen["samplers"].append([int(self.seed), int(self.epoch), int(self.num_replicas), int(self.rank),
+                                          int(bool(self.shuffle)), len(_seen["forwards"])])
+        except Exception:
+            pass
+        return original_sampler_iter(self)
+
+    def set_epoch(self, epoch):
+        mark()
+        return original_set_epoch(self, epoch)
 
     def save(obj, f, *args, **kwargs):
         _seen["saves"].append(str(f)[:200])
@@ -82,16 +124,46 @@ def _instrument() -> None:
     forward._gpulab_probe = True
     DistributedDataParallel.__init__ = init
     DistributedDataParallel.forward = forward
+    DataLoader.__iter__ = loader_iter
+    DistributedSampler.__iter__ = sampler_iter
+    DistributedSampler.set_epoch = set_epoch
     torch.save = save
     register_optimizer_step_pre_hook(step_hook)
 
 
+def _training() -> dict:
+    """The training batches (forwards a backward reached), where passes began and the samplers, as tensors."""
+    trained_before, count = [], 0
+    for batch in _seen["forwards"]:
+        trained_before.append(count)
+        count += batch["trained"]
+    trained_before.append(count)
+    trained = [b for b in _seen["forwards"] if b["trained"]]
+    starts = sorted({trained_before[m] for m in _seen["marks"]} - {count})
+    samplers = [[*s[:5], trained_before[s[5]]] for s in _seen["samplers"]]
+    return {
+        "sizes": torch.tensor([b["size"] for b in trained] or [0], dtype=torch.int64),
+        "indices": torch.tensor([i for b in trained for i in b["indices"]][:MAX_SAMPLES] or [-2], dtype=torch.int64),
+        "starts": torch.tensor(starts or [-1], dtype=torch.int64),
+        "samplers": torch.tensor(samplers or [[-1] * 6], dtype=torch.int64),
+    }
+
+
 def _load_checkpoint(path: str) -> dict:
-    seen = {"exists": os.path.exists(path), "keys": [], "load_error": None, "type": None, "state": {}}
+    seen = {"exists": os.path.exists(path), "keys": [], "load_error": None, "type": None, "pickled": None, "state": {}}
     if not seen["exists"]:
         return seen
     try:
         obj = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        # weights_only=True refuses pickled objects; load it the unsafe way (it is the learner's own file, in the
+        # learner's own process) only to say what it holds.
+        seen["load_error"] = f"torch.load: {type(exc).__name__}: {str(exc)[:300]}"
+        try:
+            seen["pickled"] = type(torch.load(path, weights_only=False)).__name__
+        except Exception:
+            pass
+        return seen
     except Exception as exc:
         seen["load_error"] = f"torch.load: {type(exc).__name__}: {str(exc)[:300]}"
         return seen
@@ -122,8 +194,7 @@ def run(submission, world_size: int = 2, timeout_s: float = 40.0) -> dict:
         if not isinstance(result, Mapping):
             return result  # the harness reports the wrong type
         extra = {
-            PREFIX + "indices": torch.tensor(_seen["indices"] or [-2], dtype=torch.int64),
-            PREFIX + "sizes": torch.tensor(_seen["sizes"] or [0], dtype=torch.int64),
+            **{PREFIX + k: v for k, v in _training().items()},
             PREFIX + "lrs": torch.tensor(_seen["lrs"] or [-1.0], dtype=torch.float64),
             PREFIX + "saves": torch.tensor(len(_seen["saves"])),
             PREFIX + "wrapped": torch.tensor(len(_seen["modules"])),

@@ -47,3 +47,18 @@ def test_editor_toml_reads_back_as_the_form_and_the_carried_over_keys() -> None:
     spec = ExerciseSpec.from_files("tiny-toml", files)
     assert (spec.title, spec.queue, spec.replicas, spec.max_score) == (TITLE, "gpu", 2, 5)
     assert (spec.limits.timeout_s, spec.limits.memory_mb, spec.limits.pids) == (12.5, 512, 32)
+
+
+def test_a_wrong_variants_feedback_fragment_survives_the_editor() -> None:
+    base = tiny_files(prompt_md="Add.\n", queue="cpu", tag="fb")
+    wrong = WrongForm(
+        name="subtracts.py", code=base["wrong/subtracts.py"], must_fail=["test_add.py::test_small"],
+        feedback=" should be 3 ",
+    )  # fmt: skip
+    form = AuthoringForm(
+        slug="tiny-fb", title="Add", starter=base["starter.py"], solution=base["solution.py"],
+        test_file="test_add.py", tests=base["tests/test_add.py"], wrong=[wrong],
+    )  # fmt: skip
+    files = files_from_form(form, base=base)
+    assert tomllib.loads(files["exercise.toml"])["wrong"][0]["feedback"] == "should be 3"
+    assert ExerciseSpec.from_files("tiny-fb", files).wrong[0].feedback == "should be 3"

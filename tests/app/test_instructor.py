@@ -318,8 +318,18 @@ def test_the_editor_writes_a_rubric_and_reads_it_back(staff_client: TestClient, 
     assert meta["rubric_comments"] == ["Name the numbers."]
     again = staff_client.get(f"/instructor/new?from=with-rubric&version={version.number}")
     assert "1 | clear-names | Names say what they hold.\n-1 | hardcoded | Hard-codes answers." in again.text
+    assert "feedback" not in meta["wrong"][0], "a page that sends no wrong_feedback keeps its variants"
     for bad, reason in (("one | x | y", "is not a number"), ("1 | only two", "points | id | text"),
                         ("0 | zero | Nothing.", "must not be 0")):  # fmt: skip
         refused = staff_client.post("/instructor/new", data={**fields, "slug": "bad-rubric", "rubric": bad})
         assert refused.status_code == 422 and reason in refused.text, bad
     assert db_session.scalar(select(Exercise).where(Exercise.slug == "bad-rubric")) is None
+
+
+def test_the_editor_keeps_a_wrong_variants_feedback_fragment(staff_client: TestClient, db_session: Session) -> None:
+    fields = author_fields("with-feedback", token(staff_client, "/instructor/new"), wrong_feedback="should be 3")
+    assert staff_client.post("/instructor/new", data=fields, follow_redirects=False).status_code == 303
+    version = db_session.scalars(select(Exercise).where(Exercise.slug == "with-feedback")).one().versions[-1]
+    assert tomllib.loads(dict(version.files)["exercise.toml"])["wrong"][0]["feedback"] == "should be 3"
+    again = staff_client.get(f"/instructor/new?from=with-feedback&version={version.number}")
+    assert 'name="wrong_feedback" type="text" value="should be 3"' in again.text

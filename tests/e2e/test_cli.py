@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -92,6 +93,24 @@ def test_exercises_check_catches_a_broken_reference(tmp_path: Path) -> None:
     result = gpulab("exercises", "check", SLUG, "--dir", str(bank), data_dir=tmp_path)
     assert result.returncode == 1
     assert f"{SLUG}/solution.py should pass" in result.stderr
+
+
+@pytest.mark.slow
+def test_exercises_check_catches_a_message_without_its_feedback(tmp_path: Path) -> None:
+    bank = tmp_path / "bank"
+    shutil.copytree(BANK / SLUG, bank / SLUG, ignore=shutil.ignore_patterns("__pycache__"))
+    toml = bank / SLUG / "exercise.toml"
+    text = toml.read_text()
+    assert 'feedback = "contiguous block"' in text
+    # round_robin's message teaches contiguous blocks; a fragment it never says must fail the check.
+    toml.write_text(text.replace('feedback = "contiguous block"', 'feedback = "set_epoch"'))
+    result = gpulab("exercises", "check", SLUG, "--dir", str(bank), data_dir=tmp_path)
+    assert result.returncode == 1
+    assert f"{SLUG}/wrong/round_robin.py: no failure message of its must_fail tests contains its feedback " in (
+        result.stderr
+    )
+    assert "'set_epoch'" in result.stderr and "contiguous block" in result.stderr  # the messages it got
+    assert f"BAD {SLUG}/wrong/round_robin.py" in result.stdout
 
 
 def test_db_upgrade_sync_and_user_add_on_sqlite(tmp_path: Path) -> None:

@@ -306,3 +306,13 @@ def test_bad_job_file_exits_nonzero_without_result(tmp_path: Path, job_json: str
     assert proc.returncode != 0
     assert result is None
     assert "job.json" in proc.stderr
+
+
+def test_a_long_message_is_trimmed_on_a_word_boundary() -> None:
+    from worker.runner.plugin import MAX_MESSAGE, _trim
+
+    text = " ".join(["checkpoint"] * 400)
+    trimmed = _trim(text)
+    head, tail = trimmed.split("\n")
+    assert tail == "... (trimmed)" and len(trimmed) <= MAX_MESSAGE
+    assert head.split(" ")[-1] == "checkpoint", "the cut must not end mid-word"

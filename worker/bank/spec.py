@@ -86,12 +86,14 @@ class LimitsMeta(FormatModel):
 
 
 class WrongVariant(FormatModel):
-    """A ``[[wrong]]`` table: a known-wrong file and the hidden tests it must fail."""
+    """A ``[[wrong]]`` table: a known-wrong file, the hidden tests it must fail and what their message must say."""
 
     path: str = Field(validation_alias="file", min_length=1)  # inside the exercise folder
     must_fail: tuple[str, ...] = Field(min_length=1)
     why: Text = ""  # the mistake it stands for, in one sentence
-    feedback: str | None = None  # a fragment the failure message must contain (checked by another change)
+    # Text the failure message of one of its must_fail tests must contain (exact, case-sensitive): it pins the
+    # message to the cause, so that `gpulab exercises check` catches a test failing for the wrong reason.
+    feedback: Text = ""
 
 
 class ExerciseMeta(FormatModel):
@@ -212,7 +214,7 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
             raise ExerciseFormatError(slug, "tests/ holds no test functions")
         _check_references(slug, meta, files, set(ids))
         spec.tests = [ExpectedTest(id=i, points=meta.points.get(i, 1.0)) for i in ids]
-        spec.wrong = [WrongFile(v.path, v.must_fail, v.why) for v in meta.wrong]
+        spec.wrong = [WrongFile(v.path, v.must_fail, v.why, v.feedback) for v in meta.wrong]
     else:
         # Quizzes are graded in the app, without a sandbox; each question counts as one "test" for the score.
         if "quiz.toml" not in files:

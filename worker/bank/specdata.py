@@ -76,6 +76,7 @@ class WrongFile:
     path: str
     must_fail: tuple[str, ...]
     why: str = ""
+    feedback: str = ""  # text one of its must_fail tests' failure messages must contain
 
 
 @dataclass(frozen=True)

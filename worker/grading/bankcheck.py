@@ -1,8 +1,9 @@
 """Prove an exercise bank grades as its author intends, through the real sandbox.
 
 Contract: for every code exercise, ``solution.py`` and each ``right/*.py`` must pass with full marks, and
-each ``wrong/*.py`` must not pass and must fail every test its ``[[wrong]]`` entry names. Each mismatch is
-one human-readable problem in the returned list (empty means the bank checks out).
+each ``wrong/*.py`` must not pass, must fail every test its ``[[wrong]]`` entry names, and, when the entry declares
+``feedback``, one of those tests' failure messages must contain it (the message names the variant's mistake). Each
+mismatch is one human-readable problem in the returned list (empty means the bank checks out).
 ``variants(spec)`` lists what is graded and ``check_variant`` grades one and judges it: ``check_exercise``
 (``gpulab exercises check``, instructor checks) and ``scripts/gpu-check`` share them. Only ``check_bank`` reads
 a bank folder with the format's checks (pydantic); the rest runs on the standard library.
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.bank.specdata import ExerciseData
-from worker.core.outcome import GradeOutcome, Verdict
+from worker.core.outcome import GradeOutcome, TestOutcome, Verdict
 from worker.grading.pipeline import grade
 from worker.grading.sandbox.base import Sandbox
 
@@ -27,6 +28,7 @@ class Variant:
     path: str
     code: str
     must_fail: tuple[str, ...] | None = None
+    feedback: str = ""  # a wrong variant's: text one of its must_fail messages must contain
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,19 @@ def variants(spec: ExerciseData) -> list[Variant]:
         return []
     must_pass = {"solution.py": spec.solution, **spec.right_solutions}
     return [Variant(path, code) for path, code in must_pass.items()] + [
-        Variant(w.path, spec.files[w.path], tuple(w.must_fail)) for w in spec.wrong
+        Variant(w.path, spec.files[w.path], tuple(w.must_fail), w.feedback) for w in spec.wrong
     ]
+
+
+def feedback_problem(variant: Variant, tests: Sequence[TestOutcome]) -> str | None:
+    """Return why the variant's failing ``must_fail`` messages lack its ``feedback`` fragment, or None if one has it."""
+    if not variant.feedback or variant.must_fail is None:
+        return None
+    failed = [t for t in tests if t.name in variant.must_fail and t.outcome.value != "passed"]
+    if any(variant.feedback in t.message for t in failed):
+        return None
+    read = "; ".join(f"{t.name}: {' '.join(t.message.split())[:300]!r}" for t in failed) or "no message"
+    return f"no failure message of its must_fail tests contains its feedback {variant.feedback!r} ({read})"
 
 
 def check_variant(
@@ -75,6 +88,9 @@ def check_variant(
     ok = outcome.verdict not in (Verdict.passed, Verdict.internal_error) and not not_failed
     reason = f"passes {', '.join(not_failed)}" if not_failed else summary(outcome)
     problem = None if ok else f"{where} must fail {', '.join(variant.must_fail)} but {reason}"
+    unsaid = feedback_problem(variant, outcome.tests) if ok else None
+    if unsaid:
+        problem = f"{where}: {unsaid}"
     return VariantCheck(variant, outcome, problem)
 
 
@@ -83,7 +99,9 @@ def check_exercise(spec: ExerciseData, *, sandbox: Sandbox, echo: Callable[[str]
     problems: list[str] = []
     for variant in variants(spec):
         check = check_variant(spec, variant, sandbox=sandbox)
-        echo(f"  {'ok ' if check.ok else 'BAD'} {spec.slug}/{variant.path}: {summary(check.outcome)}")
+        unchecked = variant.must_fail is not None and not variant.feedback
+        note = " [no feedback fragment declared: its message is not checked]" if unchecked else ""
+        echo(f"  {'ok ' if check.ok else 'BAD'} {spec.slug}/{variant.path}: {summary(check.outcome)}{note}")
         if check.problem is not None:
             problems.append(check.problem)
     return problems

@@ -10,6 +10,7 @@ Contract:
 - Only ``spec.tests`` count: unknown reported ids are ignored, expected ids that never reported fail.
 - A failed test with ``credit`` (``runner.measure.grade``: a measured outcome short of its target) earns that
   share of its points. Measurements of expected tests travel on in ``GradeOutcome.measurements``.
+- Every message the runner reports is cleaned (``messages.clean_message``): no terminal codes, no traceback.
 - ``SandboxUnavailable`` propagates; any other failure of ours becomes an ``internal_error`` outcome.
   The job directory (it holds the hidden tests) is always deleted.
 - ``gpus`` names the models of the real GPUs the run's subject can use (``scripts/gpu-check`` passes the
@@ -31,6 +32,7 @@ from worker.core.errors import SandboxUnavailable
 from worker.core.outcome import GradeOutcome, TestOutcome, TestOutcomeKind, Verdict
 from worker.grading.devices import device_label
 from worker.grading.jobdir import read_result, write_job_dir
+from worker.grading.messages import clean_message
 from worker.grading.sandbox.base import Sandbox, SandboxRun
 
 NOT_REPORTED = "This test did not report a result (did your code exit or crash?)"
@@ -64,7 +66,7 @@ def _test_outcomes(spec: ExerciseData, result: dict[str, Any] | None) -> list[Te
         if entry is None:
             kind, message = TestOutcomeKind.failed, NOT_REPORTED
         else:
-            kind, message = TestOutcomeKind(entry["outcome"]), entry["message"]
+            kind, message = TestOutcomeKind(entry["outcome"]), clean_message(entry["message"])
         if kind is TestOutcomeKind.passed:
             points = expected.points
         elif kind is TestOutcomeKind.failed and entry is not None and "credit" in entry:
@@ -93,7 +95,7 @@ def decide(spec: ExerciseData, run: SandboxRun, result: dict[str, Any] | None) -
         return Verdict.crashed, "Your code printed far too much output and was stopped."
     if result is None:
         return Verdict.crashed, f"Your program {_exit_text(run.exit_code)} before the tests could report."
-    return Verdict.failed, result["error"] or ""
+    return Verdict.failed, clean_message(result["error"] or "")
 
 
 def grade(

@@ -71,7 +71,11 @@ class Job:
 
 def _trim(text: str) -> str:
     text = text.strip()
-    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 15].rstrip() + "\n... (trimmed)"
+    if len(text) <= MAX_MESSAGE:
+        return text
+    cut = text[: MAX_MESSAGE - 15]
+    cut = cut[: cut.rfind(" ")] if " " in cut[-80:] else cut  # end on a whole word when one ends nearby
+    return cut.rstrip() + "\n... (trimmed)"
 
 
 def _assertion_message(exc: AssertionError) -> str:

@@ -126,9 +126,13 @@ def _form_from(data: FormData) -> AuthoringForm:
         return [v if isinstance(v, str) else "" for v in data.getlist(key)]
 
     names, codes, fails, whys = texts("wrong_name"), texts("wrong_code"), texts("wrong_must_fail"), texts("wrong_why")
+    feedbacks = texts("wrong_feedback")
+    feedbacks += [""] * (len(names) - len(feedbacks))  # a page from before the field existed sends none
     wrong = [
-        WrongForm(name=n, code=c, must_fail=[m for m in f.replace(",", "\n").splitlines() if m.strip()], why=w)
-        for n, c, f, w in zip(names, codes, fails, whys, strict=False)
+        WrongForm(
+            name=n, code=c, must_fail=[m for m in f.replace(",", "\n").splitlines() if m.strip()], why=w, feedback=b
+        )
+        for n, c, f, w, b in zip(names, codes, fails, whys, feedbacks, strict=False)
     ]
     try:
         timeout_s, memory_mb = float(text("timeout_s", "30")), int(text("memory_mb", "1024"))

@@ -44,6 +44,7 @@ def _call(probe, name, *args, what):
                     "PerReplica values (one slice per replica). Call strategy.run(train_step, args=(...)) so that "
                     "each replica runs train_step on its own slice.")
         first = (str(exc).splitlines() or [""])[0][:300]
+        first = first.split(" PerReplica:{", 1)[0].rstrip(":")  # the value's repr continues on the next lines
         pytest.fail(f"{what} raised {type(exc).__name__}: {first}{hint}")
 
 

@@ -140,16 +140,23 @@ def test_warmup_ramps_linearly(probe):
                     + _ramp_hint(got, target, k, steps) + ".")
 
 
+EDGE_HINT = ("warmup_steps=0 means no warm-up at all (always target_lr, and no division by zero); the last warm-up "
+             "step, warmup_steps - 1, already reaches target_lr.")
+
+
 def test_warmup_edge_cases(probe):
     for target, k, steps in [(0.2, 0, [0, 7]), (0.3, 1, [0, 1, 50]), (1.0, 10, [8, 9, 10])]:
+        what = f"WarmupSchedule(target_lr={target}, warmup_steps={k})"
+        seen = _probe(probe, "schedule_values", target, k, steps, what=what)
+        if seen["error"]:  # a constructor that divides by warmup_steps fails here for k = 0
+            pytest.fail(f"{what} raised {seen['error']['type']}: {seen['error']['message']}. {EDGE_HINT}")
         what, seen = _schedule(probe, target, k, steps)
         got = seen["eager"]
         want = [target * min(1.0, (s + 1) / k) if k else target for s in steps]
-        if isinstance(got, dict) or not all(_close(g, w) for g, w in zip(got, want)):
-            pytest.fail(
-                f"{what} at steps {steps} gave {got}, expected {want}. warmup_steps=0 means no warm-up at all (always "
-                "target_lr, and no division by zero); the last warm-up step, warmup_steps - 1, already reaches target_lr."
-            )
+        if isinstance(got, dict):
+            pytest.fail(f"{what} at step {steps[0]} raised {got['type']}: {got['message']}. {EDGE_HINT}")
+        if not all(_close(g, w) for g, w in zip(got, want)):
+            pytest.fail(f"{what} at steps {steps} gave {got}, expected {want}. {EDGE_HINT}")
     what = "WarmupSchedule(target_lr=0.1, warmup_steps=-2)"
     seen = _probe(probe, "schedule_rejects", 0.1, -2, what=what)
     raised = seen["raised"]
@@ -212,7 +219,8 @@ def test_schedule_serializes(probe):
 
 
 def test_fit_follows_schedule(probe):
-    base_lr, base_batch, per_replica, k, n = 0.05, 8, 8, 3, 96
+    # base_lr, the per-replica rate (0.02) and the scaled rate (0.04) all differ, so the hints can tell them apart.
+    base_lr, base_batch, per_replica, k, n = 0.01, 4, 8, 3, 96
     what = (f"make_optimizer(MirroredStrategy() with 2 replicas, base_lr={base_lr}, base_batch={base_batch}, "
             f"per_replica_batch={per_replica}, warmup_steps={k})")
     seen = _probe(probe, "fit_lrs", base_lr, base_batch, per_replica, k, n, what=what)
@@ -222,6 +230,17 @@ def test_fit_follows_schedule(probe):
     if not error and seen["iterations"] is None:
         pytest.fail(
             f"{what} returned a {seen['optimizer']}; return a Keras optimizer (keras.optimizers.SGD)."
+        )
+    if not seen["is_sgd"]:
+        pytest.fail(
+            f"{what} returned keras.optimizers.{seen['optimizer']}; the task asks for keras.optimizers.SGD with "
+            "momentum=0.9: the linear scaling rule it applies was made for SGD (with Adam, other rules such as "
+            "square-root scaling are common)."
+        )
+    if seen["momentum"] is None or not _close(seen["momentum"], 0.9):
+        pytest.fail(
+            f"{what} returned SGD with momentum={seen['momentum']}; the task asks for momentum=0.9: "
+            "keras.optimizers.SGD(learning_rate=WarmupSchedule(...), momentum=0.9)."
         )
     if error:
         hint = ""

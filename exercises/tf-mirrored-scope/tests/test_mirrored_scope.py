@@ -10,6 +10,7 @@ These tests decide, and say why.
 import math
 
 import pytest
+from probes import CLASSES
 
 SCOPE_FIX = (
     "Put everything that creates variables inside the scope:\n"
@@ -164,8 +165,13 @@ def test_fit_step_on_two_replicas(probe):
     result = probe("fit_once", labels)
     if not result["ok"]:
         kind, message = result["type"], result["message"]
-        if "compile" in message:
+        fix = f"\n{SCOPE_FIX}"  # where the scope goes, for every cause but one the scope cannot have
+        if "must call `compile()`" in message:
             why = "The model was never compiled: call model.compile(...) inside the scope."
+        elif "label value" in message and "valid range" in message:
+            why = (f"The labels are class ids 0 to {CLASSES - 1}, but the model's output has fewer units: the last "
+                   f"layer needs one unit per class, keras.layers.Dense({CLASSES}, activation='softmax').")
+            fix = ""
         elif "Mixing different" in message:
             why = ("The model's weights belong to the MirroredStrategy but the optimizer does not: it was created "
                    "(by compile or by hand) outside strategy.scope(). Compile inside the scope.")
@@ -175,7 +181,7 @@ def test_fit_step_on_two_replicas(probe):
         else:
             why = "A model built and compiled inside strategy.scope() fits without errors."
         pytest.fail(
-            f"model.fit(x, y, batch_size=8, epochs=1) on 2 replicas raised {kind}: {message[:300]}\n{why}\n{SCOPE_FIX}"
+            f"model.fit(x, y, batch_size=8, epochs=1) on 2 replicas raised {kind}: {message[:300]}\n{why}{fix}"
         )
     loss = result["loss"]
     assert loss and all(math.isfinite(v) for v in loss), (

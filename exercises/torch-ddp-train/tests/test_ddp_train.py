@@ -102,7 +102,11 @@ def test_data_sharded_across_ranks(probe):
     for r in _ok_ranks(probe):
         rows = _tensor(r["state"][PREFIX + "rows"]).float()
         if rows.shape[0] == 0:
-            pytest.fail(f"rank {r['rank']} sent no batch through the DDP model, so no data reached training.")
+            pytest.fail(
+                f"rank {r['rank']} sent no batch through the DistributedDataParallel model, so there is no DDP training "
+                "whose sharding could be checked: call the wrapped model (model = DistributedDataParallel(model)) "
+                "in the training loop."
+            )
         epoch = rows[:ROWS_PER_RANK]
         match = (epoch[:, None, :] - x[None, :, :]).abs().amax(dim=2) < 1e-6  # [rows, 64]
         if not bool(match.any(dim=1).all()):

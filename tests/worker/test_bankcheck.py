@@ -1,0 +1,67 @@
+"""``check_exercise`` on a wrong variant's feedback fragment: its message must say what the variant gets wrong."""
+
+from __future__ import annotations
+
+from tests.worker.conftest import tiny_add_files
+from worker.bank.spec import ExerciseSpec
+from worker.grading.bankcheck import check_exercise
+from worker.grading.sandbox.fake import FakeJob, FakeSandbox, Reply
+
+SMALL, NEGATIVE = "test_add.py::test_small", "test_add.py::test_negative"
+WRONG = "def add(a, b):\n    return a - b\n"
+
+
+def spec_with(feedback: str | None) -> ExerciseSpec:
+    files = tiny_add_files()
+    line = f'feedback = "{feedback}"\n' if feedback is not None else ""
+    files["exercise.toml"] += f'\n[[wrong]]\nfile = "wrong/minus.py"\nmust_fail = ["{SMALL}"]\n{line}'
+    files["wrong/minus.py"] = WRONG
+    return ExerciseSpec.from_files("tiny-add", files)
+
+
+def grader(message: str) -> FakeSandbox:
+    """A fake judge: the wrong variant fails test_small (and test_negative, with another message)."""
+
+    def handle(job: FakeJob) -> Reply:
+        if job.code != WRONG:
+            return job.reply()
+        return job.reply(default="failed", messages={SMALL: message, NEGATIVE: "add(-1, -1) subtracts"})
+
+    return FakeSandbox(handle)
+
+
+def run_check(spec: ExerciseSpec, sandbox: FakeSandbox) -> tuple[list[str], list[str]]:
+    lines: list[str] = []
+    return check_exercise(spec, sandbox=sandbox, echo=lines.append), lines
+
+
+def test_the_fragment_in_a_must_fail_message_passes() -> None:
+    problems, lines = run_check(
+        spec_with("subtracts instead of adding"), grader("add(1, 2) subtracts instead of adding")
+    )
+    assert problems == []
+    assert any(line.startswith("  ok  tiny-add/wrong/minus.py") for line in lines)
+
+
+def test_a_message_without_the_fragment_is_a_problem_that_quotes_the_message() -> None:
+    problems, lines = run_check(spec_with("subtracts instead of adding"), grader("add(1, 2) should be 3"))
+    assert problems == [
+        "tiny-add/wrong/minus.py: no failure message of its must_fail tests contains its feedback "
+        "'subtracts instead of adding' (test_add.py::test_small: 'add(1, 2) should be 3')"
+    ]
+    assert any(line.startswith("  BAD tiny-add/wrong/minus.py") for line in lines)
+
+
+def test_the_fragment_only_counts_in_a_must_fail_test_and_is_case_sensitive() -> None:
+    # test_negative's message says "subtracts", but test_negative is not in must_fail.
+    assert run_check(spec_with("subtracts"), grader("add(1, 2) should be 3"))[0]
+    assert run_check(spec_with("Should be"), grader("add(1, 2) should be 3"))[0]
+
+
+def test_a_variant_without_a_fragment_is_noted_not_failed() -> None:
+    problems, lines = run_check(spec_with(None), grader("add(1, 2) should be 3"))
+    assert problems == []
+    assert any(
+        line.startswith("  ok  tiny-add/wrong/minus.py") and "no feedback fragment declared" in line for line in lines
+    )
+    assert spec_with(None).wrong[0].feedback == "" and spec_with("  x ").wrong[0].feedback == "x"
