@@ -91,6 +91,7 @@ class WrongVariant(FormatModel):
     path: str = Field(validation_alias="file", min_length=1)  # inside the exercise folder
     must_fail: tuple[str, ...] = Field(min_length=1)
     why: Text = ""  # the mistake it stands for, in one sentence
+    feedback: Text | None = None  # a fragment its failure message must contain
 
 
 class ExerciseMeta(FormatModel):
@@ -211,7 +212,7 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
             raise ExerciseFormatError(slug, "tests/ holds no test functions")
         _check_references(slug, meta, files, set(ids))
         spec.tests = [ExpectedTest(id=i, points=meta.points.get(i, 1.0)) for i in ids]
-        spec.wrong = [WrongFile(v.path, v.must_fail, v.why) for v in meta.wrong]
+        spec.wrong = [WrongFile(v.path, v.must_fail, v.why, v.feedback) for v in meta.wrong]
     else:
         # Quizzes are graded in the app, without a sandbox; each question counts as one "test" for the score.
         if "quiz.toml" not in files:

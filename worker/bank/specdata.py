@@ -76,6 +76,7 @@ class WrongFile:
     path: str
     must_fail: tuple[str, ...]
     why: str = ""
+    feedback: str | None = None  # a fragment the variant's failure message must contain
 
 
 @dataclass(frozen=True)

@@ -185,7 +185,10 @@ def load_exercise(folder: Path) -> ExerciseData:
         limits=limits,
         files=files,
         tests=[ExpectedTest(i, float(points.get(i, 1.0))) for i in ids],
-        wrong=[WrongFile(w["file"], tuple(w["must_fail"]), w.get("why", "").strip()) for w in meta.get("wrong", [])],
+        wrong=[
+            WrongFile(w["file"], tuple(w["must_fail"]), w.get("why", "").strip(), w.get("feedback"))
+            for w in meta.get("wrong", [])
+        ],
         replicas=meta.get("replicas", 1),
         devices=meta.get("devices", "auto"),
         learner_process=meta.get("learner_process", "per-test"),
