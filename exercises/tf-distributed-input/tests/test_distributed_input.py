@@ -17,8 +17,8 @@ def _first_line(exc):
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if lines and lines[0].startswith("in user code"):
         named = [line for line in lines if re.match(r"^\w+(Error|Exception): ", line)]
-        if named:
-            return named[-1][:300]
+        if named:  # drop the type (the caller names it) and an opening brace of a value dump
+            return named[-1].split(": ", 1)[1].rstrip(" :{")[:300]
     return (lines or [""])[0][:300]
 
 
