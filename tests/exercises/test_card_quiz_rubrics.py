@@ -1,4 +1,4 @@
-"""The card quizzes' text questions are graded by staff against point rubrics that can award full marks."""
+"""Every quiz's text questions are graded by staff against point rubrics that can award full marks."""
 
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ from worker.bank.quiz import TextQuestion, parse_quiz
 
 BANK = Path(__file__).resolve().parents[2] / "exercises"
 QUIZZES = sorted(p.parent.name for p in BANK.glob("quiz-*/quiz.toml"))
+CARD_QUIZZES = [
+    "quiz-tf-mirroredstrategy-practice", "quiz-tf-multigpu-basics",
+    "quiz-torch-dataparallel-practice", "quiz-torch-dataparallel-why",
+]  # fmt: skip
 
 
 def test_the_four_card_quizzes_are_there_with_their_text_questions() -> None:
-    assert len(QUIZZES) == 4, QUIZZES
-    texts = [f"{s}::{q.id}" for s in QUIZZES for q in parse_quiz(s, (BANK / s / "quiz.toml").read_text()).questions
+    assert set(CARD_QUIZZES) <= set(QUIZZES), QUIZZES
+    texts = [f"{s}::{q.id}" for s in CARD_QUIZZES for q in parse_quiz(s, (BANK / s / "quiz.toml").read_text()).questions
              if isinstance(q, TextQuestion)]  # fmt: skip
     assert len(texts) >= 3, texts
 

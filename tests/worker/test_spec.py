@@ -90,6 +90,16 @@ def test_malformed_exercises_are_refused_clearly(slug: str, files: dict[str, str
     assert problem in caught.value.message
 
 
+def test_a_wrong_variant_may_declare_the_feedback_its_message_must_contain() -> None:
+    declared = '[[wrong]]\nfile = "wrong/w.py"\nmust_fail = ["test_a.py::test_one"]\n'
+    plain = ExerciseSpec.from_files("tiny-one", tiny(**{"exercise.toml": TOML + declared, "wrong/w.py": "x = 1\n"}))
+    assert plain.wrong[0].feedback is None
+    spec = ExerciseSpec.from_files(
+        "tiny-one", tiny(**{"exercise.toml": TOML + declared + 'feedback = " set_epoch "\n', "wrong/w.py": "x = 1\n"})
+    )
+    assert spec.wrong[0].feedback == "set_epoch"
+
+
 def test_missing_solution_is_refused() -> None:
     files = tiny()
     del files["solution.py"]
