@@ -93,7 +93,7 @@ def test_malformed_exercises_are_refused_clearly(slug: str, files: dict[str, str
 def test_a_wrong_variant_may_declare_the_feedback_its_message_must_contain() -> None:
     declared = '[[wrong]]\nfile = "wrong/w.py"\nmust_fail = ["test_a.py::test_one"]\n'
     plain = ExerciseSpec.from_files("tiny-one", tiny(**{"exercise.toml": TOML + declared, "wrong/w.py": "x = 1\n"}))
-    assert plain.wrong[0].feedback is None
+    assert plain.wrong[0].feedback == ""
     spec = ExerciseSpec.from_files(
         "tiny-one", tiny(**{"exercise.toml": TOML + declared + 'feedback = " set_epoch "\n', "wrong/w.py": "x = 1\n"})
     )
