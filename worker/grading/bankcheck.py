@@ -2,7 +2,9 @@
 
 Contract: for every code exercise, ``solution.py`` and each ``right/*.py`` must pass with full marks, and
 each ``wrong/*.py`` must not pass and must fail every test its ``[[wrong]]`` entry names. Each mismatch is
-one human-readable problem in the returned list (empty means the bank checks out).
+one human-readable problem in the returned list (empty means the bank checks out). An exercise with parameters
+is checked in several variants (``ExerciseData.check_params``: the default and two drawn, or every one when there
+are few): each file is rendered for the variant (its ``{{ params.NAME }}`` filled in) and graded with it.
 ``variants(spec)`` lists what is graded and ``check_variant`` grades one and judges it: ``check_exercise``
 (``gpulab exercises check``, instructor checks) and ``scripts/gpu-check`` share them. Only ``check_bank`` reads
 a bank folder with the format's checks (pydantic); the rest runs on the standard library.
@@ -11,7 +13,7 @@ a bank folder with the format's checks (pydantic); the rest runs on the standard
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from worker.bank.specdata import ExerciseData
@@ -22,11 +24,22 @@ from worker.grading.sandbox.base import Sandbox
 
 @dataclass(frozen=True)
 class Variant:
-    """One file to grade: its path in the exercise folder, and ``must_fail`` (``None``: it must pass)."""
+    """One file to grade: its path in the exercise folder, and ``must_fail`` (``None``: it must pass).
+
+    ``params``: the exercise variant it is rendered for and graded in (``{}`` without parameters).
+    """
 
     path: str
     code: str
     must_fail: tuple[str, ...] | None = None
+    params: dict[str, int | float | str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """Return the path, with the variant's values when there are any: ``solution.py [batch=32, replicas=2]``."""
+        if not self.params:
+            return self.path
+        return f"{self.path} [{', '.join(f'{k}={v!r}' for k, v in self.params.items())}]"
 
 
 @dataclass(frozen=True)
@@ -51,21 +64,23 @@ def summary(outcome: GradeOutcome) -> str:
 
 
 def variants(spec: ExerciseData) -> list[Variant]:
-    """Return the reference solution, the right alternatives and the wrong variants of a code exercise."""
+    """Return the reference solution, the right alternatives and the wrong variants, in each checked variant."""
     if spec.kind != "code":
         return []
-    must_pass = {"solution.py": spec.solution, **spec.right_solutions}
-    return [Variant(path, code) for path, code in must_pass.items()] + [
-        Variant(w.path, spec.files[w.path], tuple(w.must_fail)) for w in spec.wrong
-    ]
+    must_pass = ["solution.py", *spec.right_solutions]
+    found: list[Variant] = []
+    for params in spec.check_params():
+        found.extend(Variant(path, spec.rendered(path, params), params=params) for path in must_pass)
+        found.extend(Variant(w.path, spec.rendered(w.path, params), tuple(w.must_fail), params) for w in spec.wrong)
+    return found
 
 
 def check_variant(
     spec: ExerciseData, variant: Variant, *, sandbox: Sandbox, gpus: tuple[str, ...] = ()
 ) -> VariantCheck:
     """Grade one variant and say whether its verdict is the one its place in the folder promises."""
-    outcome = grade(spec, variant.code, sandbox=sandbox, gpus=gpus)
-    where = f"{spec.slug}/{variant.path}"
+    outcome = grade(spec, variant.code, sandbox=sandbox, gpus=gpus, params=variant.params)
+    where = f"{spec.slug}/{variant.label}"
     if variant.must_fail is None:
         ok = outcome.verdict is Verdict.passed and outcome.score == spec.max_score
         problem = None if ok else f"{where} should pass with full marks but got {summary(outcome)}"
@@ -83,7 +98,7 @@ def check_exercise(spec: ExerciseData, *, sandbox: Sandbox, echo: Callable[[str]
     problems: list[str] = []
     for variant in variants(spec):
         check = check_variant(spec, variant, sandbox=sandbox)
-        echo(f"  {'ok ' if check.ok else 'BAD'} {spec.slug}/{variant.path}: {summary(check.outcome)}")
+        echo(f"  {'ok ' if check.ok else 'BAD'} {spec.slug}/{variant.label}: {summary(check.outcome)}")
         if check.problem is not None:
             problems.append(check.problem)
     return problems

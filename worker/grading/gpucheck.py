@@ -325,7 +325,7 @@ def _report(
     labels: dict[str, None] = {}
     bad = 0
     seconds = 0.0
-    width = max(len(v.path) for v, _ in futures)
+    width = max(len(v.label) for v, _ in futures)
     for variant, future in futures:
         check = future.result()
         labels[check.outcome.device] = None
@@ -333,7 +333,7 @@ def _report(
         expected = "must pass" if variant.must_fail is None else "must fail"
         mark = "ok " if check.ok else "BAD"
         echo(
-            f"  {mark} {variant.path:<{width}}  {expected}: {summary(check.outcome)}  "
+            f"  {mark} {variant.label:<{width}}  {expected}: {summary(check.outcome)}  "
             f"[{check.outcome.device}, {check.outcome.runtime_ms / 1000:.1f} s]"
         )
         if check.problem:

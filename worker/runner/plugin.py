@@ -56,6 +56,7 @@ class Job:
 
     max_reply_bytes: int = 4 * 1024 * 1024
     learner_process: str = "per-test"
+    params: dict[str, int | float | str] = field(default_factory=dict)
 
     @property
     def probes_dir(self) -> Path:
@@ -136,6 +137,11 @@ class GradingPlugin:
     def probe_fixture(self) -> Any:
         """Give the test ``probe(name, *args, **kwargs)``: run an exercise probe next to the learner's code."""
         return self.probe
+
+    @pytest.fixture(name="params")
+    def params_fixture(self) -> dict[str, int | float | str]:
+        """Give the test the learner's variant: the values their prompt showed (a copy it may change)."""
+        return dict(self.job.params)
 
     def probe(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``probes.<name>(submission, *args, **kwargs)`` in the learner's process; return its data."""
