@@ -63,6 +63,7 @@ from worker.bank.specdata import (
     Visibility,
     WrongFile,
     discover_test_ids,
+    params_of,
     read_exercise_files,
 )
 from worker.core.errors import ExerciseFormatError
@@ -144,11 +145,6 @@ class ParamMeta(FormatModel):
             return self.choices
         assert self.range is not None  # _one_source
         return tuple(range(self.range[0], self.range[1] + 1, self.step))
-
-    def param(self, name: str) -> Param:
-        """Return this table as the plain ``Param`` grading reads."""
-        values = self.values()
-        return Param(name, values, values[0] if self.default is None else self.default)
 
 
 class ExerciseMeta(FormatModel):
@@ -263,7 +259,7 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
         test_visibility=meta.visibility_rule(),
         rubric=meta.rubric,
         rubric_comments=meta.rubric_comments,
-        params=tuple(table.param(name) for name, table in sorted(meta.params.items())),
+        params=params_of({name: table.model_dump(exclude_none=True) for name, table in meta.params.items()}),
     )
     if meta.kind == "code":
         for required in ("starter.py", "solution.py"):

@@ -118,6 +118,23 @@ class Param:
         return self.values[int.from_bytes(digest[:8], "big") % len(self.values)]
 
 
+def params_of(tables: dict[str, Any]) -> tuple[Param, ...]:
+    """Return ``exercise.toml``'s ``[params.NAME]`` tables as ``Param``s, sorted by name, without checking them.
+
+    ``spec.ParamMeta`` checks the tables where the bank is authored and builds its ``Param``s here too, so a
+    reader without pydantic (``worker.grading.gpucheck``) draws the same values.
+    """
+    found = []
+    for name, table in sorted(tables.items()):
+        if "choices" in table:
+            values = tuple(table["choices"])
+        else:
+            first, last = table["range"]
+            values = tuple(range(first, last + 1, table.get("step", 1)))
+        found.append(Param(name, values, table.get("default", values[0])))
+    return tuple(found)
+
+
 def render_value(value: ParamValue) -> str:
     """Return how a value reads in a file: ints and strings as they are, floats in their shortest exact form."""
     return repr(value) if isinstance(value, float) else str(value)

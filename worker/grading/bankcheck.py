@@ -63,13 +63,16 @@ def summary(outcome: GradeOutcome) -> str:
     return f"{outcome.verdict.value} {outcome.score:g}/{outcome.max_score:g}{detail}{extra}"
 
 
-def variants(spec: ExerciseData) -> list[Variant]:
-    """Return the reference solution, the right alternatives and the wrong variants, in each checked variant."""
+def variants(spec: ExerciseData, *, in_params: list[dict[str, int | float | str]] | None = None) -> list[Variant]:
+    """Return the reference solution, the right alternatives and the wrong variants, in each checked variant.
+
+    ``in_params``: the exercise variants to render them for (default: ``spec.check_params()``).
+    """
     if spec.kind != "code":
         return []
     must_pass = ["solution.py", *spec.right_solutions]
     found: list[Variant] = []
-    for params in spec.check_params():
+    for params in spec.check_params() if in_params is None else in_params:
         found.extend(Variant(path, spec.rendered(path, params), params=params) for path in must_pass)
         found.extend(Variant(w.path, spec.rendered(w.path, params), tuple(w.must_fail), params) for w in spec.wrong)
     return found
