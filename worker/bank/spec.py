@@ -72,8 +72,8 @@ from worker.core.errors import ExerciseFormatError
 __all__ = [
     "DEVICE_MODES", "DIFFICULTIES", "FRAMEWORKS", "KINDS", "LEARNER_PROCESS_MODES", "MAX_FILES", "MAX_FILE_BYTES",
     "PRELOADS", "QUEUES", "SLUG_RE", "TEXT_SUFFIXES", "TIERS", "ExerciseMeta", "ExerciseSpec", "ExpectedTest",
-    "Limits", "LimitsMeta", "Param", "ParamMeta", "Visibility", "WrongFile", "WrongVariant", "discover_test_ids", "load_bank",
-    "load_exercise", "read_exercise_files", "read_meta",
+    "Limits", "LimitsMeta", "Param", "ParamMeta", "Visibility", "WrongFile", "WrongVariant", "discover_test_ids",
+    "load_bank", "load_exercise", "read_exercise_files", "read_meta",
 ]  # fmt: skip
 
 
@@ -105,7 +105,8 @@ PARAM_NAME = r"^[a-z][a-z0-9_]{0,31}$"
 MAX_PARAMS = 8
 MAX_PARAM_VALUES = 1000
 # A value of a choice: a number, or a short one-line word or phrase (it lands in prompts and Python files).
-ChoiceValue = StrictInt | StrictFloat | Annotated[str, StringConstraints(min_length=1, max_length=80, pattern=r"^[^\n\r{}]*$")]
+ChoiceText = Annotated[str, StringConstraints(min_length=1, max_length=80, pattern=r"^[^\n\r{}]*$")]
+ChoiceValue = StrictInt | StrictFloat | ChoiceText
 
 
 class ParamMeta(FormatModel):

@@ -111,9 +111,13 @@ def list_exercises(session: SessionDep, _user: CurrentUser) -> list[ExerciseSumm
 
 
 @router.get("/{slug}")
-async def exercise_detail(exercise: ExerciseDep) -> ExerciseDetail:
-    """Return one exercise: prompt, starter code and the visible example tests."""
-    return await exercise_detail_of(exercise)
+async def exercise_detail(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> ExerciseDetail:
+    """Return one exercise: prompt, starter code and the visible example tests (in the caller's variant)."""
+    detail = await exercise_detail_of(exercise)
+    if not detail.params:  # no parameters: one answer for everyone, served from memory
+        return detail
+    # As the practice page shows it: the variant of the context a submission without an assignment counts under.
+    return await run_in_threadpool(coursework.learner_detail, session=session, exercise=exercise, user=user)
 
 
 CODE_ERRORS = {
