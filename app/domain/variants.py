@@ -50,14 +50,12 @@ def params_for(
 
 def params_to_grade(*, spec: ExerciseData, submission: Submission, settings: Settings | None = None) -> Params:
     """Return the variant to grade ``submission`` in: its stored values, each drawn again only if ``spec`` lacks it."""
-    if not spec.params:
-        return {}
-    drawn = params_for(spec=spec, user=submission.user, assignment_id=submission.assignment_id, settings=settings)
     stored: dict[str, Any] = submission.params or {}
-    return {
-        p.name: stored[p.name] if p.name in stored and stored[p.name] in p.values else drawn[p.name]
-        for p in spec.params
-    }
+    kept = {p.name: stored[p.name] for p in spec.params if p.name in stored and stored[p.name] in p.values}
+    if len(kept) == len(spec.params):
+        return kept  # the usual case: the variant it was made in (no secret needed to grade it)
+    drawn = params_for(spec=spec, user=submission.user, assignment_id=submission.assignment_id, settings=settings)
+    return {p.name: kept.get(p.name, drawn[p.name]) for p in spec.params}
 
 
 def describe(params: dict[str, Any] | None) -> str:
