@@ -1,4 +1,4 @@
-"""``[params.NAME]`` in exercise.toml: the format, the placeholders, the draw, the variants ``exercises check`` grades."""
+"""`[params.NAME]` in exercise.toml: the format, its placeholders, the draw, what `exercises check` grades."""
 
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def test_the_judge_reads_the_variant_from_job_json(tmp_path: Path) -> None:
     data = json.loads((job_dir / "job.json").read_text())
     for bad in ({"n": True}, {"n": [1]}, ["n"]):
         (job_dir / "job.json").write_text(json.dumps({**data, "params": bad}))
-        with pytest.raises(ValueError, match="job.json params must map names to numbers or strings"):
+        with pytest.raises(ValueError, match=r"job\.json params must map names to numbers or strings"):
             read_job(job_dir)
 
 
