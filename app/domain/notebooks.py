@@ -29,6 +29,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from app.domain.models import Exercise
+from worker.bank.spec import ExerciseSpec
 from worker.core.errors import InvalidInput, PayloadTooLarge
 
 SOLUTION_TAG = "solution"
@@ -113,13 +114,20 @@ def _cell(source: str, tag: str) -> Any:
     return new_code_cell(source, metadata={"tags": [tag]})
 
 
-def exercise_notebook(exercise: Exercise) -> Any:
-    """Return the notebook of ``exercise``'s current version (an ``nbformat.NotebookNode``)."""
+def exercise_notebook(exercise: Exercise, params: dict[str, Any] | None = None) -> Any:
+    """Return the notebook of ``exercise``'s current version (an ``nbformat.NotebookNode``).
+
+    ``params``: the learner's variant (``app.domain.variants``) the prompt and starter are rendered for; ``None``:
+    the default variant.
+    """
     version = exercise.current_version
     if version is None or version.kind != "code":
         kind = version.kind if version else "exercise without a version"
         raise InvalidInput(f"exercise {exercise.slug!r} is a {kind}, not a code exercise: it has no notebook")
     files: dict[str, str] = dict(version.files)
+    spec = ExerciseSpec.from_files(exercise.slug, files)
+    variant = spec.default_params if params is None else params
+    files.update({p: spec.rendered(p, variant) for p in ("prompt.md", "starter.py") if p in files})
     examples = sorted((p.removeprefix("examples/"), c) for p, c in files.items() if p.startswith("examples/"))
     notebook = new_notebook(
         metadata={
@@ -159,9 +167,9 @@ def exercise_notebook(exercise: Exercise) -> Any:
     return notebook
 
 
-def notebook_text(exercise: Exercise) -> str:
-    """Return the ``.ipynb`` file text of ``exercise``'s notebook."""
-    return str(nbformat.writes(exercise_notebook(exercise)))
+def notebook_text(exercise: Exercise, params: dict[str, Any] | None = None) -> str:
+    """Return the ``.ipynb`` file text of ``exercise``'s notebook, in the variant ``params`` (None: the default)."""
+    return str(nbformat.writes(exercise_notebook(exercise, params)))
 
 
 # --- reading a submitted notebook ---------------------------------------------------------------------------

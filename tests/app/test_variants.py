@@ -154,6 +154,9 @@ def test_practice_is_another_variant_and_the_api_says_which(
     assert f"Your number is **{practice}**" in body["prompt_md"]
     assert f"# Your number: {practice}" in body["starter_code"]
     assert _shown_number(client.get(f"/exercises/{exercise.slug}").text) == practice
+    notebook = client.get(f"/api/exercises/{exercise.slug}/notebook").json()
+    assert f"# Your number: {practice}" in "".join(notebook["cells"][3]["source"])
+    assert f"Your number is **{practice}**" in "".join(notebook["cells"][1]["source"])
 
 
 def test_staff_see_the_variant_a_submission_was_made_in(
