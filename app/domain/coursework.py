@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -302,6 +303,28 @@ def variant_context(*, session: Session, exercise: Exercise, user: User) -> int 
     except Forbidden:
         return None
     return bound.id if bound is not None else None
+
+
+def run_variant(*, session: Session, exercise: Exercise, user: User, assignment_id: int | None) -> dict[str, Any]:
+    """Return ``user``'s variant of ``exercise`` for an example run made on a page.
+
+    ``assignment_id``: the assignment page it was made on (an assignment that holds the exercise, in a course of the
+    user's: ``NotFound`` otherwise); ``None``: the practice page (``variant_context``).
+    """
+    version = exercise.current_version
+    if version is None or version.kind != "code":
+        return {}
+    if assignment_id is None:
+        assignment_id = variant_context(session=session, exercise=exercise, user=user)
+    else:
+        assignment = session.get(Assignment, assignment_id)
+        holds = assignment is not None and any(item.exercise_id == exercise.id for item in assignment.items)
+        member = holds and assignment is not None and courses.course_role(
+            session=session, course=assignment.course, user=user
+        )
+        if not member:
+            raise NotFound(f"no assignment {assignment_id} with this exercise for this user")
+    return version_params(version=version, user=user, assignment_id=assignment_id)
 
 
 def learner_detail(

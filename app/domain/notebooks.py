@@ -52,6 +52,7 @@ import tempfile as _tempfile
 import types as _types
 
 _GPULAB_PROBES = {probes}
+_GPULAB_PARAMS = {params}  # your variant of the exercise: the numbers in your prompt
 
 
 def gpulab_examples(name, source):
@@ -70,6 +71,7 @@ def gpulab_examples(name, source):
     fixtures = {{
         "submission": lambda: submission,
         "probe": lambda: probe,
+        "params": lambda: dict(_GPULAB_PARAMS),
         "tmp_path": lambda: _pathlib.Path(_tempfile.mkdtemp()),
     }}
     tests = _types.ModuleType(name.removesuffix(".py"))
@@ -161,7 +163,8 @@ def exercise_notebook(exercise: Exercise, params: dict[str, Any] | None = None) 
                 "notebook defined, in this kernel, on this machine's devices. The hidden tests check more."
             )
         )
-        cells.append(_cell(_HARNESS.format(probes=_literal(probes) if probes is not None else "None"), EXAMPLES_TAG))
+        harness = _HARNESS.format(probes=_literal(probes) if probes is not None else "None", params=repr(variant))
+        cells.append(_cell(harness, EXAMPLES_TAG))
         cells += [_cell(f"gpulab_examples({name!r}, {_literal(source)})", EXAMPLES_TAG) for name, source in examples]
     notebook.cells = cells
     return notebook

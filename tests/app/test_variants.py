@@ -54,6 +54,10 @@ FILES = {
         "    where = f\"your number (in your prompt) is {params['n']}\"\n"
         "    assert got == want, f\"square() returned {got!r}; {where}: expected {want}\"\n"
     ),
+    "examples/test_example.py": (
+        "def test_my_square(submission, params):\n"
+        "    assert submission.square() == params['n'] ** 2, f\"square() should be {params['n'] ** 2}\"\n"
+    ),
 }
 
 
@@ -193,6 +197,32 @@ def test_the_unchanged_starter_of_the_learners_own_variant_costs_no_attempt(
         create_submission(
             session=db_session, user=ada, exercise=exercise, code=starter, max_bytes=65536, assignment_id=assignment.id
         )
+
+
+def test_example_runs_use_the_variant_of_the_page_they_run_on(
+    client: TestClient,
+    login: Callable[..., None],
+    monkeypatch: pytest.MonkeyPatch,
+    local_sandbox: LocalSandbox,  # noqa: F811
+    variant_course: tuple[Exercise, Assignment, list[User]],
+) -> None:
+    import worker.grading.sandbox
+
+    monkeypatch.setattr(worker.grading.sandbox, "get_sandbox", lambda _settings: local_sandbox)
+    exercise, assignment, (ada, bob) = variant_course
+    login(client, ada)
+    url = f"/api/exercises/{exercise.slug}/runs"
+    mine, bobs = _number(exercise, ada, assignment.id), _number(exercise, bob, assignment.id)
+    assert isinstance(mine, int) and isinstance(bobs, int)
+    own = client.post(url, json={"code": hard_coded(mine), "assignment_id": assignment.id})
+    assert own.status_code == 200 and own.json()["verdict"] == "passed", own.text
+    copied = client.post(url, json={"code": hard_coded(bobs), "assignment_id": assignment.id}).json()
+    assert copied["verdict"] == "failed" and f"should be {mine * mine}" in copied["tests"][0]["message"]
+    practice = _number(exercise, ada, None)
+    assert isinstance(practice, int)
+    assert client.post(url, json={"code": hard_coded(practice)}).json()["verdict"] == "passed"
+    elsewhere = client.post(url, json={"code": hard_coded(mine), "assignment_id": 2**31 - 1})
+    assert elsewhere.status_code == 404, elsewhere.text
 
 
 # --- grading in each learner's own variant (SQLite, the grading task, the real local sandbox) ----------------------
