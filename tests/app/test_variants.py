@@ -225,6 +225,44 @@ def test_example_runs_use_the_variant_of_the_page_they_run_on(
     assert elsewhere.status_code == 404, elsewhere.text
 
 
+def test_the_similarity_pair_shows_each_sides_variant_and_each_variant_is_boilerplate(
+    client: TestClient,
+    login: Callable[..., None],
+    db_session: Session,
+    admin: User,
+    variant_course: tuple[Exercise, Assignment, list[User]],
+) -> None:
+    from app.domain.models import SimilarityPair, SimilarityRun
+    from app.domain.similarity import Params
+    from app.domain.similarity_runs import _boilerplate
+
+    exercise, assignment, (ada, bob) = variant_course
+    made = {}
+    for learner in (ada, bob):
+        made[learner.id] = create_submission(
+            session=db_session, user=learner, exercise=exercise, code=hard_coded(7), max_bytes=65536,
+            assignment_id=assignment.id,
+        )  # fmt: skip
+    db_session.commit()
+    numbers = [_number(exercise, learner, assignment.id) for learner in (ada, bob)]
+    # Each learner's own starter is what they were given: neither is evidence of copying.
+    texts = _boilerplate(list(made.values()))
+    assert {f"# Your number: {n}\ndef square():\n    raise NotImplementedError\n" for n in numbers} <= set(texts)
+    run = SimilarityRun(exercise_id=exercise.id, status="done", params=Params().as_dict())
+    run.pairs.append(SimilarityPair(
+        rank=1, exercise_id=exercise.id, submission_a_id=made[ada.id].id, submission_b_id=made[bob.id].id,
+        score=1.0, share_a=1.0, share_b=1.0, tokens=10, fragments={"a": [], "b": []},
+    ))  # fmt: skip
+    db_session.add(run)
+    db_session.commit()
+    login(client, admin)
+    for url in (f"/instructor/similarity/{run.id}/pairs/1", f"/instructor/similarity/{run.id}"):
+        page = client.get(url)
+        assert page.status_code == 200, page.text[:300]
+        for n in numbers:
+            assert f"variant: <code>n={n}</code>" in page.text, url
+
+
 # --- grading in each learner's own variant (SQLite, the grading task, the real local sandbox) ----------------------
 
 
