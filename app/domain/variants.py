@@ -58,11 +58,6 @@ def params_to_grade(*, spec: ExerciseData, submission: Submission, settings: Set
     return {p.name: kept.get(p.name, drawn[p.name]) for p in spec.params}
 
 
-def describe(params: dict[str, Any] | None) -> str:
-    """Return a variant as staff read it: ``batch=32, gpus=4`` (empty for none)."""
-    return ", ".join(f"{name}={value}" for name, value in sorted((params or {}).items()))
-
-
 def version_params(*, version: ExerciseVersion, user: User | None, assignment_id: int | None) -> Params:
     """Return ``user``'s variant of ``version`` under ``assignment_id``."""
     spec = ExerciseSpec.from_files(version.exercise.slug, dict(version.files))

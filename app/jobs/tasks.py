@@ -69,8 +69,8 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
                 return None
             spec = spec_of(submission.exercise_version)
             params = params_to_grade(spec=spec, submission=submission, settings=settings)
-            if (params or None) != submission.params:  # a regrade against a version whose parameters changed
-                submission.params = params or None
+            if spec.params and params != submission.params:  # regraded against a version whose parameters changed
+                submission.params = params
             return spec, submission.code, submission.attempts, params
 
     taken = with_database_retry(take, what=f"claim {submission_id}")
