@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,6 +14,9 @@ from worker.core.errors import ExerciseFormatError
 from worker.grading.bankcheck import variants
 from worker.grading.jobdir import write_job_dir
 from worker.runner.judge import read_job
+
+if TYPE_CHECKING:
+    from worker.grading.sandbox.local import LocalSandbox
 
 BANK = Path(__file__).resolve().parents[2] / "exercises"
 TOML = 'title = "T"\n'
@@ -128,3 +132,25 @@ def test_the_stdlib_reader_draws_what_the_format_does() -> None:
     assert {s.slug for s in checked} >= {"torch-lr-scaling", "tf-global-batch"}
     for spec in checked:
         assert params_of(tomllib.loads(spec.files["exercise.toml"]).get("params", {})) == spec.params, spec.slug
+
+
+def test_exercises_check_grades_each_variant_and_names_the_one_a_file_is_wrong_in(local_sandbox: LocalSandbox) -> None:
+    """A wrong file that hard-codes the default variant's answer is caught in the other variants, and named."""
+    from worker.grading.bankcheck import check_exercise
+
+    files = _files(PARAMS)
+    files["exercise.toml"] += '\n[[wrong]]\nfile = "wrong/hard_coded.py"\nmust_fail = ["test_a.py::test_a"]\n'
+    files["wrong/hard_coded.py"] = "def answer():\n    return 4\n"  # right in the default variant only
+    spec = ExerciseSpec.from_files("tiny-params", files)
+    lines: list[str] = []
+    problems = check_exercise(spec, sandbox=local_sandbox, echo=lines.append)
+    checked = spec.check_params()
+    assert any(c["n"] != 4 for c in checked), "some checked variant has another answer"
+    assert problems == [
+        f"tiny-params/wrong/hard_coded.py [n=4, word={c['word']!r}] must fail test_a.py::test_a but passes "
+        "test_a.py::test_a"
+        for c in checked
+        if c["n"] == 4
+    ], problems
+    assert problems, "the default variant (n=4) is among them"
+    assert sum(line.startswith("  ok  tiny-params/solution.py [") for line in lines) == 3, lines
