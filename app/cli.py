@@ -24,6 +24,8 @@ from worker.core.errors import GpulabError
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
+    from worker.bank.specdata import ExerciseData
+
 EXIT_PASSED, EXIT_NOT_PASSED, EXIT_CANNOT_GRADE = 0, 1, 2
 DEMO_USERS = (
     ("learner@example.com", "learner", "learner-demo"),
@@ -236,14 +238,40 @@ def exercises_check(slugs: tuple[str, ...], directory: Path | None) -> None:
     click.echo("all exercises check out")
 
 
+def _variant(spec: ExerciseData, texts: tuple[str, ...]) -> dict[str, int | float | str]:
+    """Return the default variant of ``spec`` with each ``NAME=VALUE`` of ``texts`` in place; refuse what it lacks."""
+    params = spec.default_params
+    offered = {p.name: p.values for p in spec.params}
+    for text in texts:
+        name, _, raw = text.partition("=")
+        if name not in offered:
+            names = ", ".join(offered) or "none"
+            raise GpulabError(f"--param {text!r}: {spec.slug} has no parameter {name!r} ({names})")
+        value = next((v for v in offered[name] if str(v) == raw.strip()), None)
+        if value is None:
+            choices = ", ".join(map(str, offered[name][:12])) + ("..." if len(offered[name]) > 12 else "")
+            raise GpulabError(f"--param {text!r}: {name} takes one of {choices}")
+        params[name] = value
+    return params
+
+
 @cli.command()
 @click.argument("slug")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the result object as JSON.")
 @click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None)
-def grade(slug: str, file: Path, as_json: bool, directory: Path | None) -> None:
-    """Grade FILE against exercise SLUG from the bank folder (no server or database needed)."""
+@click.option(
+    "--param", "param_texts", multiple=True, metavar="NAME=VALUE",
+    help="A parameter of the variant to grade in (repeatable); the others keep their default.",
+)  # fmt: skip
+def grade(slug: str, file: Path, as_json: bool, directory: Path | None, param_texts: tuple[str, ...]) -> None:
+    """Grade FILE against exercise SLUG from the bank folder (no server or database needed).
+
+    An exercise with parameters is graded in its default variant, or the one --param names; FILE's
+    {{ params.NAME }} placeholders (a bank file's) are filled in for it, as `exercises check` does.
+    """
     from worker.bank.spec import load_exercise
+    from worker.bank.specdata import render_params
     from worker.core.outcome import Verdict
     from worker.grading.pipeline import grade as grade_code
     from worker.grading.sandbox import get_sandbox
@@ -254,10 +282,11 @@ def grade(slug: str, file: Path, as_json: bool, directory: Path | None) -> None:
         if not (folder / "exercise.toml").is_file():
             raise GpulabError(f"no exercise {slug!r} in {folder.parent}")
         spec = load_exercise(folder)
-        code = file.read_text(encoding="utf-8")
+        params = _variant(spec, param_texts)
+        code = render_params(file.read_text(encoding="utf-8"), params)
         sandbox = get_sandbox(settings)
         sandbox.check()
-        outcome = grade_code(spec, code, sandbox=sandbox)
+        outcome = grade_code(spec, code, sandbox=sandbox, params=params)
     except (GpulabError, UnicodeDecodeError, OSError) as exc:
         message = exc.message if isinstance(exc, GpulabError) else str(exc)
         if as_json:

@@ -190,11 +190,11 @@ class RecordingDispatcher:
     def dispatch(self, submission_id: str, queue: str) -> None:
         self.calls.append((submission_id, queue))
 
-    def run_examples(self, version: Any, code: str, *, wait_s: float) -> Any:
+    def run_examples(self, version: Any, code: str, *, wait_s: float, params: dict[str, Any] | None = None) -> Any:
         """Run for real in this process, as the embedded dispatcher does (example runs are never recorded)."""
         from app.domain.example_runs import run_in_process
 
-        return run_in_process(version, code)
+        return run_in_process(version, code, params)
 
     def start_check(self, check_id: int, queue: str) -> None:
         self.checks.append((check_id, queue))

@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -42,6 +43,8 @@ from app.domain.models import (
     User,
     utcnow,
 )
+from app.domain.schemas import ExerciseDetail
+from app.domain.variants import version_params
 from worker.core.errors import Forbidden, InvalidInput, NotFound
 
 MAX_ITEMS = 100
@@ -287,3 +290,53 @@ def gate_submission(*, session: Session, assignment_id: int | None, exercise: Ex
         raise NotFound(f"no assignment {assignment_id}")
     require_submittable(session=session, assignment=assignment, exercise=exercise, user=user)
     return assignment.id
+
+
+def variant_context(*, session: Session, exercise: Exercise, user: User) -> int | None:
+    """Return the assignment whose variant the practice page of ``exercise`` shows ``user`` (None: practice).
+
+    It is the one a practice submission would count under (``practice_under``); where practice is refused (example
+    runs only), the page is plain practice.
+    """
+    try:
+        bound = practice_under(session=session, exercise=exercise, user=user)
+    except Forbidden:
+        return None
+    return bound.id if bound is not None else None
+
+
+def run_variant(*, session: Session, exercise: Exercise, user: User, assignment_id: int | None) -> dict[str, Any]:
+    """Return ``user``'s variant of ``exercise`` for an example run made on a page.
+
+    ``assignment_id``: the assignment page it was made on (an assignment that holds the exercise, in a course of the
+    user's: ``NotFound`` otherwise); ``None``: the practice page (``variant_context``).
+    """
+    version = exercise.current_version
+    if version is None or version.kind != "code":
+        return {}
+    if assignment_id is None:
+        assignment_id = variant_context(session=session, exercise=exercise, user=user)
+    else:
+        assignment = session.get(Assignment, assignment_id)
+        holds = assignment is not None and any(item.exercise_id == exercise.id for item in assignment.items)
+        member = holds and assignment is not None and courses.course_role(
+            session=session, course=assignment.course, user=user
+        )
+        if not member:
+            raise NotFound(f"no assignment {assignment_id} with this exercise for this user")
+    return version_params(version=version, user=user, assignment_id=assignment_id)
+
+
+def learner_detail(
+    *, session: Session, exercise: Exercise, user: User, assignment_id: int | None = None, practice: bool = True
+) -> ExerciseDetail:
+    """Return ``exercise`` as ``user`` reads it on a page: the prompt and starter of their variant there.
+
+    ``practice``: the practice page (its variant is ``variant_context``'s); else the page of ``assignment_id``.
+    """
+    version = exercise.current_version
+    if version is None or version.kind != "code":
+        return ExerciseDetail.of(exercise)
+    if practice:
+        assignment_id = variant_context(session=session, exercise=exercise, user=user)
+    return ExerciseDetail.of(exercise, params=version_params(version=version, user=user, assignment_id=assignment_id))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NoReturn, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from app.domain.exercises import spec_of
 from app.domain.models import ExerciseVersion
@@ -82,24 +82,36 @@ def check_code(code: str, max_bytes: int) -> None:
 class ExampleRunner(Protocol):
     """What runs example tests: every dispatcher."""
 
-    def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome: ...
+    def run_examples(
+        self, version: ExerciseVersion, code: str, *, wait_s: float, params: dict[str, Any] | None = None
+    ) -> GradeOutcome: ...
 
 
-def run_in_process(version: ExerciseVersion, code: str) -> GradeOutcome:
-    """Grade ``code`` against the version's example tests in this process's sandbox (embedded mode)."""
+def run_in_process(version: ExerciseVersion, code: str, params: dict[str, Any] | None = None) -> GradeOutcome:
+    """Grade ``code`` against the version's example tests in this process's sandbox, in the variant ``params``."""
     from worker.core.config import get_settings
     from worker.grading.examples import run_examples  # the worker side is loaded only when a run happens
     from worker.grading.sandbox import get_sandbox
 
-    return run_examples(spec_of(version), code, sandbox=get_sandbox(get_settings()))
+    return run_examples(spec_of(version), code, sandbox=get_sandbox(get_settings()), params=params)
 
 
 def run_examples_now(
-    *, version: ExerciseVersion, code: str, user_id: int, gate: RunGate, settings: Settings, runner: ExampleRunner
+    *,
+    version: ExerciseVersion,
+    code: str,
+    user_id: int,
+    gate: RunGate,
+    settings: Settings,
+    runner: ExampleRunner,
+    params: dict[str, Any] | None = None,
 ) -> GradeOutcome:
-    """Check the code, take a run slot and let ``runner`` grade it against the version's example tests."""
+    """Check the code, take a run slot and let ``runner`` grade it against the version's example tests.
+
+    ``params``: the learner's variant (``coursework.run_variant``); ``None``: the default one.
+    """
     check_code(code, settings.max_code_bytes)
     if version.kind != "code":
         raise InvalidInput(f"a {version.kind} exercise has no example tests to run")
     with gate.slot(user_id):
-        return runner.run_examples(version, code, wait_s=settings.example_run_wait_s)
+        return runner.run_examples(version, code, wait_s=settings.example_run_wait_s, params=params)

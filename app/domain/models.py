@@ -162,6 +162,9 @@ class Submission(Base):
         ForeignKey("assignments.id", ondelete="SET NULL"), nullable=True, index=True
     )
     code: Mapped[str] = mapped_column(Text)
+    # The learner's variant of the exercise it was graded in ({name: value}, app.domain.variants): drawn when it
+    # was made and kept, so a regrade or a re-run uses the same one. None: an exercise without parameters.
+    params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     status: Mapped[SubmissionStatus] = mapped_column(
         _enum(SubmissionStatus, "submission_status"), default=SubmissionStatus.queued
     )

@@ -29,6 +29,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from app.domain.models import Exercise
+from worker.bank.spec import ExerciseSpec
 from worker.core.errors import InvalidInput, PayloadTooLarge
 
 SOLUTION_TAG = "solution"
@@ -51,6 +52,7 @@ import tempfile as _tempfile
 import types as _types
 
 _GPULAB_PROBES = {probes}
+_GPULAB_PARAMS = {params}  # your variant of the exercise: the numbers in your prompt
 
 
 def gpulab_examples(name, source):
@@ -69,6 +71,7 @@ def gpulab_examples(name, source):
     fixtures = {{
         "submission": lambda: submission,
         "probe": lambda: probe,
+        "params": lambda: dict(_GPULAB_PARAMS),
         "tmp_path": lambda: _pathlib.Path(_tempfile.mkdtemp()),
     }}
     tests = _types.ModuleType(name.removesuffix(".py"))
@@ -113,13 +116,20 @@ def _cell(source: str, tag: str) -> Any:
     return new_code_cell(source, metadata={"tags": [tag]})
 
 
-def exercise_notebook(exercise: Exercise) -> Any:
-    """Return the notebook of ``exercise``'s current version (an ``nbformat.NotebookNode``)."""
+def exercise_notebook(exercise: Exercise, params: dict[str, Any] | None = None) -> Any:
+    """Return the notebook of ``exercise``'s current version (an ``nbformat.NotebookNode``).
+
+    ``params``: the learner's variant (``app.domain.variants``) the prompt and starter are rendered for; ``None``:
+    the default variant.
+    """
     version = exercise.current_version
     if version is None or version.kind != "code":
         kind = version.kind if version else "exercise without a version"
         raise InvalidInput(f"exercise {exercise.slug!r} is a {kind}, not a code exercise: it has no notebook")
     files: dict[str, str] = dict(version.files)
+    spec = ExerciseSpec.from_files(exercise.slug, files)
+    variant = spec.default_params if params is None else params
+    files.update({p: spec.rendered(p, variant) for p in ("prompt.md", "starter.py") if p in files})
     examples = sorted((p.removeprefix("examples/"), c) for p, c in files.items() if p.startswith("examples/"))
     notebook = new_notebook(
         metadata={
@@ -153,15 +163,16 @@ def exercise_notebook(exercise: Exercise) -> Any:
                 "notebook defined, in this kernel, on this machine's devices. The hidden tests check more."
             )
         )
-        cells.append(_cell(_HARNESS.format(probes=_literal(probes) if probes is not None else "None"), EXAMPLES_TAG))
+        harness = _HARNESS.format(probes=_literal(probes) if probes is not None else "None", params=repr(variant))
+        cells.append(_cell(harness, EXAMPLES_TAG))
         cells += [_cell(f"gpulab_examples({name!r}, {_literal(source)})", EXAMPLES_TAG) for name, source in examples]
     notebook.cells = cells
     return notebook
 
 
-def notebook_text(exercise: Exercise) -> str:
-    """Return the ``.ipynb`` file text of ``exercise``'s notebook."""
-    return str(nbformat.writes(exercise_notebook(exercise)))
+def notebook_text(exercise: Exercise, params: dict[str, Any] | None = None) -> str:
+    """Return the ``.ipynb`` file text of ``exercise``'s notebook, in the variant ``params`` (None: the default)."""
+    return str(nbformat.writes(exercise_notebook(exercise, params)))
 
 
 # --- reading a submitted notebook ---------------------------------------------------------------------------

@@ -44,6 +44,7 @@ from app.domain.progress import DiffLine, Progress
 from app.domain.security import MAX_EMAIL_CHARS, check_email
 from app.domain.tokens import Scope
 from worker.bank.quiz import QuizResult, parse_quiz
+from worker.bank.spec import ExerciseSpec
 from worker.core.errors import InvalidInput
 from worker.core.outcome import GradeOutcome
 
@@ -179,12 +180,28 @@ class ExerciseDetail(ExerciseSummary):
     starter_code: str
     examples: dict[str, str]
     quiz: QuizOut | None = None  # only for kind "quiz"
+    params: dict[str, int | float | str] = Field(
+        default_factory=dict,
+        description="The learner's variant of an exercise with parameters: the values filled into the prompt and "
+        "the starter, and the ones the hidden tests grade against (empty for an exercise without parameters)",
+    )
 
     @classmethod
-    def of(cls, exercise: Exercise, version: ExerciseVersion | None = None) -> ExerciseDetail:
-        """Return what a learner receives for ``version`` (default: current): never hidden tests or keys."""
+    def of(
+        cls, exercise: Exercise, version: ExerciseVersion | None = None, params: dict[str, Any] | None = None
+    ) -> ExerciseDetail:
+        """Return what a learner receives for ``version`` (default: current): never hidden tests or keys.
+
+        ``params``: the learner's variant (``app.domain.variants``) the prompt and starter are rendered for;
+        ``None``: the default variant.
+        """
         version = version or _current(exercise)
         files: dict[str, str] = dict(version.files)
+        variant: dict[str, Any] = {}
+        if version.kind == "code":
+            spec = ExerciseSpec.from_files(exercise.slug, files)
+            variant = spec.default_params if params is None else dict(params)
+            files.update({p: spec.rendered(p, variant) for p in ("prompt.md", "starter.py") if p in files})
         prompt = files.get("prompt.md", "")
         examples = {p.removeprefix("examples/"): c for p, c in files.items() if p.startswith("examples/")}
         return cls(
@@ -194,6 +211,7 @@ class ExerciseDetail(ExerciseSummary):
             starter_code=files.get("starter.py", "") if version.kind == "code" else "",
             examples=dict(sorted(examples.items())),
             quiz=QuizOut.of(files["quiz.toml"], exercise.slug) if version.kind == "quiz" else None,
+            params=variant,
         )
 
 
@@ -286,6 +304,9 @@ class SubmissionOut(BaseModel):
     runtime_ms: int | None
     device: str
     assignment_id: int | None = Field(default=None, description="the assignment it was made under; None: practice")
+    params: dict[str, int | float | str] | None = Field(
+        default=None, description="the learner's variant it was graded in; None: an exercise without parameters"
+    )
     hidden_tests: int = 0
     newly_visible: list[str] = Field(default_factory=list)
     reveals_at: UtcDatetime | None = None
@@ -316,6 +337,7 @@ class SubmissionOut(BaseModel):
             runtime_ms=submission.runtime_ms,
             device=submission.device,
             assignment_id=submission.assignment_id,
+            params=submission.params,
             hidden_tests=sum(not t.visible for t in tests),
             newly_visible=list(shown.newly_visible) if shown else [],
             reveals_at=shown.reveals_at if shown else None,

@@ -27,6 +27,7 @@ Contract:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +55,7 @@ from app.domain.models import (
     utcnow,
 )
 from app.domain.similarity import Params
+from worker.bank.specdata import render_params
 from worker.core.config import Settings, get_settings
 from worker.core.errors import Forbidden, InvalidInput
 
@@ -147,13 +149,21 @@ def counted_submissions(*, session: Session, run: SimilarityRun) -> dict[int, li
 
 
 def _boilerplate(submissions: list[Submission]) -> list[str]:
-    """Return the starter code and reference solution of every version ``submissions`` were made against."""
+    """Return the starter code and reference solution of every version and variant ``submissions`` were made in.
+
+    An exercise with parameters gives each learner the starter with their own numbers filled in
+    (``app.domain.variants``): each variant's rendering is boilerplate, so two learners are not matched on it.
+    """
     texts: dict[str, None] = {}
     for version in {s.exercise_version_id: s.exercise_version for s in submissions}.values():
+        made_in = [s for s in submissions if s.exercise_version_id == version.id]
+        variants = {json.dumps(s.params or {}, sort_keys=True) for s in made_in}
         for name in ("starter.py", "solution.py"):
             text = version.files.get(name)
-            if isinstance(text, str) and text.strip():
-                texts[text] = None
+            if not (isinstance(text, str) and text.strip()):
+                continue
+            for variant in sorted(variants):
+                texts[render_params(text, json.loads(variant))] = None
     return list(texts)
 
 
@@ -355,7 +365,7 @@ def runs_of(
 
 def pairs_of(*, session: Session, run: SimilarityRun) -> list[SimilarityPair]:
     """Return the run's stored pairs, highest first, with both submissions (not their code) and learners loaded."""
-    side = (Submission.id, Submission.user_id, Submission.created_at)
+    side = (Submission.id, Submission.user_id, Submission.created_at, Submission.params)
     stmt = (
         select(SimilarityPair)
         .where(SimilarityPair.run_id == run.id)

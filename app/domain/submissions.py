@@ -3,6 +3,7 @@
 Contract:
 - ``create_submission`` only adds the row; the caller commits, then dispatches (never the reverse). Code that
   cannot be an answer (empty, only blanks, or the starter code unchanged) is ``InvalidInput``: it costs no attempt.
+  The row keeps the learner's variant of the exercise (``app.domain.variants``), which grading reads back.
 - ``claim`` is the idempotency gate of every grading task: it moves a submission to ``running`` with one
   conditional UPDATE, so of two deliveries of the same id only one grades. A ``running`` row whose lease
   has expired (no heartbeat for ``lease_s``: its worker died) can be claimed again. The claimed row's new
@@ -25,6 +26,8 @@ from sqlalchemy.orm import Session
 
 from app.domain import leases
 from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
+from app.domain.variants import params_for
+from worker.bank.spec import ExerciseSpec
 from worker.core import humane
 from worker.core.errors import InvalidInput, PayloadTooLarge
 from worker.core.outcome import GradeOutcome, Verdict
@@ -60,7 +63,9 @@ def create_submission(
         raise InvalidInput(f"exercise {exercise.slug!r} has no version to grade against")
     if version.kind != "code":
         raise InvalidInput(f"exercise {exercise.slug!r} is a {version.kind}, not a code exercise")
-    starter = dict(version.files).get("starter.py", "")
+    spec = ExerciseSpec.from_files(exercise.slug, dict(version.files))
+    params = params_for(spec=spec, user=user, assignment_id=assignment_id)
+    starter = spec.rendered("starter.py", params) if "starter.py" in spec.files else ""
     if starter.strip() and code.strip() == starter.strip():
         raise InvalidInput("the code is the starter code, unchanged: write your solution first (no attempt was used)")
     submission = Submission(
@@ -68,6 +73,7 @@ def create_submission(
         exercise_version_id=version.id,
         assignment_id=assignment_id,
         code=code,
+        params=params or None,
         status=SubmissionStatus.queued,
         max_score=version.max_score,
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.domain.db import session_scope
 from app.domain.models import SubmissionStatus
@@ -48,7 +48,9 @@ class Dispatcher(Protocol):
         """Return the ids among ``stale`` (queued, not picked up for a while) that may never be delivered."""
         ...
 
-    def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
+    def run_examples(
+        self, version: ExerciseVersion, code: str, *, wait_s: float, params: dict[str, Any] | None = None
+    ) -> GradeOutcome:
         """Grade ``code`` against the version's example tests and return the outcome (see app.domain.example_runs)."""
         ...
 
@@ -106,11 +108,13 @@ class InProcessDispatcher:
                 log.debug("grading raised", exc_info=True)
         return True
 
-    def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
+    def run_examples(
+        self, version: ExerciseVersion, code: str, *, wait_s: float, params: dict[str, Any] | None = None
+    ) -> GradeOutcome:
         """Grade in the calling thread (the route holds a RunGate slot): examples are short and interactive."""
         from app.domain.example_runs import run_in_process
 
-        return run_in_process(version, code)
+        return run_in_process(version, code, params)
 
     def start_check(self, check_id: int, queue: str) -> None:
         """Run the check in this process's one check thread, made on first use."""
@@ -177,11 +181,13 @@ class CeleryDispatcher:
             GRADE_TASK, args=[submission_id], queue=grading_queue(queue), retry_policy=self.PUBLISH_RETRY,
         )  # fmt: skip
 
-    def run_examples(self, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
+    def run_examples(
+        self, version: ExerciseVersion, code: str, *, wait_s: float, params: dict[str, Any] | None = None
+    ) -> GradeOutcome:
         """Send the run to the exercise's fast lane (``examples-cpu``/``examples-gpu``) and wait for its outcome."""
         from app.jobs.example_tasks import run_on_lane
 
-        return run_on_lane(self._celery, version, code, wait_s=wait_s)
+        return run_on_lane(self._celery, version, code, wait_s=wait_s, params=params)
 
     def start_check(self, check_id: int, queue: str) -> None:
         """Send the check id to the exercise's queue; a duplicate is harmless because the check is claimed first."""

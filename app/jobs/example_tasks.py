@@ -1,7 +1,8 @@
 """Example runs as Celery jobs on a fast lane next to each grading queue: the message, the task, the reply.
 
 Contract:
-- ``ExampleRunJob`` is the whole message (JSON, never pickle): an exercise version id and the code, capped at
+- ``ExampleRunJob`` is the whole message (JSON, never pickle): an exercise version id, the learner's variant
+  (``params``) and the code, capped at
   ``MAX_JOB_CODE_CHARS`` here and at the worker's ``max_code_bytes``. The worker re-reads the version by id
   (versions never change, so specs are cached by id) and grades against its example tests in its own sandbox.
 - Runs go to the exercise's lane (``app.domain.queues.lane_for``): a GPU exercise's example runs reach GPU workers.
@@ -58,6 +59,8 @@ class ExampleRunJob(BaseModel):
 
     exercise_version_id: int = Field(gt=0)
     code: str = Field(max_length=MAX_JOB_CODE_CHARS)
+    # The learner's variant (app.domain.variants): what the example tests' params fixture holds; {}: the default.
+    params: dict[str, int | float | str] = Field(default_factory=dict, max_length=64)
 
 
 # The learner-facing errors a worker may send back, by the name the reply carries (no HTTP codes on this side).
@@ -140,7 +143,9 @@ def run_example_job(payload: object) -> dict[str, Any]:
     settings = get_settings()
     try:
         check_code(job.code, settings.max_code_bytes)
-        outcome = run_examples(_spec(job.exercise_version_id), job.code, sandbox=get_sandbox(settings))
+        outcome = run_examples(
+            _spec(job.exercise_version_id), job.code, sandbox=get_sandbox(settings), params=job.params or None
+        )
     except GpulabError as exc:
         kind = next((name for name, cls in REPLY_ERRORS.items() if isinstance(exc, cls)), "platform")
         return ExampleRunReply(error_kind=kind, error=exc.message).model_dump(mode="json")
@@ -169,9 +174,11 @@ def _wait(backend: Any, task_id: str, wait_s: float) -> dict[str, Any] | None:
         interval = min(interval * 1.5, POLL_MAX_S)
 
 
-def run_on_lane(celery: Celery, version: ExerciseVersion, code: str, *, wait_s: float) -> GradeOutcome:
-    """Send the run to the version's fast lane and wait up to ``wait_s`` for its outcome."""
-    job = ExampleRunJob(exercise_version_id=version.id, code=code)
+def run_on_lane(
+    celery: Celery, version: ExerciseVersion, code: str, *, wait_s: float, params: dict[str, Any] | None = None
+) -> GradeOutcome:
+    """Send the run to the version's fast lane (in the variant ``params``) and wait up to ``wait_s`` for its outcome."""
+    job = ExampleRunJob(exercise_version_id=version.id, code=code, params=params or {})
     task_id = uuid.uuid4().hex
     try:
         celery.send_task(

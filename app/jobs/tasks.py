@@ -38,6 +38,7 @@ from app.domain.lti.scores import queue_score
 from app.domain.manual_grading import open_code_grade
 from app.domain.models import Submission
 from app.domain.submissions import claim, held, record_outcome, record_platform_failure
+from app.domain.variants import Params, params_to_grade
 from app.jobs.celery_app import GRADE_TASK, celery_app
 from app.jobs.heartbeat import grading_finished, grading_started
 from worker.bank.spec import ExerciseSpec
@@ -58,7 +59,7 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
     """Claim and grade once; return the outcome and whether it was stored, or None when not ours to grade."""
     settings = get_settings()
 
-    def take() -> tuple[ExerciseSpec, str, int] | None:
+    def take() -> tuple[ExerciseSpec, str, int, Params] | None:
         with session_scope() as session:
             submission = claim(
                 session=session, submission_id=submission_id, lease_s=settings.grading_lease_s,
@@ -66,12 +67,16 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
             )  # fmt: skip
             if submission is None:
                 return None
-            return spec_of(submission.exercise_version), submission.code, submission.attempts
+            spec = spec_of(submission.exercise_version)
+            params = params_to_grade(spec=spec, submission=submission, settings=settings)
+            if spec.params and params != submission.params:  # regraded against a version whose parameters changed
+                submission.params = params
+            return spec, submission.code, submission.attempts, params
 
     taken = with_database_retry(take, what=f"claim {submission_id}")
     if taken is None:
         return None
-    spec, code, attempt = taken
+    spec, code, attempt, params = taken
     news.publish(submission_id)  # now running (committed): a live stream in this process shows it at once
     grading_started()
     try:
@@ -79,7 +84,7 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
             partial(_renew, submission_id, attempt), interval_s=settings.heartbeat_interval_s,
             label=f"grading {submission_id} attempt {attempt}",
         ):  # fmt: skip
-            outcome = _run_grading(submission_id, spec, code, settings)
+            outcome = _run_grading(submission_id, spec, code, settings, params)
     finally:
         grading_finished()
     def store() -> bool | None:
@@ -129,10 +134,12 @@ def _renew(submission_id: str, attempt: int) -> bool:
         return renew(session=session, model=Submission, row_id=submission_id, attempt=attempt)
 
 
-def _run_grading(submission_id: str, spec: ExerciseSpec, code: str, settings: Settings) -> GradeOutcome:
-    """Grade in the sandbox; turn a failure of the platform into an ``internal_error`` outcome."""
+def _run_grading(
+    submission_id: str, spec: ExerciseSpec, code: str, settings: Settings, params: Params
+) -> GradeOutcome:
+    """Grade in the sandbox, in the learner's variant; turn a failure of the platform into ``internal_error``."""
     try:
-        return grade(spec, code, sandbox=get_sandbox(settings))
+        return grade(spec, code, sandbox=get_sandbox(settings), params=params)
     except GpulabError as exc:
         return GradeOutcome(verdict=Verdict.internal_error, score=0.0, max_score=spec.max_score, message=exc.message)
     except Exception as exc:  # the platform failed, not the learner: record it and retry

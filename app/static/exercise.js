@@ -205,6 +205,13 @@
     return limit && bytes > limit ? window.gpulab.codeTooLarge(bytes, limit) : "";
   }
 
+  // An example run is made in the variant of the page it runs on: the assignment's, or practice.
+  function runBody(form) {
+    const body = { code: currentCode(form) };
+    if (form.dataset.assignment) body.assignment_id = Number(form.dataset.assignment);
+    return body;
+  }
+
   async function submitCode(form) {
     const error = byId("submit-error");
     if (busy || window.gpulab.waiting()) return;
@@ -258,7 +265,7 @@
     announce("Running the example tests…");
     try {
       const response = await window.gpulab.postJson(
-        "/api/exercises/" + encodeURIComponent(form.dataset.slug) + "/runs", { code: currentCode(form) },
+        "/api/exercises/" + encodeURIComponent(form.dataset.slug) + "/runs", runBody(form),
       );
       if (!response.ok) {
         window.gpulab.showError(error, await window.gpulab.errorText(response));

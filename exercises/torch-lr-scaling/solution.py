@@ -25,3 +25,16 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set the learning rate of every parameter group of `optimizer`."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+# This learner's run, from their prompt.
+BASE_LR = {{ params.base_lr }}
+BASE_BATCH = {{ params.base_batch }}
+PER_DEVICE_BATCH = {{ params.per_device_batch }}
+WORLD_SIZE = {{ params.world_size }}
+WARMUP_STEPS = {{ params.warmup_steps }}
+
+
+def my_lr(step: int) -> float:
+    """The run's schedule: the linear-scaled rate, reached by a warm-up."""
+    return warmup_lr(step, scaled_lr(BASE_LR, BASE_BATCH, PER_DEVICE_BATCH, WORLD_SIZE), WARMUP_STEPS)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.postgres
 
 SUMMARY_KEYS = {"slug", "title", "kind", "topic", "difficulty", "framework", "points", "version"}
-DETAIL_KEYS = SUMMARY_KEYS | {"prompt_md", "prompt_html", "starter_code", "examples", "quiz"}
+DETAIL_KEYS = SUMMARY_KEYS | {"prompt_md", "prompt_html", "starter_code", "examples", "quiz", "params"}
 
 
 def test_list_shows_published_exercises_without_secrets(

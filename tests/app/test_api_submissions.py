@@ -28,7 +28,7 @@ pytestmark = pytest.mark.postgres
 SUBMISSION_KEYS = {
     "id", "exercise", "exercise_version", "status", "verdict", "score", "max_score", "tests", "stdout", "stderr",
     "message", "created_at", "finished_at", "runtime_ms", "device", "hidden_tests", "newly_visible", "reveals_at",
-    "assignment_id", "measurements",
+    "assignment_id", "measurements", "params",
 }  # fmt: skip
 TEST_KEYS = {"name", "outcome", "message", "points", "max_points", "visible"}
 

@@ -194,3 +194,19 @@ def test_the_form_refuses_a_line_that_is_not_one(
     db_session.refresh(grade)
     assert grade.line_comments == [{"line": 2, "text": "Nice comment."}] and grade.points == 1.0
     assert "Nice comment." in client.get(url).text
+
+
+def test_the_grading_page_shows_the_variant_the_learner_had(
+    client: TestClient, login: Callable[..., None], db_session: Session, exercise: Exercise, learner: User,
+    instructor: User, make_user: Callable[..., User],
+) -> None:  # fmt: skip
+    with_variant = graded(db_session, exercise, learner)
+    with_variant.params = {"gpus": 4, "batch": 32}  # as an exercise with [params] stores it (app.domain.variants)
+    plain = graded(db_session, exercise, make_user(Role.learner))
+    db_session.commit()
+    by_submission = {g.submission_id: g for g in grades(db_session, exercise)}
+    login(client, instructor)
+    page = client.get(f"/grading/{by_submission[with_variant.id].id}")
+    assert page.status_code == 200
+    assert 'id="grade-variant"' in page.text and "variant: <code>batch=32</code>, <code>gpus=4</code>" in page.text
+    assert 'id="grade-variant"' not in client.get(f"/grading/{by_submission[plain.id].id}").text

@@ -85,3 +85,32 @@ def test_0012_keeps_rows_with_their_defaults(tmp_path: Path) -> None:
         assert conn.execute(text("SELECT practice FROM assignments")).scalar_one() == "examples_only"
     command.downgrade(alembic_config(url), "0011")
     assert "practice" not in {c["name"] for c in inspect(engine_for(url)).get_columns("assignments")}
+
+
+def test_0015_adds_params_to_submissions_and_keeps_them_without_it(tmp_path: Path) -> None:
+    """Submissions made before variants keep NULL params (their one variant); a variant round-trips as JSON."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    upgrade("0014", database_url=url)
+    with engine_for(url).begin() as conn:
+        conn.execute(text(
+            "INSERT INTO exercises (id, slug, is_published, created_at) VALUES (1, 'ex', 1, '2026-12-02')"
+        ))
+        conn.execute(text(
+            "INSERT INTO exercise_versions (id, exercise_id, number, content_hash, title, kind, topic, difficulty, "
+            "framework, queue, max_score, files, created_at, source) VALUES (1, 1, 1, 'h', 't', 'code', 'T', "
+            "'beginner', 'python', 'cpu', 1, '{}', '2026-12-02', 'bank')"
+        ))
+        conn.execute(text(
+            "INSERT INTO submissions (id, exercise_version_id, code, status, max_score, stdout, stderr, message, "
+            "device, sandbox, attempts, created_at) VALUES ('old', 1, 'x', 'graded', 1, '', '', '', '', '', 0, "
+            "'2026-12-02')"
+        ))
+    upgrade("0015", database_url=url)
+    with engine_for(url).begin() as conn:
+        assert conn.execute(text("SELECT params FROM submissions WHERE id = 'old'")).scalar_one() is None
+        conn.execute(text("UPDATE submissions SET params = :p WHERE id = 'old'"), {"p": '{"batch": 32, "gpus": 4}'})
+        assert conn.execute(text("SELECT params FROM submissions")).scalar_one() == '{"batch": 32, "gpus": 4}'
+    command.downgrade(alembic_config(url), "0014")
+    assert "params" not in {c["name"] for c in inspect(engine_for(url)).get_columns("submissions")}
+    with engine_for(url).connect() as conn:
+        assert conn.execute(text("SELECT code FROM submissions")).scalars().all() == ["x"]

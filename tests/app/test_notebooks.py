@@ -53,15 +53,17 @@ def test_the_bank_exercises_notebook_runs_its_examples_against_the_solution_cell
 
 def test_an_example_that_needs_the_grader_is_skipped_in_a_notebook_with_the_reason() -> None:
     namespace: dict[str, Any] = {"add": lambda a, b: a + b}
-    harness = notebooks._HARNESS.format(probes=notebooks._literal("def grader_only(module):\n    import runner.vdev\n"))
+    probes = notebooks._literal("def grader_only(module):\n    import runner.vdev\n")
+    harness = notebooks._HARNESS.format(probes=probes, params=repr({"n": 3}))
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(harness, "<harness>", "exec"), namespace)  # noqa: S102
         namespace["gpulab_examples"]("test_x.py", (
             "def test_probe(probe):\n    probe('grader_only')\n\n\ndef test_fixture(capsys):\n    pass\n\n\n"
-            "def test_plain(submission):\n    assert submission.add(1, 2) == 3\n"
+            "def test_plain(submission):\n    assert submission.add(1, 2) == 3\n\n\n"
+            "def test_variant(params):\n    assert params == {'n': 3}\n"
         ))  # fmt: skip
     out = printed.getvalue()
     assert "SKIP test_probe: No module named 'runner'" in out
     assert "SKIP test_fixture: needs capsys, which only gpulab's grader provides" in out
-    assert "PASS test_plain" in out and "test_x.py: 1 passed, 0 failed" in out
+    assert "PASS test_plain" in out and "PASS test_variant" in out and "test_x.py: 2 passed, 0 failed" in out

@@ -51,6 +51,26 @@ def test_every_command_has_help(command: list[str], tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_grade_in_a_chosen_variant(tmp_path: Path) -> None:
+    """A bank file's placeholders are filled in for the variant graded, and its tests get the same numbers."""
+    slug, mine = "torch-lr-scaling", ["--param", "world_size=8", "--param", "base_lr=0.2"]
+    good = gpulab("grade", slug, str(BANK / slug / "solution.py"), "--json", *mine, data_dir=tmp_path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert json.loads(good.stdout)["verdict"] == "passed"
+    # An answer hard-coded for the default variant (world_size 2, base_lr 0.05) fails in that one.
+    hard = tmp_path / "hard_coded.py"
+    hard.write_text((BANK / slug / "solution.py").read_text().replace("{{ params.world_size }}", "2")
+                    .replace("{{ params.base_lr }}", "0.05"))  # fmt: skip
+    bad = gpulab("grade", slug, str(hard), "--json", *mine, data_dir=tmp_path)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    failing = [t for t in json.loads(bad.stdout)["tests"] if t["outcome"] != "passed"]
+    assert [t["name"] for t in failing] == ["test_lr_scaling.py::test_my_run_schedule"]
+    assert "8 GPUs" in failing[0]["message"] and "base_lr 0.2" in failing[0]["message"]
+    refused = gpulab("grade", slug, str(hard), "--param", "world_size=3", data_dir=tmp_path)
+    assert refused.returncode == 2 and "world_size takes one of 2, 4, 8" in refused.stderr
+
+
+@pytest.mark.slow
 def test_grade_exit_codes_and_json(tmp_path: Path) -> None:
     good = gpulab("grade", SLUG, str(BANK / SLUG / "solution.py"), "--json", data_dir=tmp_path)
     assert good.returncode == 0, good.stderr

@@ -67,7 +67,7 @@ def test_some_exercises_have_examples() -> None:
 
 @pytest.mark.parametrize("spec", _with_examples(), ids=lambda s: s.slug)
 def test_solution_passes_examples(spec: ExerciseSpec, sandbox: LocalSandbox) -> None:
-    outcome = run_examples(spec, spec.solution, sandbox=sandbox)
+    outcome = run_examples(spec, spec.rendered("solution.py", spec.default_params), sandbox=sandbox)
     failing = [f"{t.name}: {t.outcome.value}: {t.message[:300]}" for t in outcome.tests if t.outcome is not TestOutcomeKind.passed]
     assert outcome.verdict is Verdict.passed and not failing and outcome.tests, (
         f"{spec.slug}/solution.py against examples/: verdict {outcome.verdict.value} ({outcome.message[:300]}), "

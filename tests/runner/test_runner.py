@@ -20,7 +20,13 @@ WORKER_DIR = Path(__file__).resolve().parents[2] / "worker"
 
 
 def make_job(
-    root: Path, code: str, tests: dict[str, str], *, timeout_s: float = 10.0, learner_process: str | None = None
+    root: Path,
+    code: str,
+    tests: dict[str, str],
+    *,
+    timeout_s: float = 10.0,
+    learner_process: str | None = None,
+    params: dict[str, Any] | None = None,
 ) -> Path:
     """Write a job directory the way the host does, with expected ids found by parsing the tests."""
     job = root / "job"
@@ -37,6 +43,8 @@ def make_job(
     spec: dict[str, Any] = {"version": 1, "timeout_s": timeout_s, "module": "submission", "tests": expected}
     if learner_process is not None:
         spec["learner_process"] = learner_process
+    if params is not None:
+        spec["params"] = params
     (job / "job.json").write_text(json.dumps(spec))
     (job / "submission" / "submission.py").write_text(textwrap.dedent(code))
     for name, text in sources.items():
@@ -316,3 +324,34 @@ def test_a_long_message_is_trimmed_on_a_word_boundary() -> None:
     head, tail = trimmed.split("\n")
     assert tail == "... (trimmed)" and len(trimmed) <= MAX_MESSAGE
     assert head.split(" ")[-1] == "checkpoint", "the cut must not end mid-word"
+
+
+PARAMS_TESTS = {
+    "test_params.py": """
+        def test_sees_the_variant(submission, params):
+            assert params == {"n": 7, "word": "beta"}, params
+            assert submission.times(3) == 3 * params["n"], "times(3) is 3 * n"
+
+        def test_gets_its_own_copy(params):
+            params["n"] = 0
+
+        def test_after_a_change(params):
+            assert params["n"] == 7, "a test's change of params does not reach the next one"
+    """
+}
+
+
+def test_the_params_fixture_is_the_variant_of_job_json(tmp_path: Path) -> None:
+    job = make_job(tmp_path, "def times(k):\n    return 7 * k\n", PARAMS_TESTS, params={"n": 7, "word": "beta"})
+    _, result = run_runner(job)
+    assert result is not None and {t["id"]: t["outcome"] for t in result["tests"]} == {
+        "test_params.py::test_sees_the_variant": "passed",
+        "test_params.py::test_gets_its_own_copy": "passed",
+        "test_params.py::test_after_a_change": "passed",
+    }, result
+
+
+def test_without_params_the_fixture_is_empty(tmp_path: Path) -> None:
+    tests = {"test_p.py": "def test_empty(params):\n    assert params == {}, params\n"}
+    _, result = run_runner(make_job(tmp_path, "x = 1\n", tests))
+    assert result is not None and result["tests"][0]["outcome"] == "passed", result

@@ -92,7 +92,7 @@ def test_the_host_side_imports_only_the_standard_library() -> None:
     assert done.stdout.startswith("ok "), done.stderr
 
 
-GRADED = ("files", "tests", "limits", "replicas", "devices", "learner_process", "framework", "kind", "queue")
+GRADED = ("files", "tests", "limits", "replicas", "devices", "learner_process", "framework", "kind", "queue", "params")
 
 
 def test_its_loader_reads_every_torch_exercise_as_the_format_does() -> None:

@@ -41,6 +41,7 @@ def test_write_job_dir_lays_out_the_contract(tmp_path: Path, tiny_spec: Callable
         ],
         "max_reply_bytes": 4 * 1024 * 1024,
         "learner_process": "per-test",
+        "params": {},
     }
     subject = json.loads((job / "subject.json").read_text())
     assert subject == {

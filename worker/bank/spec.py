@@ -19,6 +19,10 @@ Contract (the format is documented for authors in ``exercises/README.md``):
   hidden test's outcome and message: ``now``, ``after_due`` or ``never`` (name and points only). The format
   only records them (``ExerciseSpec.visibility(test_id)``, ``Visibility.of``); ``app.domain.visibility``
   applies them. No ``[visibility]`` and no ``default_visibility`` is every test ``now``, as before tiers.
+- Parameters (``[params.NAME]``, ``ParamMeta``; code exercises only) give each learner a variant: ``choices`` or an
+  integer ``range`` (with ``step``), and a ``default``. ``{{ params.NAME }}`` in ``prompt.md``, ``starter.py``,
+  ``solution.py``, ``right/`` and ``wrong/`` is filled in per variant (``specdata.render_params``); a name that is
+  not declared is an error. The hidden tests read the values from the ``params`` fixture (``job.json``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictFloat, StrictInt, StringConstraints, ValidationError, field_validator, model_validator
 
 from worker.bank.quiz import FormatModel, Required, RubricItem, Text, parse_quiz, readable_problem
 from worker.bank.specdata import (
@@ -38,8 +42,10 @@ from worker.bank.specdata import (
     LEARNER_PROCESS_MODES,
     MAX_FILE_BYTES,
     MAX_FILES,
+    PLACEHOLDER_RE,
     PRELOADS,
     QUEUES,
+    RENDERED_FILES,
     SLUG_RE,
     TEXT_SUFFIXES,
     TIERS,
@@ -51,11 +57,13 @@ from worker.bank.specdata import (
     Kind,
     LearnerProcess,
     Limits,
+    Param,
     Queue,
     Tier,
     Visibility,
     WrongFile,
     discover_test_ids,
+    params_of,
     read_exercise_files,
 )
 from worker.core.errors import ExerciseFormatError
@@ -64,8 +72,8 @@ from worker.core.errors import ExerciseFormatError
 __all__ = [
     "DEVICE_MODES", "DIFFICULTIES", "FRAMEWORKS", "KINDS", "LEARNER_PROCESS_MODES", "MAX_FILES", "MAX_FILE_BYTES",
     "PRELOADS", "QUEUES", "SLUG_RE", "TEXT_SUFFIXES", "TIERS", "ExerciseMeta", "ExerciseSpec", "ExpectedTest",
-    "Limits", "LimitsMeta", "Visibility", "WrongFile", "WrongVariant", "discover_test_ids", "load_bank",
-    "load_exercise", "read_exercise_files", "read_meta",
+    "Limits", "LimitsMeta", "Param", "ParamMeta", "Visibility", "WrongFile", "WrongVariant", "discover_test_ids",
+    "load_bank", "load_exercise", "read_exercise_files", "read_meta",
 ]  # fmt: skip
 
 
@@ -96,6 +104,53 @@ class WrongVariant(FormatModel):
     feedback: Text = ""
 
 
+PARAM_NAME = r"^[a-z][a-z0-9_]{0,31}$"
+MAX_PARAMS = 8
+MAX_PARAM_VALUES = 1000
+# A value of a choice: a number, or a short one-line word or phrase (it lands in prompts and Python files).
+ChoiceText = Annotated[str, StringConstraints(min_length=1, max_length=80, pattern=r"^[^\n\r{}]*$")]
+ChoiceValue = StrictInt | StrictFloat | ChoiceText
+
+
+class ParamMeta(FormatModel):
+    """A ``[params.NAME]`` table: the values a learner's variant may take, as ``choices`` or an integer ``range``."""
+
+    choices: tuple[ChoiceValue, ...] | None = Field(default=None, min_length=1, max_length=100)
+    range: tuple[StrictInt, StrictInt] | None = None  # [first, last], both included
+    step: Annotated[int, Field(strict=True, ge=1)] = 1
+    default: ChoiceValue | None = None  # the default variant's value; the first value unless given
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ParamMeta:
+        """Refuse both or neither of ``choices`` and ``range``, repeated choices, and a ``default`` not offered."""
+        if (self.choices is None) == (self.range is None):
+            raise ValueError("give either choices = [...] or range = [first, last], not both or neither")
+        if self.choices is not None:
+            if "step" in self.model_fields_set:
+                raise ValueError("step goes with range, not with choices")
+            kinds = {type(v) is str for v in self.choices}
+            if len(kinds) > 1:
+                raise ValueError("choices mixes numbers and text; give one kind")
+            if len(set(self.choices)) != len(self.choices):
+                raise ValueError(f"choices repeats a value ({list(self.choices)})")
+        elif self.range is not None:
+            first, last = self.range
+            if last < first:
+                raise ValueError(f"range must go up: [{first}, {last}]")
+            if (last - first) // self.step + 1 > MAX_PARAM_VALUES:
+                raise ValueError(f"range offers more than {MAX_PARAM_VALUES} values; use a larger step")
+        if self.default is not None and self.default not in self.values():
+            raise ValueError(f"default {self.default!r} is not one of the values")
+        return self
+
+    def values(self) -> tuple[int | float | str, ...]:
+        """Return every value, in order: the choices, or ``first, first + step, ...`` up to ``last``."""
+        if self.choices is not None:
+            return self.choices
+        assert self.range is not None  # _one_source
+        return tuple(range(self.range[0], self.range[1] + 1, self.step))
+
+
 class ExerciseMeta(FormatModel):
     """``exercise.toml``: what the exercise is, where and how it is graded, and what its tests are worth."""
 
@@ -116,6 +171,10 @@ class ExerciseMeta(FormatModel):
     # Staff grading of a code submission on top of its tests: [[rubric]] items, and comments graders reuse.
     rubric: tuple[RubricItem, ...] = ()
     rubric_comments: tuple[Required, ...] = ()
+    # [params.NAME]: the variant each learner gets (``ParamMeta``); names are keys of the prompt's placeholders.
+    params: dict[Annotated[str, StringConstraints(pattern=PARAM_NAME)], ParamMeta] = Field(
+        default={}, max_length=MAX_PARAMS
+    )
 
     @field_validator("rubric")
     @classmethod
@@ -142,7 +201,7 @@ class ExerciseMeta(FormatModel):
         """Refuse ``[points]``, ``[[wrong]]`` and visibility tiers on a quiz: it has no hidden tests."""
         if self.kind != "quiz":
             return self
-        misplaced = sorted({"points", "wrong", "rubric", "rubric_comments"} & self.model_fields_set)
+        misplaced = sorted({"points", "wrong", "rubric", "rubric_comments", "params"} & self.model_fields_set)
         if misplaced:
             raise ValueError(f"a quiz takes no {' or '.join(misplaced)}: its questions in quiz.toml carry the points")
         tiers = sorted({"default_visibility", "visibility"} & self.model_fields_set)
@@ -204,6 +263,7 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
         test_visibility=meta.visibility_rule(),
         rubric=meta.rubric,
         rubric_comments=meta.rubric_comments,
+        params=params_of({name: table.model_dump(exclude_none=True) for name, table in meta.params.items()}),
     )
     if meta.kind == "code":
         for required in ("starter.py", "solution.py"):
@@ -241,6 +301,14 @@ def _check_references(slug: str, meta: ExerciseMeta, files: dict[str, str], ids:
     undeclared = {p for p in files if p.startswith("wrong/") and p.endswith(".py")} - {v.path for v in meta.wrong}
     if undeclared:
         raise ExerciseFormatError(slug, f"wrong/ files without a [[wrong]] entry: {', '.join(sorted(undeclared))}")
+    for path in sorted(p for p in files if RENDERED_FILES.match(p)):
+        unknown = sorted({m.group(1) for m in PLACEHOLDER_RE.finditer(files[path])} - set(meta.params))
+        if unknown:
+            declared = ", ".join(sorted(meta.params)) or "none"
+            raise ExerciseFormatError(
+                slug, f"{path} uses {{{{ params.{unknown[0]} }}}} but exercise.toml declares no [params.{unknown[0]}] "
+                f"(declared: {declared})"
+            )
 
 
 def load_exercise(folder: Path) -> ExerciseSpec:

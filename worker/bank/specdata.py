@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import hmac
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -50,6 +51,13 @@ MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 200
 PRELOADS: dict[str, tuple[str, ...]] = {"python": (), "torch": ("torch",), "tensorflow": ("tensorflow",)}
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".json", ".csv", ".cfg"}
+# A parameter's value: what ``[params.NAME]`` may offer (never a bool: TOML's true is not a number here).
+ParamValue = int | float | str
+# ``{{ params.NAME }}`` in a file the learner or ``exercises check`` reads; nothing else between the braces.
+PLACEHOLDER_RE = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+# What a variant renders: the prompt, the starter and every file graded as a learner's answer. Hidden tests,
+# examples and probes read the values from the ``params`` fixture instead (they stay plain Python).
+RENDERED_FILES = re.compile(r"^(prompt\.md|starter\.py|solution\.py|(right|wrong)/.+\.py)$")
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,56 @@ class Visibility:
         return self.tiers.get(test_id, self.default)
 
 
+@dataclass(frozen=True)
+class Param:
+    """One ``[params.NAME]``: the values a variant may take, in order, and the one the default variant uses."""
+
+    name: str
+    values: tuple[ParamValue, ...]
+    default: ParamValue
+
+    def pick(self, seed: bytes) -> ParamValue:
+        """Return the value ``seed`` draws: an HMAC of the name under the seed, so each parameter draws apart."""
+        digest = hmac.new(seed, self.name.encode(), hashlib.sha256).digest()
+        return self.values[int.from_bytes(digest[:8], "big") % len(self.values)]
+
+
+def params_of(tables: dict[str, Any]) -> tuple[Param, ...]:
+    """Return ``exercise.toml``'s ``[params.NAME]`` tables as ``Param``s, sorted by name, without checking them.
+
+    ``spec.ParamMeta`` checks the tables where the bank is authored and builds its ``Param``s here too, so a
+    reader without pydantic (``worker.grading.gpucheck``) draws the same values.
+    """
+    found = []
+    for name, table in sorted(tables.items()):
+        if "choices" in table:
+            values = tuple(table["choices"])
+        else:
+            first, last = table["range"]
+            values = tuple(range(first, last + 1, table.get("step", 1)))
+        found.append(Param(name, values, table.get("default", values[0])))
+    return tuple(found)
+
+
+def render_value(value: ParamValue) -> str:
+    """Return how a value reads in a file: ints and strings as they are, floats in their shortest exact form."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def render_params(text: str, params: dict[str, ParamValue]) -> str:
+    """Replace every ``{{ params.NAME }}`` by its value; a name ``params`` lacks stays as written.
+
+    By hand, not Jinja: authors' files are Markdown and Python full of braces, and a variant needs nothing but
+    named values put in place; no expression, filter or attribute of an author's text is ever evaluated.
+    """
+
+    def put(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return render_value(params[name]) if name in params else match.group(0)
+
+    return PLACEHOLDER_RE.sub(put, text)
+
+
 @dataclass
 class ExerciseData:
     slug: str
@@ -116,6 +174,42 @@ class ExerciseData:
     test_visibility: Visibility = field(default_factory=Visibility)
     rubric: tuple[RubricItem, ...] = ()
     rubric_comments: tuple[str, ...] = ()
+    params: tuple[Param, ...] = ()  # [params.NAME]: what a learner's variant is drawn from; () for one variant
+
+    @property
+    def default_params(self) -> dict[str, ParamValue]:
+        """Return the default variant: every parameter at its ``default`` (``{}`` without parameters)."""
+        return {p.name: p.default for p in self.params}
+
+    def draw_params(self, seed: bytes) -> dict[str, ParamValue]:
+        """Return the variant ``seed`` draws (the same seed, the same variant, as long as the values stay)."""
+        return {p.name: p.pick(seed) for p in self.params}
+
+    def check_params(self, count: int = 3) -> list[dict[str, ParamValue]]:
+        """Return the variants ``exercises check`` grades: the default and drawn ones, or all when few, no twice.
+
+        The draws use fixed seeds, so a check is repeatable; ``[{}]`` for an exercise without parameters.
+        """
+        every: list[dict[str, ParamValue]] = [{}]
+        for param in self.params:
+            every = [{**v, param.name: value} for v in every for value in param.values]
+            if len(every) > count:
+                break
+        if len(every) <= count:
+            return sorted(every, key=lambda v: v != self.default_params)
+        found = [self.default_params]
+        for i in range(1, 64):
+            drawn = self.draw_params(f"gpulab exercises check {i}".encode())
+            if drawn not in found:
+                found.append(drawn)
+            if len(found) == count:
+                break
+        return found
+
+    def rendered(self, path: str, params: dict[str, ParamValue]) -> str:
+        """Return the file at ``path`` as the learner of variant ``params`` reads it (placeholders filled in)."""
+        text = self.files[path]
+        return render_params(text, params) if RENDERED_FILES.match(path) else text
 
     @property
     def rubric_points(self) -> float:

@@ -3,7 +3,9 @@
 Contract: for every code exercise, ``solution.py`` and each ``right/*.py`` must pass with full marks, and
 each ``wrong/*.py`` must not pass, must fail every test its ``[[wrong]]`` entry names, and, when the entry declares
 ``feedback``, one of those tests' failure messages must contain it (the message names the variant's mistake). Each
-mismatch is one human-readable problem in the returned list (empty means the bank checks out).
+mismatch is one human-readable problem in the returned list (empty means the bank checks out). An exercise with
+parameters is checked in several variants (``ExerciseData.check_params``: the default and two drawn, or every one
+when there are few): each file is rendered for the variant (its ``{{ params.NAME }}`` filled in) and graded with it.
 ``variants(spec)`` lists what is graded and ``check_variant`` grades one and judges it: ``check_exercise``
 (``gpulab exercises check``, instructor checks) and ``scripts/gpu-check`` share them. Only ``check_bank`` reads
 a bank folder with the format's checks (pydantic); the rest runs on the standard library.
@@ -12,7 +14,7 @@ a bank folder with the format's checks (pydantic); the rest runs on the standard
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from worker.bank.specdata import ExerciseData
@@ -23,12 +25,23 @@ from worker.grading.sandbox.base import Sandbox
 
 @dataclass(frozen=True)
 class Variant:
-    """One file to grade: its path in the exercise folder, and ``must_fail`` (``None``: it must pass)."""
+    """One file to grade: its path in the exercise folder, and ``must_fail`` (``None``: it must pass).
+
+    ``params``: the exercise variant it is rendered for and graded in (``{}`` without parameters).
+    """
 
     path: str
     code: str
     must_fail: tuple[str, ...] | None = None
+    params: dict[str, int | float | str] = field(default_factory=dict)
     feedback: str = ""  # a wrong variant's: text one of its must_fail messages must contain
+
+    @property
+    def label(self) -> str:
+        """Return the path, with the variant's values when there are any: ``solution.py [batch=32, replicas=2]``."""
+        if not self.params:
+            return self.path
+        return f"{self.path} [{', '.join(f'{k}={v!r}' for k, v in self.params.items())}]"
 
 
 @dataclass(frozen=True)
@@ -52,14 +65,21 @@ def summary(outcome: GradeOutcome) -> str:
     return f"{outcome.verdict.value} {outcome.score:g}/{outcome.max_score:g}{detail}{extra}"
 
 
-def variants(spec: ExerciseData) -> list[Variant]:
-    """Return the reference solution, the right alternatives and the wrong variants of a code exercise."""
+def variants(spec: ExerciseData, *, in_params: list[dict[str, int | float | str]] | None = None) -> list[Variant]:
+    """Return the reference solution, the right alternatives and the wrong variants, in each checked variant.
+
+    ``in_params``: the exercise variants to render them for (default: ``spec.check_params()``).
+    """
     if spec.kind != "code":
         return []
-    must_pass = {"solution.py": spec.solution, **spec.right_solutions}
-    return [Variant(path, code) for path, code in must_pass.items()] + [
-        Variant(w.path, spec.files[w.path], tuple(w.must_fail), w.feedback) for w in spec.wrong
-    ]
+    must_pass = ["solution.py", *spec.right_solutions]
+    found: list[Variant] = []
+    for params in spec.check_params() if in_params is None else in_params:
+        found.extend(Variant(path, spec.rendered(path, params), params=params) for path in must_pass)
+        found.extend(
+            Variant(w.path, spec.rendered(w.path, params), tuple(w.must_fail), params, w.feedback) for w in spec.wrong
+        )
+    return found
 
 
 def feedback_problem(variant: Variant, tests: Sequence[TestOutcome]) -> str | None:
@@ -77,8 +97,8 @@ def check_variant(
     spec: ExerciseData, variant: Variant, *, sandbox: Sandbox, gpus: tuple[str, ...] = ()
 ) -> VariantCheck:
     """Grade one variant and say whether its verdict is the one its place in the folder promises."""
-    outcome = grade(spec, variant.code, sandbox=sandbox, gpus=gpus)
-    where = f"{spec.slug}/{variant.path}"
+    outcome = grade(spec, variant.code, sandbox=sandbox, gpus=gpus, params=variant.params)
+    where = f"{spec.slug}/{variant.label}"
     if variant.must_fail is None:
         ok = outcome.verdict is Verdict.passed and outcome.score == spec.max_score
         problem = None if ok else f"{where} should pass with full marks but got {summary(outcome)}"
@@ -101,7 +121,7 @@ def check_exercise(spec: ExerciseData, *, sandbox: Sandbox, echo: Callable[[str]
         check = check_variant(spec, variant, sandbox=sandbox)
         unchecked = variant.must_fail is not None and not variant.feedback
         note = " [no feedback fragment declared: its message is not checked]" if unchecked else ""
-        echo(f"  {'ok ' if check.ok else 'BAD'} {spec.slug}/{variant.path}: {summary(check.outcome)}{note}")
+        echo(f"  {'ok ' if check.ok else 'BAD'} {spec.slug}/{variant.label}: {summary(check.outcome)}{note}")
         if check.problem is not None:
             problems.append(check.problem)
     return problems

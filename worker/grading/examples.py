@@ -33,8 +33,10 @@ def examples_files(spec: ExerciseSpec) -> dict[str, str]:
     return files
 
 
-def run_examples(spec: ExerciseSpec, code: str, *, sandbox: Sandbox) -> GradeOutcome:
-    """Grade ``code`` against the example tests of ``spec`` in ``sandbox``."""
+def run_examples(
+    spec: ExerciseSpec, code: str, *, sandbox: Sandbox, params: dict[str, int | float | str] | None = None
+) -> GradeOutcome:
+    """Grade ``code`` against the example tests of ``spec`` in ``sandbox`` (``params``: the learner's variant)."""
     if not spec.example_test_files:
         raise ExerciseFormatError(spec.slug, "this exercise has no example tests")
-    return grade(ExerciseSpec.from_files(spec.slug, examples_files(spec)), code, sandbox=sandbox)
+    return grade(ExerciseSpec.from_files(spec.slug, examples_files(spec)), code, sandbox=sandbox, params=params)

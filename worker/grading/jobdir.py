@@ -71,6 +71,7 @@ def write_job_dir(
     test_files: dict[str, str] | None = None,
     owner: tuple[int, int] | None = None,
     gpus: int = 0,
+    params: dict[str, int | float | str] | None = None,
 ) -> Path:
     """Create the job directory at ``root`` for grading ``code`` against ``spec``; return ``root``."""
     root.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -83,6 +84,7 @@ def write_job_dir(
         "tests": [{"id": t.id, "points": t.points} for t in spec.tests],
         "max_reply_bytes": MAX_REPLY_BYTES,
         "learner_process": spec.learner_process,
+        "params": dict(params or {}),
     }
     _write_file(root / "job.json", json.dumps(job, indent=2))
     subject = {

@@ -99,9 +99,18 @@ def decide(spec: ExerciseData, run: SandboxRun, result: dict[str, Any] | None) -
 
 
 def grade(
-    spec: ExerciseData, code: str, *, sandbox: Sandbox, work_root: Path | None = None, gpus: tuple[str, ...] = ()
+    spec: ExerciseData,
+    code: str,
+    *,
+    sandbox: Sandbox,
+    work_root: Path | None = None,
+    gpus: tuple[str, ...] = (),
+    params: dict[str, int | float | str] | None = None,
 ) -> GradeOutcome:
-    """Grade ``code`` against ``spec`` in ``sandbox``; never raises except ``SandboxUnavailable``."""
+    """Grade ``code`` against ``spec`` in ``sandbox``; never raises except ``SandboxUnavailable``.
+
+    ``params``: the learner's variant, for the hidden tests (``None``: the exercise's default variant).
+    """
     started = time.monotonic()
     max_score = spec.max_score
     private: Path | None = None
@@ -112,7 +121,8 @@ def grade(
             work_root.mkdir(parents=True, exist_ok=True)
         private = Path(tempfile.mkdtemp(prefix="gpulab-job-", dir=work_root))
         private.chmod(0o711)
-        job_dir = write_job_dir(private / "job", spec=spec, code=code, gpus=len(gpus))
+        variant = spec.default_params if params is None else params
+        job_dir = write_job_dir(private / "job", spec=spec, code=code, gpus=len(gpus), params=variant)
         run = sandbox.run(job_dir, spec.limits)
         result = read_result(job_dir / "out")
         verdict, message = decide(spec, run, result)

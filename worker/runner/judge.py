@@ -41,6 +41,7 @@ def read_job(job_dir: Path) -> Job:
     tests = data.get("tests", [])
     max_reply = data.get("max_reply_bytes", 4 * 1024 * 1024)
     learner_process = data.get("learner_process", "per-test")
+    params = data.get("params", {})
     if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or timeout_s <= 0:
         raise ValueError("job.json timeout_s must be a positive number")
     if not isinstance(module, str) or not module.isidentifier():
@@ -51,6 +52,10 @@ def read_job(job_dir: Path) -> Job:
         raise ValueError("job.json max_reply_bytes must be a positive integer")
     if learner_process not in LEARNER_PROCESS_MODES:
         raise ValueError(f"job.json learner_process must be one of {', '.join(LEARNER_PROCESS_MODES)}")
+    if not isinstance(params, dict) or not all(
+        isinstance(k, str) and type(v) in (int, float, str) for k, v in params.items()
+    ):
+        raise ValueError("job.json params must map names to numbers or strings")
     return Job(
         job_dir=job_dir,
         timeout_s=float(timeout_s),
@@ -58,6 +63,7 @@ def read_job(job_dir: Path) -> Job:
         expected=[t["id"] for t in tests],
         max_reply_bytes=max_reply,
         learner_process=learner_process,
+        params=params,
     )
 
 

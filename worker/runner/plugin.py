@@ -59,6 +59,7 @@ class Job:
 
     max_reply_bytes: int = 4 * 1024 * 1024
     learner_process: str = "per-test"
+    params: dict[str, int | float | str] = field(default_factory=dict)
 
     @property
     def probes_dir(self) -> Path:
@@ -150,6 +151,11 @@ class GradingPlugin:
     def measure_fixture(self, request: pytest.FixtureRequest) -> Recorder:
         """Give the test a ``runner.measure.Recorder``: measurements and partial credit for this test."""
         return Recorder(self.measurements, self.credits, _base_id(request.node.nodeid))
+
+    @pytest.fixture(name="params")
+    def params_fixture(self) -> dict[str, int | float | str]:
+        """Give the test the learner's variant: the values their prompt showed (a copy it may change)."""
+        return dict(self.job.params)
 
     def probe(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``probes.<name>(submission, *args, **kwargs)`` in the learner's process; return its data."""

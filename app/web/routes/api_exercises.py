@@ -111,9 +111,13 @@ def list_exercises(session: SessionDep, _user: CurrentUser) -> list[ExerciseSumm
 
 
 @router.get("/{slug}")
-async def exercise_detail(exercise: ExerciseDep) -> ExerciseDetail:
-    """Return one exercise: prompt, starter code and the visible example tests."""
-    return await exercise_detail_of(exercise)
+async def exercise_detail(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> ExerciseDetail:
+    """Return one exercise: prompt, starter code and the visible example tests (in the caller's variant)."""
+    detail = await exercise_detail_of(exercise)
+    if not detail.params:  # no parameters: one answer for everyone, served from memory
+        return detail
+    # As the practice page shows it: the variant of the context a submission without an assignment counts under.
+    return await run_in_threadpool(coursework.learner_detail, session=session, exercise=exercise, user=user)
 
 
 CODE_ERRORS = {
@@ -157,11 +161,12 @@ async def get_example_runner(dispatcher: DispatcherDep) -> ExampleRunner:
 
 ExampleRunnerDep = Annotated[ExampleRunner, Depends(get_example_runner)]
 RUN_ERRORS = problem_responses(
-    413, 422, 429, 503,
+    404, 413, 422, 429, 503,
     described={
         **CODE_ERRORS,
         422: "The request does not match the schema, the code holds a NUL character, or the exercise has no "
         "example tests",
+        404: "No such exercise, or the assignment_id given is not one of this user's holding the exercise",
         429: "Too many example runs, or the runner is busy; wait Retry-After seconds",
         503: "No example runner answered within GPULAB_EXAMPLE_RUN_WAIT_S (Celery mode) or the broker is "
         "unreachable: nothing was stored; try again after Retry-After seconds",
@@ -174,16 +179,21 @@ def run_examples(
     body: SubmissionIn,
     exercise: ExerciseDep,
     user: CurrentUser,
+    session: SessionDep,
     settings: SettingsDep,
     gate: RunGateDep,
     runner: ExampleRunnerDep,
 ) -> SubmissionOut:
-    """Grade the code against the visible example tests now; nothing is stored or counted."""
+    """Grade the code against the visible example tests now, in my variant there; nothing is stored or counted.
+
+    ``assignment_id``: the assignment page the run is made on (its variant); none: the practice page's.
+    """
     started = utcnow()
     version = exercise.current_version
     assert version is not None  # get_published only returns exercises with a current version
+    params = coursework.run_variant(session=session, exercise=exercise, user=user, assignment_id=body.assignment_id)
     outcome = run_examples_now(
-        version=version, code=body.code, user_id=user.id, gate=gate, settings=settings, runner=runner
+        version=version, code=body.code, user_id=user.id, gate=gate, settings=settings, runner=runner, params=params
     )
     return example_run_out(version, outcome, started)
 

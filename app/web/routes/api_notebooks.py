@@ -46,10 +46,11 @@ NOTEBOOK_SUBMIT_ERRORS = {
 
 
 @router.get("/{slug}/notebook", response_class=Response, responses=NOTEBOOK_ANSWER)
-def download_notebook(exercise: ExerciseDep) -> Response:
-    """Return the exercise as a Jupyter notebook to work on and submit."""
+def download_notebook(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> Response:
+    """Return the exercise as a Jupyter notebook to work on and submit (in the caller's variant, as on its page)."""
+    params = coursework.learner_detail(session=session, exercise=exercise, user=user).params
     return Response(
-        notebooks.notebook_text(exercise),
+        notebooks.notebook_text(exercise, params),
         media_type=notebooks.MEDIA_TYPE,
         headers={"Content-Disposition": f'attachment; filename="{exercise.slug}.ipynb"'},
     )

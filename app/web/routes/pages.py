@@ -219,7 +219,7 @@ def binding(*, session: Session, user: User, exercise: Exercise) -> list[dict[st
 
 @router.get("/exercises/{slug}")
 def exercise_page(request: Request, exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> Response:
-    detail = ExerciseDetail.of(exercise)
+    detail = coursework.learner_detail(session=session, exercise=exercise, user=user)
     bound = binding(session=session, user=user, exercise=exercise)
     if detail.kind == "quiz":  # answered through quiz.js and POST /api/exercises/{slug}/quiz
         progress = progress_for(session=session, user=user, exercise=exercise)

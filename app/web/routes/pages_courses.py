@@ -54,7 +54,7 @@ from app.domain.insights import exercise_insights
 from app.domain.lti import roster
 from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Exercise, User, utcnow
 from app.domain.progress import progress_for
-from app.domain.schemas import ExerciseDetail, as_utc
+from app.domain.schemas import as_utc
 from app.domain.submissions import create_submission
 from app.web.deps import (
     AssignmentAccess,
@@ -387,7 +387,9 @@ def assignment_exercise_page(
 ) -> Response:
     assignment = here.assignment
     item = _item_of(assignment, exercise)
-    detail = ExerciseDetail.of(exercise)
+    detail = coursework.learner_detail(
+        session=session, exercise=exercise, user=user, assignment_id=assignment.id, practice=False
+    )
     learner = here.role is CourseRole.learner
     dates = assignments.effective_dates(session=session, assignment=assignment, user=user)
     gate = counted = None

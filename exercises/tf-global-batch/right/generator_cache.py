@@ -20,3 +20,12 @@ def make_dataset(features, labels, per_replica_batch, strategy):
         tf.TensorSpec(shape=(None,), dtype=tf.as_dtype(labels.dtype)),
     )
     return tf.data.Dataset.from_generator(chunks, output_signature=spec).cache()
+
+
+def my_global_batch():
+    return {{ params.gpus }} * {{ params.batch_per_replica }}
+
+
+def my_steps_per_epoch():
+    full, rest = divmod({{ params.examples }}, my_global_batch())
+    return full + (1 if rest else 0)

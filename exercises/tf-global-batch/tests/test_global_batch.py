@@ -124,3 +124,30 @@ def test_each_replica_gets_per_replica_batch(probe):
         "experimental_distribute_dataset splits every batch you give it between the replicas, so batch by the "
         "global size for each replica to get per_replica_batch examples. " + FIX
     )
+
+
+def _call_mine(submission, name):
+    try:
+        return getattr(submission, name)()
+    except Exception as exc:
+        pytest.fail(f"{name}() raised {type(exc).__name__}: {exc}")
+
+
+def test_my_run(submission, params):
+    n, gpus, per_replica = params["examples"], params["gpus"], params["batch_per_replica"]
+    want_batch = per_replica * gpus
+    want_steps = -(-n // want_batch)
+    run = (f"your run (the numbers in your prompt; other learners have others) has {n} examples on {gpus} GPUs "
+           f"with {per_replica} per replica")
+    got = _call_mine(submission, "my_global_batch")
+    assert got == want_batch, (
+        f"my_global_batch() returned {got!r}; {run}, so one step takes {per_replica} x {gpus} = {want_batch} examples."
+        + (" That is one replica's share, not the global batch." if got == per_replica else "")
+    )
+    got = _call_mine(submission, "my_steps_per_epoch")
+    assert got == want_steps, (
+        f"my_steps_per_epoch() returned {got!r}; {run}: batches of {want_batch}, every example once and the last "
+        f"batch smaller, so ceil({n} / {want_batch}) = {want_steps} steps."
+        + (f" {n} // {want_batch} leaves out the last, partial batch of {n % want_batch} examples: make_dataset "
+           "keeps it, and it is a step too." if got == n // want_batch else "")
+    )

@@ -8,3 +8,11 @@ def global_batch_size(per_replica_batch, strategy):
 def make_dataset(features, labels, per_replica_batch, strategy):
     ds = tf.data.Dataset.from_tensor_slices((features, labels))
     return ds.batch(global_batch_size(per_replica_batch, strategy))
+
+
+def my_global_batch():
+    return {{ params.batch_per_replica }} * {{ params.gpus }}
+
+
+def my_steps_per_epoch():
+    return -(-{{ params.examples }} // my_global_batch())

@@ -21,3 +21,9 @@ def warmup_lr(step, target_lr, warmup_steps):
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for i in range(len(optimizer.param_groups)):
         optimizer.param_groups[i].update(lr=lr)
+
+
+def my_lr(step):
+    # The whole schedule in one expression, with exact fractions until the end.
+    target = Fraction(str({{ params.base_lr }})) * {{ params.per_device_batch }} * {{ params.world_size }} / {{ params.base_batch }}
+    return float(target * min(1, Fraction(step + 1, {{ params.warmup_steps }})))

@@ -132,3 +132,27 @@ def test_set_lr_every_param_group(probe):
         "[0.75, 0.75] (1 - 0.25)."
     )
     assert seen["returned"] == "NoneType", f"set_lr returned a {seen['returned']}; it changes the optimizer in place and returns None."
+
+
+def test_my_run_schedule(submission, params):
+    base_lr, base_batch = params["base_lr"], params["base_batch"]
+    per_device, world, warmup = params["per_device_batch"], params["world_size"], params["warmup_steps"]
+    global_batch = per_device * world
+    target = base_lr * global_batch / base_batch
+    run = (
+        f"your run (the numbers in your prompt; other learners have others): base_lr {base_lr} tuned for a batch of "
+        f"{base_batch}, {world} GPUs x {per_device} samples = a global batch of {global_batch}, so the target is "
+        f"{base_lr} * {global_batch} / {base_batch} = {target:.6g}, reached by a warm-up over {warmup} steps"
+    )
+    for step in (0, warmup // 2, warmup - 1, warmup, 10 * warmup):
+        want = target * min(step + 1, warmup) / warmup
+        got = _call(submission, "my_lr", step)
+        if _close(got, want):
+            continue
+        if step < warmup and _close(got, target):
+            hint = " It already returns the target: the warm-up is missing (warmup_lr with warmup_steps)."
+        elif step >= warmup and _close(got, base_lr):
+            hint = " After the warm-up it returns base_lr itself: scale it with scaled_lr first."
+        else:
+            hint = ""
+        pytest.fail(f"my_lr({step}) returned {got!r}, expected {want:.6g}; {run}.{hint}")

@@ -24,3 +24,8 @@ def warmup_lr(step: int, target_lr: float, warmup_steps: int) -> float:
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set the learning rate of every parameter group of `optimizer`."""
     optimizer.param_groups[0]["lr"] = lr
+
+
+def my_lr(step: int) -> float:
+    target = scaled_lr({{ params.base_lr }}, {{ params.base_batch }}, {{ params.per_device_batch }}, {{ params.world_size }})
+    return warmup_lr(step, target, {{ params.warmup_steps }})

@@ -25,3 +25,8 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Set the learning rate of every parameter group of `optimizer`."""
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def my_lr(step: int) -> float:
+    target = scaled_lr({{ params.base_lr }}, {{ params.base_batch }}, {{ params.per_device_batch }}, {{ params.world_size }})
+    return warmup_lr(step, target, {{ params.warmup_steps }})
