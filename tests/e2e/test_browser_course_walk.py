@@ -169,8 +169,11 @@ def test_back_and_forward_after_submitting_show_the_new_attempt(walk: cw.Walk, b
         expect(page.locator("#gate-text")).to_contain_text("2 attempts left")
         expect(page.locator(".cm-editor .cm-content")).to_be_visible()  # exercise.js mounted the editor
         page.evaluate("(code) => window.gpulabExercise.editor().setValue(code)", bank_file(cw.CODE, "solution.py"))
+        asked: list[str] = []
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.accept()))  # "Submit? 2 of 3 ..."
         page.get_by_role("button", name="Submit").click()
         expect(page.locator("#gate-text")).to_contain_text("1 attempt left")
+        assert asked and "2 of 3 attempts left" in asked[0], asked
 
         page.go_back()  # to the assignment, while the attempt may still be grading
         expect(page).to_have_url(course)
@@ -196,7 +199,8 @@ def test_code_over_the_limit_is_refused_in_the_learners_words(walk: cw.Walk, bro
     page = watched_page(browser, timezone_id=zone)
     try:
         log_in(page, walk.base, cw.OTHER)
-        page.goto(f"{walk.base}/exercises/{cw.CODE}")
+        # Under the assignment: its practice setting (examples only) would refuse a practice submission first.
+        page.goto(f"{walk.base}/courses/{cw.COURSE}/assignments/{walk.assignment_id}/exercises/{cw.CODE}")
         before = page.request.get(f"{walk.base}/api/exercises/{cw.CODE}/progress").json()["attempts"]
         line = "value = 1  # a line of output pasted into the editor, long enough to make the code large\n"
         pasted = line * (150 * 1024 // len(line))  # about 150 KB
@@ -215,7 +219,7 @@ def test_code_over_the_limit_is_refused_in_the_learners_words(walk: cw.Walk, bro
         )  # fmt: skip
         assert page.request.get(f"{walk.base}/api/exercises/{cw.CODE}/progress").json()["attempts"] == before
         # The API says the same to a client that sends it anyway.
-        refused = page.request.post(f"{walk.base}/api/exercises/{cw.CODE}/submissions", data={"code": pasted},
+        refused = page.request.post(f"{walk.base}/api/exercises/{cw.CODE}/submissions", data={"code": pasted, "assignment_id": walk.assignment_id},
                                     headers={"Origin": walk.base})  # fmt: skip
         assert refused.status == 413
         assert refused.json()["detail"].startswith("Your code is 150 KB; the limit is 64 KB.")
