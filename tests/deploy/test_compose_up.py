@@ -15,6 +15,7 @@ import re
 import secrets
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -181,22 +182,36 @@ def _settle(client: httpx.Client, url: str, done: set[str]) -> dict[str, Any]:
         time.sleep(0.5)
 
 
-def _grader_runs(since: float, *, at_least: int, wait_s: float = 60.0) -> int:
-    """Count grading containers that ended (``die``) since ``since`` (epoch seconds), waiting for ``at_least``.
+def _grader_runs(since: float, *, at_least: int, guard_s: float = GRADE_TIMEOUT_S) -> int:
+    """Wait until ``at_least`` grading containers have ended (``die``) since ``since`` (epoch seconds); count them.
 
     Ends, not starts: a job may take a warm pair started before ``since``, but every job's containers end with
-    it, fresh or warm, and the pair's replacement starting afterwards is not this job's."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        out = subprocess.run(
-            ["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter",
-             "type=container", "--filter", "event=die", "--filter", f"image={GRADER}", "--format", "{{.ID}}"],
-            capture_output=True, text=True, timeout=30,
-        ).stdout  # fmt: skip
-        count = len(out.split())
-        if count >= at_least or time.monotonic() >= deadline:
-            return count
-        time.sleep(0.5)
+    it, fresh or warm, and the pair's replacement starting afterwards is not this job's. The engine's event
+    stream is followed (``--since`` replays what already happened, then it stays open), so the wait lasts as
+    long as the containers take to end on a loaded machine; ``guard_s`` only names a hang, it is not a window
+    the events must fit in.
+    """
+    command = ["docker", "events", "--since", f"{since:.3f}", "--filter", "type=container", "--filter", "event=die",
+               "--filter", f"image={GRADER}", "--format", "{{.ID}}"]  # fmt: skip
+    ended: set[str] = set()
+    enough = threading.Event()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as events:
+
+        def follow() -> None:
+            assert events.stdout is not None
+            for line in events.stdout:
+                if line.strip():
+                    ended.add(line.strip())
+                if len(ended) >= at_least:
+                    enough.set()
+            enough.set()  # the stream closed (the engine went away): nothing more will come
+
+        threading.Thread(target=follow, daemon=True).start()
+        try:
+            assert enough.wait(guard_s), f"only {len(ended)} of {at_least} grading containers ended in {guard_s:.0f} s"
+        finally:
+            events.kill()
+    return len(ended)
 
 
 @pytest.mark.timeout(600)  # above the sum of this test's own deadlines, so they name what hung, and down -v runs
