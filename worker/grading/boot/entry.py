@@ -17,8 +17,8 @@ Steps, in this order (each acts on the calling process only):
 1. join the job's cgroups (so everything after is accounted), die with the template, stdio from the job;
 2. ``unshare`` mount, pid, network, IPC and UTS namespaces; fork: the child is pid 1 of the new namespace;
 3. pid 1 (still root, host user namespace): private mount propagation, a tmpfs root built from the mount
-   plan (read-only binds, /proc, a minimal /dev, sized tmpfs /tmp and /dev/shm), ``pivot_root``, old root
-   detached, ``/`` read-only; loopback up; hostname;
+   plan (read-only binds, /proc, a minimal /dev plus a GPU job's own nodes, sized tmpfs /tmp and /dev/shm),
+   ``pivot_root``, old root detached, ``/`` read-only; loopback up; hostname;
 4. rlimits; capability bounding set emptied; no groups; ``setresgid``/``setresuid`` to the sandbox ids
    (this clears every capability); a new user namespace mapping only that uid/gid, whose capabilities are
    dropped at once (effective, permitted, inheritable, bounding, ambient all 0); ``no_new_privs``; the
@@ -160,6 +160,12 @@ def _apply_plan(plan: list[list[str]], root: str, uid: int, gid: int) -> None:
                     _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
         elif kind == "dev":
             _dev(_target(root, op[1]))
+        elif kind == "dev-bind":
+            # A GPU job's own device node (gpu_devices.py), on the minimal /dev: the one bind without nodev.
+            target = _target(root, op[2])
+            open(target, "w").close()
+            _mount(op[1], target, None, MS_BIND)
+            _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID)
         elif kind == "remount-ro":
             pass  # after pivot_root, below
         else:

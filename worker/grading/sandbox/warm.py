@@ -70,6 +70,7 @@ class RuntimeKey:
     replicas: int
     threads: int
     role: str = "subject"
+    gpus: int = 0  # real GPUs the job was given: its template's vdev.setup must have seen the same count
 
     @property
     def framework_runtime(self) -> str:
@@ -111,6 +112,7 @@ class RuntimeKey:
             framework=framework,
             replicas=int(devices.get("replicas", 1)) if framework != "none" else 1,
             threads=max(1, int(limits.cpus)),
+            gpus=int(devices.get("gpus", 0)),
         )
 
 
@@ -175,7 +177,7 @@ class Template:
             "runner_root": SANDBOX_RUNNER_ROOT,
             "role": key.role,
             "preload": list(key.preload),
-            "devices": {"framework": key.framework, "replicas": key.replicas},
+            "devices": {"framework": key.framework, "replicas": key.replicas, "gpus": key.gpus},
         }
         env = sandbox_env(Limits(cpus=float(key.threads)), SANDBOX_RUNNER_ROOT)
 
@@ -502,7 +504,7 @@ class WarmLocalSandbox(LocalSandbox):
             "uid": plan.uid,
             "gid": plan.gid,
             "rlimits": plan.rlimits(),
-            "env": sandbox_env(plan.limits, SANDBOX_RUNNER_ROOT),
+            "env": plan.env(),
             "seccomp": str(plan.seccomp),
             "hostname": "gpulab",
             "chdir": JOB_MOUNT,
