@@ -1,5 +1,6 @@
 """docker-compose.yml brought up for real: a learner's submission, an example run and an instructor check graded
-through API → Redis → worker → grading containers, then ``down -v``.
+through API → Redis → the grading host (worker-cpu: the local backend's warm sandboxes in its container), then a
+submission through the docker-pair worker in its place (profile docker-pair: grading containers), then ``down -v``.
 
 Needs a Docker engine, compose, and the images of docker/build-images (scripts/test builds them); without them
 the test skips, unless ``GPULAB_REQUIRE_DOCKER=1`` (CI) makes that a failure. The project gets a name, a free
@@ -31,7 +32,7 @@ from worker.core.config import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
-IMAGES = ("gpulab/app:latest", "gpulab/postgres:15", "gpulab/redis:7", "gpulab/grader:cpu")
+IMAGES = ("gpulab/app:latest", "gpulab/postgres:15", "gpulab/redis:7", "gpulab/grader:cpu", "gpulab/grading-host:cpu")
 SLUG = "python-split-batch"
 EXERCISE = REPO_ROOT / "exercises" / SLUG
 GRADER = "gpulab/grader:cpu"
@@ -119,6 +120,8 @@ def deployed(tmp_path: Path) -> Iterator[Deployment]:
         # Warm container pairs for plain Python only: this test's exercise. All kinds would import torch and
         # TensorFlow in a dozen containers on the CI machine's two cores while the test runs.
         "GPULAB_WARM_POOLS": "python",
+        # compose reads the seccomp profile relative to the directory it runs in; this test may run elsewhere.
+        "GPULAB_GRADING_HOST_SECCOMP": str(REPO_ROOT / "docker" / "grading-host" / "seccomp.json"),
     }
     deployment = Deployment(f"gpulab-ci-{os.getpid()}", env, port)
     started = time.monotonic()
@@ -182,6 +185,16 @@ def _settle(client: httpx.Client, url: str, done: set[str]) -> dict[str, Any]:
         time.sleep(0.5)
 
 
+def _grader_starts(since: float) -> int:
+    """Count grading containers started since ``since`` (epoch seconds) until now."""
+    out = subprocess.run(
+        ["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter", "type=container",
+         "--filter", "event=start", "--filter", f"image={GRADER}", "--format", "{{.ID}}"],
+        capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    return len(out.split())
+
+
 def _grader_runs(since: float, *, at_least: int, guard_s: float = GRADE_TIMEOUT_S) -> int:
     """Wait until ``at_least`` grading containers have ended (``die``) since ``since`` (epoch seconds); count them.
 
@@ -223,7 +236,7 @@ def test_compose_stack_grades_a_submission_an_example_run_and_a_check(tmp_path: 
         learner = _login(stack, "learner@example.com", stack.add_user("learner@example.com", "learner"))
         instructor = _login(stack, "instructor@example.com", stack.add_user("instructor@example.com", "instructor"))
 
-        # A submission: API → Redis → the CPU worker → a judge and a subject container on the host's engine.
+        # A submission: API → Redis → the grading host → a judge and a subject forked from its warm templates.
         since = time.time()
         ids = {}
         for name, code in (("right", solution), ("wrong", wrong)):
@@ -235,16 +248,14 @@ def test_compose_stack_grades_a_submission_an_example_run_and_a_check(tmp_path: 
         assert right["score"] == right["max_score"] > 0 and right["tests"]
         failed = _settle(learner, f"/api/submissions/{ids['wrong']}", {"graded", "error"})
         assert (failed["status"], failed["verdict"]) == ("graded", "failed"), failed
-        assert _grader_runs(since, at_least=4) >= 4  # two gradings, two containers each: none in the app's image
+        assert _grader_starts(since) == 0  # graded in the grading host's own sandboxes, no grading container
 
-        # An example run: the API holds no Docker socket, so it can only pass through a worker's example lane.
-        since = time.time()
+        # An example run: the API holds no sandbox, so it can only pass through a worker's example lane.
         run = learner.post(f"/api/exercises/{SLUG}/runs", json={"code": solution})
         assert run.status_code == 200, run.text
         outcome = run.json()
         assert (outcome["id"], outcome["status"], outcome["verdict"]) == ("", "graded", "passed"), outcome
         assert outcome["tests"] and all(t["outcome"] == "passed" for t in outcome["tests"])
-        assert _grader_runs(since, at_least=2) >= 2
 
         # An instructor check of the published version, started from its page's form like a browser would.
         exercises = instructor.get("/api/instructor/exercises").raise_for_status().json()
@@ -264,4 +275,15 @@ def test_compose_stack_grades_a_submission_an_example_run_and_a_check(tmp_path: 
 
         # The engine's own probe of the API (/healthz every 15 s) agrees.
         wait_for(lambda: stack.health("api") == "healthy", timeout_s=60, interval_s=1)
+
+        # The docker-pair path, in place of the grading host: a judge and a subject container on the host's engine.
+        stack.compose("stop", "worker-cpu")
+        stack.compose("--profile", "docker-pair", "up", "-d", "--no-build", "worker-cpu-docker", timeout_s=UP_TIMEOUT_S)
+        _wait_ready(stack)
+        since = time.time()
+        created = learner.post(f"/api/exercises/{SLUG}/submissions", json={"code": solution})
+        assert created.status_code == 202, created.text
+        paired = _settle(learner, f"/api/submissions/{created.json()['id']}", {"graded", "error"})
+        assert (paired["status"], paired["verdict"]) == ("graded", "passed"), paired
+        assert _grader_runs(since, at_least=2) >= 2  # the grading's two containers ended: none in the app's image
     assert stack.leftovers() == [], "down -v left containers or volumes behind"
