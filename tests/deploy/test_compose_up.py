@@ -185,11 +185,23 @@ def _settle(client: httpx.Client, url: str, done: set[str]) -> dict[str, Any]:
         time.sleep(0.5)
 
 
+def _grader_filters() -> list[str]:
+    """Return ``docker events`` filters for containers of the grading image, made by its name or by its id.
+
+    The docker backend creates its containers from the image's id (so a rebuild under way cannot swap it), and
+    an event's ``image`` is then that id, which a filter by name never matches.
+    """
+    image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", GRADER], capture_output=True,
+                              text=True, timeout=60).stdout.strip()  # fmt: skip
+    assert image_id, f"{GRADER} is not built"
+    return ["--filter", f"image={GRADER}", "--filter", f"image={image_id}"]
+
+
 def _grader_starts(since: float) -> int:
     """Count grading containers started since ``since`` (epoch seconds) until now."""
     out = subprocess.run(
         ["docker", "events", "--since", f"{since:.3f}", "--until", f"{time.time():.3f}", "--filter", "type=container",
-         "--filter", "event=start", "--filter", f"image={GRADER}", "--format", "{{.ID}}"],
+         "--filter", "event=start", *_grader_filters(), "--format", "{{.ID}}"],
         capture_output=True, text=True, timeout=60,
     ).stdout  # fmt: skip
     return len(out.split())
@@ -205,7 +217,7 @@ def _grader_runs(since: float, *, at_least: int, guard_s: float = GRADE_TIMEOUT_
     the events must fit in.
     """
     command = ["docker", "events", "--since", f"{since:.3f}", "--filter", "type=container", "--filter", "event=die",
-               "--filter", f"image={GRADER}", "--format", "{{.ID}}"]  # fmt: skip
+               *_grader_filters(), "--format", "{{.ID}}"]  # fmt: skip
     ended: set[str] = set()
     enough = threading.Event()
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as events:
