@@ -1,6 +1,8 @@
 """docker-compose.yml brought up for real: a learner's submission, an example run and an instructor check graded
 through API → Redis → the grading host (worker-cpu: the local backend's warm sandboxes in its container), then a
 submission through the docker-pair worker in its place (profile docker-pair: grading containers), then ``down -v``.
+On the way a second grading host joins and one of the two is killed mid-burst: nothing may be lost, and all of
+it must be settled within 30 s of the kill.
 
 Needs a Docker engine, compose, and the images of docker/build-images (scripts/test builds them); without them
 the test skips, unless ``GPULAB_REQUIRE_DOCKER=1`` (CI) makes that a failure. The project gets a name, a free
@@ -38,6 +40,8 @@ EXERCISE = REPO_ROOT / "exercises" / SLUG
 GRADER = "gpulab/grader:cpu"
 UP_TIMEOUT_S = 180.0
 GRADE_TIMEOUT_S = 120.0
+BURST = 12  # submissions in flight when a grading host is killed
+SETTLE_AFTER_KILL_S = 30.0  # issue 25: a dead host's work is settled by another within this
 
 
 def _free_port() -> int:
@@ -185,6 +189,14 @@ def _settle(client: httpx.Client, url: str, done: set[str]) -> dict[str, Any]:
         time.sleep(0.5)
 
 
+def _live_cpu_workers(deployment: Deployment) -> int:
+    """Return how many live grading processes /readyz counts on the ``cpu`` queue."""
+    checks = httpx.get(f"{deployment.url}/readyz", timeout=10).json()["checks"]
+    (cpu,) = [c for c in checks if c["name"] == "queue:cpu"]
+    match = re.match(r"(\d+) live worker", cpu["detail"])
+    return int(match.group(1)) if match else 0
+
+
 def _grader_filters() -> list[str]:
     """Return ``docker events`` filters for containers of the grading image, made by its name or by its id.
 
@@ -287,6 +299,27 @@ def test_compose_stack_grades_a_submission_an_example_run_and_a_check(tmp_path: 
 
         # The engine's own probe of the API (/healthz every 15 s) agrees.
         wait_for(lambda: stack.health("api") == "healthy", timeout_s=60, interval_s=1)
+
+        # A second grading host joins, and one of the two is killed mid-burst: nothing is lost, and the other
+        # settles all of it within SETTLE_AFTER_KILL_S of the kill (leases of 10 s, docker-compose.yml).
+        one_host = _live_cpu_workers(stack)
+        stack.compose("up", "-d", "--no-build", "--scale", "worker-cpu=2", "worker-cpu", timeout_s=UP_TIMEOUT_S)
+        wait_for(lambda: _live_cpu_workers(stack) > one_host, timeout_s=UP_TIMEOUT_S, interval_s=1)
+        hosts = stack.compose("ps", "-q", "worker-cpu").stdout.split()
+        assert len(hosts) == 2, hosts
+        burst = []
+        for _ in range(BURST):
+            created = learner.post(f"/api/exercises/{SLUG}/submissions", json={"code": solution})
+            assert created.status_code == 202, created.text
+            burst.append(created.json()["id"])
+        killed_at = time.monotonic()
+        subprocess.run(["docker", "kill", hosts[0]], capture_output=True, check=True, timeout=60)
+        for submission_id in burst:
+            settled = _settle(learner, f"/api/submissions/{submission_id}", {"graded", "error"})
+            assert (settled["status"], settled["verdict"]) == ("graded", "passed"), settled
+        took_s = time.monotonic() - killed_at
+        print(f"compose: {BURST} submissions settled {took_s:.1f} s after one of two grading hosts was killed")
+        assert took_s <= SETTLE_AFTER_KILL_S, f"settled only {took_s:.1f} s after the kill"
 
         # The docker-pair path, in place of the grading host: a judge and a subject container on the host's engine.
         stack.compose("stop", "worker-cpu")
