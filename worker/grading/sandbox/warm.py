@@ -92,14 +92,18 @@ class RuntimeKey:
         return RuntimeKey(preload=self.preload, framework="none", replicas=1, threads=self.threads, role="judge")
 
     @classmethod
-    def of_spec(cls, spec: ExerciseSpec) -> RuntimeKey:
-        """Return the key the jobs of ``spec`` will ask for (what ``of_job`` reads from their ``subject.json``)."""
+    def of_spec(cls, spec: ExerciseSpec, gpus: int = 0) -> RuntimeKey:
+        """Return the key the jobs of ``spec`` will ask for (what ``of_job`` reads from their ``subject.json``).
+
+        ``gpus``: the GPUs each job gets on this worker (``GPULAB_GPUS_PER_JOB`` on a GPU node, else 0).
+        """
         return cls(
             preload=tuple(spec.preload),
             framework=spec.vdev_framework,
             # Without virtual devices the replica count changes nothing in a template: one key for all.
             replicas=spec.replicas if spec.vdev_framework != "none" else 1,
             threads=max(1, int(spec.limits.cpus)),
+            gpus=gpus,
         )
 
     @classmethod
@@ -307,13 +311,13 @@ class WarmPool:
         key = subject.judge()
         return key if self.serves(key) else JUDGE_KEY
 
-    def keys_for(self, specs: Iterable[ExerciseSpec]) -> list[RuntimeKey]:
-        """Return the distinct template keys (subjects and judges) that grading ``specs`` would start."""
+    def keys_for(self, specs: Iterable[ExerciseSpec], gpus: int = 0) -> list[RuntimeKey]:
+        """Return the distinct template keys (subjects and judges) that grading ``specs`` with ``gpus`` would start."""
         keys: dict[RuntimeKey, None] = {}
         for spec in specs:
             if spec.kind != "code":
                 continue
-            subject = RuntimeKey.of_spec(spec)
+            subject = RuntimeKey.of_spec(spec, gpus)
             if self.serves(subject):
                 keys[subject] = None
             judge = self.judge_key_for(subject)
