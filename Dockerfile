@@ -1,6 +1,7 @@
-# The app image of docker-compose.yml (gpulab/app): the API server (`gpulab serve`) and the Celery grading
-# workers (`gpulab worker`). Learner code never runs in it: workers grade with GPULAB_SANDBOX=docker, in
-# containers of the grading image (Dockerfile.gpu) that they start through the host's Docker engine.
+# The app image of docker-compose.yml (gpulab/app): the API server (`gpulab serve`) and the docker-pair and GPU
+# workers (`gpulab worker`). Learner code never runs in it: those workers grade with GPULAB_SANDBOX=docker, in
+# containers of the grading image (Dockerfile.gpu) that they start through the host's Docker engine. The
+# default CPU worker, the grading host, is docker/grading-host/Dockerfile: this image's venv on the grading image.
 #
 # Build it with docker/build-images, which fills the wheelhouse docker/wheels/app first (requirements.lock
 # without torch, TensorFlow and the dev tools, resolved on the host: pip's own config, PyPI or local

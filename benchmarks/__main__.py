@@ -441,7 +441,8 @@ def main(argv: list[str]) -> int:
                         help="comma list of cold, warm, docker (the docker backend: needs dockerd and the grading "
                              "image, docker/build-image), deploy, deploy-cold (PostgreSQL + Redis + a Celery "
                              "worker on docker, warm pairs or fresh containers; serve --workers 2), deploy-local "
-                             "(the same with the worker on the local sandbox's warm templates), otter")  # fmt: skip
+                             "(the same with the worker on the local sandbox's warm templates), compose (the shipped "
+                             "docker-compose.yml: its grading host; docker/build-images first), otter")  # fmt: skip
     parser.add_argument("--pin-api", action="store_true",
                         help="deployment modes: the API processes get CPU 0 to themselves, everything else the rest")
     parser.add_argument("--jobs", type=int, help="throughput jobs (default 30, --quick 6)")
@@ -458,15 +459,19 @@ def main(argv: list[str]) -> int:
     phases = set(args.phases.split(","))
     results: dict[str, Any] = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     with LoadSampler() as load:
-        for mode in ("cold", "warm", "docker", "deploy", "deploy-cold", "deploy-local"):
+        for mode in ("cold", "warm", "docker", "deploy", "deploy-cold", "deploy-local", "compose"):
             if mode not in only:
                 continue
             sandbox = "docker" if mode == "docker" else "local"
             cores = os.cpu_count() or 2
-            if mode.startswith("deploy"):
+            if mode == "compose":
+                from benchmarks.compose_stack import ComposeStack
+
+                serving: Any = ComposeStack(workers=cores)
+            elif mode.startswith("deploy"):
                 from benchmarks.deployment import Deployment
 
-                serving: Any = Deployment(warm=mode != "deploy-cold", workers=cores, slugs=list(exercises().values()),
+                serving = Deployment(warm=mode != "deploy-cold", workers=cores, slugs=list(exercises().values()),
                                           sandbox="local" if mode == "deploy-local" else "docker",
                                           pin_api=args.pin_api)  # fmt: skip
             else:
@@ -494,7 +499,7 @@ def main(argv: list[str]) -> int:
                     print(f"[{mode}] burst", flush=True)
                     server.drain()
                     results[mode]["burst"] = burst(server, exercises()["python"], burst_n)
-                if "deadline" in phases and mode.startswith("deploy"):
+                if "deadline" in phases and (mode.startswith("deploy") or mode == "compose"):
                     from benchmarks.deployment import deadline_burst
 
                     print(f"[{mode}] deadline burst: {burst_n} submissions over {deadline_s:.0f} s", flush=True)

@@ -52,7 +52,11 @@ def prewarm(settings: Settings) -> int:
         log.info("warming container pairs for %d job shape(s), %d of each", shapes, sandbox.pool.size)
         return shapes
     pool = shared_pool(runtimes, settings.grading_workers, budget=warm_budget(settings), idle_s=settings.warm_idle_s)
-    keys = pool.keys_for(published_specs())
+    from worker.grading.sandbox.gpus import parse_gpu_ids
+
+    # A GPU node's jobs each get GPULAB_GPUS_PER_JOB GPUs, and their templates are made for that many.
+    gpus = settings.gpus_per_job if parse_gpu_ids(settings.gpu_ids) else 0
+    keys = pool.keys_for(published_specs(), gpus)
     pool.prewarm(keys)
     log.info("prewarmed %d warm template kind(s), %d of each", len(keys), pool.size)
     return len(keys)

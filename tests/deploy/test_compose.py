@@ -6,6 +6,7 @@ either the tests skip, unless ``GPULAB_REQUIRE_DOCKER=1`` (CI) makes that a fail
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -33,13 +34,13 @@ def _config(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
     """The resolved configuration with every profile, as compose itself reads it."""
-    result = _config(SECRETS, "--profile", "gpu")
+    result = _config(SECRETS, "--profile", "gpu", "--profile", "docker-pair")
     assert result.returncode == 0, result.stderr
     return yaml.safe_load(result.stdout)
 
 
 def test_compose_file_validates_with_every_service(config: dict[str, Any]) -> None:
-    assert set(config["services"]) == {"postgres", "redis", "api", "worker-cpu", "worker-gpu"}
+    assert set(config["services"]) == {"postgres", "redis", "api", "worker-cpu", "worker-cpu-docker", "worker-gpu"}
     for name, service in config["services"].items():
         assert "healthcheck" in service, name
     assert {"postgres-data", "redis-data", "gpulab-data"} <= set(config["volumes"])
@@ -50,9 +51,28 @@ def test_only_workers_get_the_docker_socket(config: dict[str, Any]) -> None:
         return [v["source"] if isinstance(v, dict) else v.split(":")[0] for v in service.get("volumes", [])]
 
     holders = {name for name, service in config["services"].items() if SOCKET in mounts(service)}
-    assert holders == {"worker-cpu", "worker-gpu"}
+    assert holders == {"worker-cpu-docker", "worker-gpu"}
     for name in holders:
         assert config["services"][name]["environment"]["GPULAB_SANDBOX"] == "docker"
+    assert config["services"]["worker-cpu-docker"]["profiles"] == ["docker-pair"]
+
+
+def test_the_grading_host_holds_sys_admin_and_its_seccomp_profile_and_nothing_more(config: dict[str, Any]) -> None:
+    host = config["services"]["worker-cpu"]
+    assert host["image"] == "gpulab/grading-host:cpu" and "profiles" not in host  # the default CPU worker
+    assert host["environment"]["GPULAB_SANDBOX"] == "local"
+    assert host["cap_add"] == ["SYS_ADMIN"]
+    (option,) = host["security_opt"]
+    assert option.replace(":", "=", 1) == "seccomp=./docker/grading-host/seccomp.json"  # docker-compose writes ":"
+    assert not host.get("privileged") and not host.get("devices") and "cap_drop" not in host
+    assert all(not str(v).startswith(("/var/run", "/sys", "/dev", "/proc")) for v in host.get("volumes", []))
+    for name, service in config["services"].items():  # the API and the rest: no privilege at all
+        if name != "worker-cpu":
+            assert not service.get("cap_add") and not service.get("security_opt") and not service.get("privileged")
+    profile = json.loads((REPO_ROOT / "docker" / "grading-host" / "seccomp.json").read_text())
+    refused = {name for rule in profile["syscalls"] for name in rule["names"] if rule["action"] == "SCMP_ACT_ERRNO"}
+    assert {"ptrace", "bpf", "kexec_load", "init_module", "keyctl", "reboot"} <= refused
+    assert not {"mount", "pivot_root", "unshare"} & refused  # what building a sandbox takes
 
 
 def test_gpu_worker_is_a_profile_with_an_nvidia_reservation(config: dict[str, Any]) -> None:
@@ -96,9 +116,12 @@ def test_grading_image_recipe_names_its_contract() -> None:
 
 
 def test_every_image_is_built_here_from_the_projects_base(config: dict[str, Any]) -> None:
-    expected = {"postgres": "gpulab/postgres:15", "redis": "gpulab/redis:7"}
+    expected = {"postgres": "gpulab/postgres:15", "redis": "gpulab/redis:7", "worker-cpu": "gpulab/grading-host:cpu"}
     for name, service in config["services"].items():
         assert service["image"] == expected.get(name, "gpulab/app:latest"), name  # nothing from Docker Hub
+        if name == "worker-cpu":  # the grading image with the app's venv: both built on the base below
+            assert service["build"]["args"] == {"GRADER": "gpulab/grader:cpu", "APP": "gpulab/app:latest"}
+            continue
         assert service["build"]["args"] == {"BASE": "gpulab/base:bookworm"}, name
     for recipe in ("Dockerfile", "docker/postgres/Dockerfile", "docker/redis/Dockerfile"):
         assert "ARG BASE=gpulab/base:bookworm\n" in (REPO_ROOT / recipe).read_text(), recipe

@@ -2,8 +2,10 @@
 
 Contract:
 - ``backend`` is parametrized over ``local``, ``local-warm`` (the same backend, subjects forked from a warm
-  template of a session-wide pool), ``docker`` and ``docker-warm`` (the docker backend whose every attack runs
-  in a container pair started before it: ``attack`` warms the job's shape first and checks the pair was used).
+  template of a session-wide pool), ``docker``, ``docker-warm`` (the docker backend whose every attack runs
+  in a container pair started before it: ``attack`` warms the job's shape first and checks the pair was used)
+  and ``grading-host`` (``local-warm`` inside one container of docker-compose.yml's grading host, with its
+  privileges: ``grading_host.py``; skipped or failed like ``docker``).
   ``docker``/``docker-warm`` are skipped (with the reason) when ``worker.grading.sandbox.docker`` is missing
   or no engine answers, unless ``GPULAB_REQUIRE_DOCKER=1``: then it fails.
   ``local``/``local-warm`` are skipped off CI when the host cannot run it, and fails under ``CI=true``.
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.security.grading_host import GradingHostSandbox, grading_host
 from tests.worker.conftest import leftover_state
 from worker.bank.spec import ExerciseSpec
 from worker.core.errors import SandboxUnavailable
@@ -132,9 +135,19 @@ def warm_pool() -> Iterator[WarmPool]:
     pool.close()
 
 
-@pytest.fixture(params=["local", "local-warm", "docker", "docker-warm"])
+@pytest.fixture(scope="session")
+def grading_host_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GradingHostSandbox]:
+    """One grading-host container for the whole suite, as one deployed worker (see grading_host.py)."""
+    with grading_host(tmp_path_factory.getbasetemp()) as sandbox:
+        yield sandbox
+
+
+@pytest.fixture(params=["local", "local-warm", "docker", "docker-warm", "grading-host"])
 def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
     """The sandbox backend under attack."""
+    if request.param == "grading-host":
+        sandbox: Sandbox = request.getfixturevalue("grading_host_backend")
+        return sandbox
     if request.param in ("docker", "docker-warm"):
         return _docker_backend(tmp_path_factory.mktemp("docker-data"), warm=request.param == "docker-warm")
     for user in SANDBOX_USERS:
@@ -148,19 +161,19 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     stage_root = Path(tempfile.mkdtemp(prefix="gpulab-security-stage-"))
     stage_root.chmod(0o711)
     request.addfinalizer(lambda: shutil.rmtree(stage_root, ignore_errors=True))
-    sandbox: LocalSandbox
+    local: LocalSandbox
     if request.param == "local-warm":
         pool = request.getfixturevalue("warm_pool")
-        sandbox = WarmLocalSandbox(pool=pool, cgroup_name=CGROUP_NAME, timeout_margin_s=MARGIN_S, stage_root=stage_root)
+        local = WarmLocalSandbox(pool=pool, cgroup_name=CGROUP_NAME, timeout_margin_s=MARGIN_S, stage_root=stage_root)
     else:
-        sandbox = LocalSandbox(cgroup_name=CGROUP_NAME, timeout_margin_s=MARGIN_S, stage_root=stage_root)
+        local = LocalSandbox(cgroup_name=CGROUP_NAME, timeout_margin_s=MARGIN_S, stage_root=stage_root)
     try:
-        sandbox.check()
+        local.check()
     except SandboxUnavailable as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"CI=true but the local sandbox cannot run: {exc}")
         pytest.skip(f"local sandbox unavailable here: {exc}")
-    return sandbox
+    return local
 
 
 def _warm_up(backend: Sandbox, spec: ExerciseSpec) -> None:
@@ -220,6 +233,13 @@ def attack(backend: Sandbox, work_root: Path, monkeypatch: pytest.MonkeyPatch) -
             time.sleep(0.05)
         assert _live_processes() == [], "processes of the sandbox users outlived the run"
         assert _job_cgroups() == [], "job cgroups were left behind"
+    if isinstance(backend, GradingHostSandbox):  # the same checks, inside its container
+        deadline = time.monotonic() + 2
+        left = backend.leftovers()
+        while any(left.values()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            left = backend.leftovers()
+        assert left == {"processes": [], "cgroups": [], "stages": []}, f"left in the grading host: {left}"
     assert list(work_root.iterdir()) == [], "the job directory must be deleted"
     stage_root = getattr(backend, "stage_root", None)
     if stage_root is not None:

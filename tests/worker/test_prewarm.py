@@ -38,6 +38,14 @@ def test_keys_for_the_bank_are_distinct_and_include_the_judges() -> None:
     assert WarmPool(()).keys_for(specs) == []
 
 
+def test_a_gpu_workers_keys_are_those_of_jobs_given_their_gpus(tmp_path: Path) -> None:
+    spec = next(s for s in load_bank(BANK) if s.kind == "code" and s.framework == "torch")
+    subjects = [k for k in WarmPool(("torch",)).keys_for([spec], gpus=2) if k.role == "subject"]
+    assert [k.gpus for k in subjects] == [2]
+    job = write_job_dir(tmp_path / spec.slug, spec=spec, code=spec.solution, gpus=2)
+    assert subjects == [RuntimeKey.of_job(job, spec.limits)]  # what the job asks for, so it finds the template
+
+
 def test_prewarm_starts_every_template_before_the_first_job(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # A real embedded database holding one published exercise: the prewarm reads it as serve would.
     bank = tmp_path / "bank"

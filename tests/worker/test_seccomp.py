@@ -21,10 +21,19 @@ import pyseccomp
 import pytest
 
 from worker.bank.spec import ExerciseSpec
+from worker.core.config import REPO_ROOT
 from worker.grading.boot.linux import CLONE_NEW_FLAGS, CLONE_NEWNET, CLONE_NEWUSER
 from worker.grading.jobdir import write_job_dir
 from worker.grading.sandbox.local import LocalSandbox
-from worker.grading.sandbox.seccomp import DENIED, RULES, Rule, docker_profile, write_filter
+from worker.grading.sandbox.seccomp import (
+    DENIED,
+    HOST_NEEDS,
+    RULES,
+    Rule,
+    docker_profile,
+    grading_host_profile,
+    write_filter,
+)
 
 ALLOW = 0x7FFF0000
 KILL_PROCESS = 0x80000000
@@ -250,3 +259,15 @@ def test_a_local_sandbox_run_is_refused_namespaces_and_tracing(
     assert lines, (run.stdout, run.stderr, run.judge_stderr)
     assert json.loads(lines[-1]) == {"ptrace": errno.EPERM, "unshare": errno.EPERM, "clone3": errno.ENOSYS,
                                      "personality_query": 0}  # fmt: skip
+
+
+def test_the_grading_host_profile_is_the_learners_less_what_building_a_sandbox_takes() -> None:
+    shipped = REPO_ROOT / "docker" / "grading-host" / "seccomp.json"
+    stale = "stale: write worker.grading.sandbox.seccomp.grading_host_profile() to it"
+    assert shipped.read_text() == grading_host_profile(), stale
+    profile = json.loads(grading_host_profile())
+    refused = {name for rule in profile["syscalls"] for name in rule["names"]}
+    assert refused == {r.name for r in RULES} - set(HOST_NEEDS) - {"clone"}
+    assert set(DENIED) - set(HOST_NEEDS) <= refused and not set(HOST_NEEDS) & refused
+    assert profile["defaultAction"] == "SCMP_ACT_ALLOW" and profile["architectures"] == json.loads(docker_profile())[
+        "architectures"]  # fmt: skip

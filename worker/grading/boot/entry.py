@@ -15,13 +15,14 @@ passes in: the role's mount plan, uid/gid, cgroups and limits)::
 
 Steps, in this order (each acts on the calling process only):
 1. join the job's cgroups (so everything after is accounted), die with the template, stdio from the job;
-2. ``unshare`` mount, pid, network, IPC and UTS namespaces; fork: the child is pid 1 of the new namespace;
+2. ``unshare`` mount, pid, IPC and UTS namespaces; fork: the child is pid 1 of the new namespace;
 3. pid 1 (still root, host user namespace): private mount propagation, a tmpfs root built from the mount
-   plan (read-only binds, /proc, a minimal /dev, sized tmpfs /tmp and /dev/shm), ``pivot_root``, old root
-   detached, ``/`` read-only; loopback up; hostname;
+   plan (read-only binds, /proc, a minimal /dev plus a GPU job's own nodes, sized tmpfs /tmp and /dev/shm),
+   ``pivot_root``, old root detached, ``/`` read-only; hostname;
 4. rlimits; capability bounding set emptied; no groups; ``setresgid``/``setresuid`` to the sandbox ids
-   (this clears every capability); a new user namespace mapping only that uid/gid, whose capabilities are
-   dropped at once (effective, permitted, inheritable, bounding, ambient all 0); ``no_new_privs``; the
+   (this clears every capability); a new user namespace mapping only that uid/gid and a new network
+   namespace it owns (as bwrap's: so loopback comes up without ``CAP_NET_ADMIN`` over the host's), loopback
+   up, then every capability dropped (effective, permitted, inheritable, bounding, ambient all 0); ``no_new_privs``; the
    seccomp filter; the parent-death signal; the environment is exactly ``spec["env"]``; every inherited fd
    but 0, 1, 2 is closed; a new session;
 5. fork the subject or judge (pid 2); pid 1 stays as a reaper and exits with its status.
@@ -160,6 +161,12 @@ def _apply_plan(plan: list[list[str]], root: str, uid: int, gid: int) -> None:
                     _mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
         elif kind == "dev":
             _dev(_target(root, op[1]))
+        elif kind == "dev-bind":
+            # A GPU job's own device node (gpu_devices.py), on the minimal /dev: the one bind without nodev.
+            target = _target(root, op[2])
+            open(target, "w").close()
+            _mount(op[1], target, None, MS_BIND)
+            _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_NOSUID)
         elif kind == "remount-ro":
             pass  # after pivot_root, below
         else:
@@ -207,11 +214,18 @@ def _write(path: str, text: str) -> None:
 
 
 def _own_user_namespace(uid: int, gid: int, last_cap: int) -> None:
-    """A user namespace mapping only the sandbox ids (like bwrap's), its capabilities dropped at once."""
-    check(libc.unshare(CLONE_NEWUSER), "unshare(CLONE_NEWUSER)")
+    """A user namespace mapping only the sandbox ids (like bwrap's) and the network namespace it owns, loopback up,
+    then every capability dropped.
+
+    Why the network namespace here and not with the others: bringing loopback up takes ``CAP_NET_ADMIN`` over
+    the namespace's owner; owned by this new user namespace (as bwrap's is), that holds for a moment here, so a
+    worker in a container needs no ``CAP_NET_ADMIN`` of its own.
+    """
+    check(libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare(CLONE_NEWUSER | CLONE_NEWNET)")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
     _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
+    _loopback_up()
     _drop_capabilities(last_cap)
 
 
@@ -272,7 +286,7 @@ def enter(spec: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
             program = handle.read()
         last_cap = _last_cap()
         check(
-            libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
+            libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS),
             "unshare namespaces",
         )
     except BaseException as exc:
@@ -290,7 +304,6 @@ def enter(spec: dict[str, Any], stdout_fd: int, stderr_fd: int) -> None:
         _pivot(root)
         if any(op[0] == "remount-ro" for op in spec["plan"]):
             _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-        _loopback_up()
         hostname = spec.get("hostname", "gpulab").encode()
         check(libc.sethostname(hostname, len(hostname)), "sethostname")
         os.chdir(spec["chdir"])

@@ -42,6 +42,28 @@ from linux import (
 )
 
 PR_SET_CHILD_SUBREAPER = 36
+MNT_DETACH = 2
+MAX_PROC_COVERS = 256
+
+
+def _unmask_proc() -> None:
+    """Detach, in this private namespace only, whatever is mounted below ``/proc`` (deepest first).
+
+    Why: a container engine covers parts of its containers' ``/proc`` (``/proc/kcore``, ``/proc/sys``, ...),
+    and the kernel lets bwrap mount the sandbox's own, fresh ``/proc`` inside its user namespace only where
+    no such cover hides part of the one it already sees. So in the grading-host container the covers go here,
+    in the launcher's throwaway namespace, and the worker's own ``/proc`` keeps them. The sandbox never sees
+    this ``/proc``: it gets a new one of its own pid namespace. On a host without covers this detaches nothing
+    that matters (``binfmt_misc`` at most).
+    """
+    for _ in range(MAX_PROC_COVERS):  # re-read each time: covers may be stacked on one path
+        with open("/proc/self/mountinfo") as handle:
+            points = [line.split()[4] for line in handle if line.split()[4].startswith("/proc/")]
+        if not points:
+            return
+        point = max(points, key=len)
+        check(libc.umount2(point.encode(), MNT_DETACH), f"detach {point}")
+    raise OSError(f"more than {MAX_PROC_COVERS} mounts below /proc")
 
 
 def _exec_child(spec: dict[str, Any]) -> None:
@@ -54,6 +76,7 @@ def _exec_child(spec: dict[str, Any]) -> None:
         check(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
         # Private propagation: nothing mounted here may appear in the host's namespace.
         check(libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make / private")
+        _unmask_proc()
         for source, target in spec["binds"]:
             check(libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None), f"bind {source}")
     for number, path in spec.get("fds", {}).items():

@@ -4,7 +4,8 @@ Contract: started by ``warm.Template`` as ``python template.py CONFIG_JSON`` wit
 environment (``policy.sandbox_env``: no host variable, so nothing secret sits in memory the children share)
 and a ``SOCK_SEQPACKET`` control socket at fd ``CONFIG["fd"]``. ``CONFIG`` is ``{"fd": int, "runner_parent":
 host folder holding runner/, "runner_root": "/opt/gpulab", "role": "subject"|"judge", "preload": [...],
-"devices": {"framework", "replicas"}}``. It:
+"devices": {"framework", "replicas", "gpus"}}`` (``gpus``: the real GPUs its jobs get; with them it must never
+initialise CUDA, which a fork cannot carry: ``runner/vdev/README.md``). It:
 
 - imports the runner and calls ``runner.subject.warm(preload, devices)`` (framework import, virtual devices:
   no job is read, no learner code runs, no multi-threaded op) or, for ``role == "judge"``,

@@ -1,11 +1,11 @@
 """Sandbox backends and the one function that picks the configured one.
 
 Contract: ``get_sandbox(settings)`` returns the backend named by ``settings.sandbox`` (``local``: bubblewrap
-and cgroups; ``unsafe``: plain subprocess, dev/demo only; ``docker``: a fresh container per run, GPUs per
-job from ``GPULAB_GPU_IDS``; ``local`` with ``GPULAB_WARM_POOLS`` forks subjects from warm templates, see
-``warm.py``, and ``docker`` with it runs jobs in container pairs started before them, see ``docker_warm.py``)
-without checking the host; call ``check()`` on it to get a clear
-``SandboxUnavailable`` early.
+and cgroups, GPUs per job from ``GPULAB_GPU_IDS`` as device nodes, see ``gpu_devices.py``; ``unsafe``: plain
+subprocess, dev/demo only; ``docker``: a fresh container per run, GPUs per job from ``GPULAB_GPU_IDS``;
+``local`` with ``GPULAB_WARM_POOLS`` forks subjects from warm templates, see ``warm.py``, and ``docker`` with
+it runs jobs in container pairs started before them, see ``docker_warm.py``) without checking the host; call
+``check()`` on it to get a clear ``SandboxUnavailable`` early.
 
 Importing this package (as every backend's import does) needs only the standard library: the settings
 (pydantic) are read when ``get_sandbox`` is called, so ``scripts/gpu-check`` can run the ``unsafe`` backend on a
@@ -35,9 +35,13 @@ def get_sandbox(settings: Settings) -> Sandbox:
     from worker.core.config import SandboxKind
 
     if settings.sandbox is SandboxKind.local:
+        from worker.grading.sandbox.gpus import GpuSlots, parse_gpu_ids
         from worker.grading.sandbox.local import LocalSandbox
         from worker.grading.sandbox.warm import WarmLocalSandbox, parse_runtimes, shared_pool
 
+        gpu_ids = parse_gpu_ids(settings.gpu_ids)
+        # A GPU node's worker: each job leases its GPUs and its sandbox gets their device nodes (gpu_devices.py).
+        gpus = GpuSlots(gpu_ids, settings.gpus_per_job, settings.data_dir / "gpu-locks") if gpu_ids else None
         runtimes = parse_runtimes(settings.warm_pools)
         if runtimes:
             # One pool per worker process, sized like its grading concurrency (see warm.py).
@@ -49,12 +53,14 @@ def get_sandbox(settings: Settings) -> Sandbox:
                 cgroup_root=settings.cgroup_root,
                 cgroup_name=settings.cgroup_name,
                 timeout_margin_s=settings.timeout_margin_s,
+                gpu_slots=gpus,
             )
         return LocalSandbox(
             user=settings.sandbox_user,
             cgroup_root=settings.cgroup_root,
             cgroup_name=settings.cgroup_name,
             timeout_margin_s=settings.timeout_margin_s,
+            gpu_slots=gpus,
         )
     if settings.sandbox is SandboxKind.unsafe:
         from worker.grading.sandbox.unsafe import UnsafeSandbox

@@ -36,6 +36,8 @@ from worker.core.errors import PlatformError, SandboxUnavailable
 from worker.grading.boot.linux import EXIT_LAUNCH_FAILED, returncode
 from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.grading.sandbox.cgroups import JobCgroups, detect_layout
+from worker.grading.sandbox.gpu_devices import NO_GPUS, DevicePlan, device_plan
+from worker.grading.sandbox.gpus import GpuSlots
 from worker.grading.sandbox.policy import (
     JOB_MOUNT,
     OPEN_FILES,
@@ -55,6 +57,7 @@ SANDBOX_SHM = "/dev/shm"  # noqa: S108 - private to the sandbox, like policy.SAN
 ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime")
 SECCOMP_FD = 10
+GPU_WAIT_S = 300.0  # how long a GPU job waits for its GPUs before a retry (docker.py waits as long)
 
 
 def _within(path: str, roots: list[str]) -> bool:
@@ -78,14 +81,18 @@ def python_roots() -> list[str]:
 MountOp = tuple[str, ...]
 
 
-def mount_plan(stage: Path, job_dir: Path, role: str, limits: Limits, uid: int, gid: int) -> list[MountOp]:
+def mount_plan(
+    stage: Path, job_dir: Path, role: str, limits: Limits, uid: int, gid: int, devices: DevicePlan = NO_GPUS
+) -> list[MountOp]:
     """Return the sandbox's filesystem for ``role``, in order, as ``(kind, ...)`` operations.
 
     Kinds: ``("ro-bind"|"bind", host_source, target)`` (a source needing root to reach is marked by
     ``stage-bind``/``stage-ro-bind``), ``("tmpfs", target, size_bytes)``, ``("symlink", link_text, target)``,
-    ``("proc", target)``, ``("dev", target)``, ``("remount-ro", target)``. The cold path renders it as
-    bwrap arguments (``bwrap_args``), the warm path applies it with mount(2) (``entry.py``): one plan, so
-    both sandboxes see the same tree. Generated ``/etc`` files are written into ``stage`` here.
+    ``("proc", target)``, ``("dev", target)``, ``("dev-bind", host_node, target)`` (a GPU job's own device
+    nodes from ``gpu_devices.device_plan``, on the minimal ``/dev``: nothing else of the host's),
+    ``("remount-ro", target)``. The cold path renders it as bwrap arguments (``bwrap_args``), the warm path
+    applies it with mount(2) (``entry.py``): one plan, so both sandboxes see the same tree. Generated ``/etc``
+    files are written into ``stage`` here.
     """
     tmpfs_bytes = str(limits.tmpfs_mb * 1024 * 1024)
     # The private tmpfs comes first: a checkout under the host's /tmp (CI clones there) must be bound
@@ -116,7 +123,9 @@ def mount_plan(stage: Path, job_dir: Path, role: str, limits: Limits, uid: int, 
     for name, mode in ROLE_MOUNTS[role]:
         kind = "stage-bind" if mode == "rw" else "stage-ro-bind"
         plan.append((kind, str(job_dir / name), f"{JOB_MOUNT}/{name}"))
-    plan += [("proc", "/proc"), ("dev", "/dev"), ("tmpfs", SANDBOX_SHM, tmpfs_bytes), ("remount-ro", "/")]
+    plan += [("proc", "/proc"), ("dev", "/dev")]
+    plan += [("dev-bind", source, target) for source, target in devices.nodes]
+    plan += [("tmpfs", SANDBOX_SHM, tmpfs_bytes), ("remount-ro", "/")]
     return plan
 
 
@@ -126,7 +135,7 @@ def bwrap_args(plan: list[MountOp], staged: Callable[[str], str]) -> list[str]:
     job_stage: dict[str, str] = {}
     for op in plan:
         kind = op[0]
-        if kind in ("ro-bind", "bind"):
+        if kind in ("ro-bind", "bind", "dev-bind"):
             args += [f"--{kind}", op[1], op[2]]
         elif kind in ("stage-ro-bind", "stage-bind"):
             source = op[1]
@@ -165,6 +174,7 @@ class RolePlan:
     procs: list[Path]  # the cgroup.procs files the started process joins
     seccomp: Path
     error_file: Path  # where a launcher that could not enter the sandbox says why
+    devices: DevicePlan = NO_GPUS  # the subject's GPUs (a GPU job's), none for the judge
 
     @classmethod
     def prepare(
@@ -177,21 +187,34 @@ class RolePlan:
         tools: dict[str, str],
         cgroups: JobCgroups,
         seccomp: Path,
+        devices: DevicePlan = NO_GPUS,
     ) -> RolePlan:
         """Make the role's stage folder and its cgroups (with ``limits``); return the plan."""
         role_stage = stage / role
         role_stage.mkdir(mode=0o711)
         procs = cgroups.create(limits)
         return cls(role, role_stage, job_dir, limits, *ids, tools, cgroups, procs, seccomp,
-                   stage / f"{role}-launch-error")  # fmt: skip
+                   stage / f"{role}-launch-error", devices)  # fmt: skip
 
     def mount_plan(self) -> list[MountOp]:
-        return mount_plan(self.stage, self.job_dir, self.role, self.limits, self.uid, self.gid)
+        return mount_plan(self.stage, self.job_dir, self.role, self.limits, self.uid, self.gid, self.devices)
+
+    def env(self) -> dict[str, str]:
+        """Return the role's whole environment: ``policy.sandbox_env`` and its GPUs' CUDA variables."""
+        return {**sandbox_env(self.limits, SANDBOX_RUNNER_ROOT), **self.devices.env}
 
     def rlimits(self) -> dict[str, Any]:
         """Return the process limits both start paths set: CPU seconds (soft, hard), file size, open files."""
         cpu_s = list(cpu_rlimit_s(self.limits))
         return {"cpu": cpu_s, "fsize": self.limits.file_size_mb * 1024 * 1024, "nofile": OPEN_FILES}
+
+
+def _note_gpus(job_dir: Path, count: int) -> None:
+    """Write the GPUs the job was given into its ``subject.json`` (``devices.gpus``: vdev and the template key)."""
+    path = job_dir / "subject.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config.setdefault("devices", {})["gpus"] = count
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
 
 
 class LocalSandbox:
@@ -209,8 +232,15 @@ class LocalSandbox:
         cgroup_name: str = "gpulab",
         timeout_margin_s: float = 5.0,
         stage_root: Path | None = None,
+        gpu_slots: GpuSlots | None = None,
+        dev_root: Path = Path("/dev"),
+        proc_root: Path = Path("/proc"),
     ) -> None:
         self.stage_root = stage_root
+        # A GPU worker's: each job leases its GPUs here and its subject gets their nodes (gpu_devices.py).
+        self.gpu_slots = gpu_slots
+        self.dev_root = dev_root
+        self.proc_root = proc_root
         self.user = user
         self.judge_user = judge_user
         self.cgroup_root = cgroup_root
@@ -261,6 +291,18 @@ class LocalSandbox:
     def run(self, job_dir: Path, limits: Limits) -> SandboxRun:
         """Run the judge and the subject over ``job_dir``; see the module contract."""
         self.check()
+        lease = self.gpu_slots.acquire(GPU_WAIT_S) if self.gpu_slots else None
+        try:
+            devices = NO_GPUS
+            if lease is not None:
+                devices = device_plan(lease.ids, dev_root=self.dev_root, proc_root=self.proc_root)
+                _note_gpus(job_dir, len(lease.ids))
+            return self._run(job_dir, limits, devices)
+        finally:
+            if lease is not None:
+                lease.release()
+
+    def _run(self, job_dir: Path, limits: Limits, devices: DevicePlan) -> SandboxRun:
         tools = self._tools()
         subject_ids, judge_ids = self._ids(self.user), self._ids(self.judge_user)
         job_dir = job_dir.resolve()
@@ -278,9 +320,10 @@ class LocalSandbox:
             write_filter(seccomp)
             timeout_s = limits.timeout_s + self.timeout_margin_s
             plans = {
-                role: RolePlan.prepare(stage, job_dir, role, role_limits, ids, tools, groups[role], seccomp)
-                for role, role_limits, ids in (("judge", judge_limits, judge_ids), ("subject", limits, subject_ids))
-            }
+                role: RolePlan.prepare(stage, job_dir, role, role_limits, ids, tools, groups[role], seccomp, gpus)
+                for role, role_limits, ids, gpus in (("judge", judge_limits, judge_ids, NO_GPUS),
+                                                     ("subject", limits, subject_ids, devices))
+            }  # fmt: skip
             starters = {role: self._starter(plan) for role, plan in plans.items()}
 
             def start(role: str) -> None:
@@ -330,7 +373,7 @@ class LocalSandbox:
             "binds": (mounts := self._mounts(plan))[0],
             "fds": {str(SECCOMP_FD): str(plan.seccomp)},
             "argv": self._argv(plan, mounts[1]),
-            "env": sandbox_env(plan.limits, SANDBOX_RUNNER_ROOT),
+            "env": plan.env(),
         }
 
         def start(timeout_s: float) -> ProcessResult:

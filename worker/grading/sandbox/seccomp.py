@@ -134,9 +134,14 @@ def docker_profile() -> str:
     Docker's built-in profile allows ``ptrace`` between processes of one container on current kernels,
     which would let learner code stop or steer the subject's relay; these rules deny it, as ``local`` does.
     """
+    return _profile(RULES)
+
+
+def _profile(rules: tuple[Rule, ...]) -> str:
+    """Return ``rules`` as a Docker seccomp profile (JSON): unlisted calls allowed, other tables killed."""
     by_errno: dict[int, list[str]] = {}
     conditional: list[dict[str, Any]] = []
-    for rule in RULES:
+    for rule in rules:
         if rule.arg0_masked is None:
             by_errno.setdefault(rule.errno, []).append(rule.name)
             continue
@@ -156,3 +161,24 @@ def docker_profile() -> str:
 
 def _errno_action(number: int) -> dict[str, Any]:
     return {"action": "SCMP_ACT_ERRNO", "errnoRet": number}
+
+
+# What the grading host's own processes must be able to call that ``DENIED`` refuses the learner: the launcher
+# and the warm entry build each sandbox with them (private mount namespaces, binds, ``pivot_root``), bwrap too
+# (it also ``chroot``s into the new root), and both create namespaces with ``clone``/``unshare``.
+HOST_NEEDS = ("mount", "umount2", "pivot_root", "chroot", "unshare", "setns")
+
+
+@functools.cache
+def grading_host_profile() -> str:
+    """Return the Docker seccomp profile of the grading-host container (``docker/grading-host-seccomp.json``).
+
+    The learner's own ``RULES`` less ``HOST_NEEDS`` and the namespace flags of ``clone``: the worker builds
+    sandboxes with those, and every sandbox loads the full ``RULES`` again before any learner code runs.
+    Everything else the learner is refused (tracing, keyrings, BPF, perf, kexec and modules, swap, reboot,
+    clocks, io_uring, file handles, ...) the worker is refused too. Why not Docker's own profile: it refuses
+    ``pivot_root`` even with ``CAP_SYS_ADMIN``, which every sandbox needs.
+    """
+    rules = tuple(r for r in RULES if r.name not in HOST_NEEDS and r.name != "clone")
+    profile = json.loads(_profile(rules))
+    return json.dumps(profile, indent=1, sort_keys=True) + "\n"

@@ -70,6 +70,7 @@ class RuntimeKey:
     replicas: int
     threads: int
     role: str = "subject"
+    gpus: int = 0  # real GPUs the job was given: its template's vdev.setup must have seen the same count
 
     @property
     def framework_runtime(self) -> str:
@@ -91,14 +92,18 @@ class RuntimeKey:
         return RuntimeKey(preload=self.preload, framework="none", replicas=1, threads=self.threads, role="judge")
 
     @classmethod
-    def of_spec(cls, spec: ExerciseSpec) -> RuntimeKey:
-        """Return the key the jobs of ``spec`` will ask for (what ``of_job`` reads from their ``subject.json``)."""
+    def of_spec(cls, spec: ExerciseSpec, gpus: int = 0) -> RuntimeKey:
+        """Return the key the jobs of ``spec`` will ask for (what ``of_job`` reads from their ``subject.json``).
+
+        ``gpus``: the GPUs each job gets on this worker (``GPULAB_GPUS_PER_JOB`` on a GPU node, else 0).
+        """
         return cls(
             preload=tuple(spec.preload),
             framework=spec.vdev_framework,
             # Without virtual devices the replica count changes nothing in a template: one key for all.
             replicas=spec.replicas if spec.vdev_framework != "none" else 1,
             threads=max(1, int(spec.limits.cpus)),
+            gpus=gpus,
         )
 
     @classmethod
@@ -111,6 +116,7 @@ class RuntimeKey:
             framework=framework,
             replicas=int(devices.get("replicas", 1)) if framework != "none" else 1,
             threads=max(1, int(limits.cpus)),
+            gpus=int(devices.get("gpus", 0)),
         )
 
 
@@ -175,7 +181,7 @@ class Template:
             "runner_root": SANDBOX_RUNNER_ROOT,
             "role": key.role,
             "preload": list(key.preload),
-            "devices": {"framework": key.framework, "replicas": key.replicas},
+            "devices": {"framework": key.framework, "replicas": key.replicas, "gpus": key.gpus},
         }
         env = sandbox_env(Limits(cpus=float(key.threads)), SANDBOX_RUNNER_ROOT)
 
@@ -305,13 +311,13 @@ class WarmPool:
         key = subject.judge()
         return key if self.serves(key) else JUDGE_KEY
 
-    def keys_for(self, specs: Iterable[ExerciseSpec]) -> list[RuntimeKey]:
-        """Return the distinct template keys (subjects and judges) that grading ``specs`` would start."""
+    def keys_for(self, specs: Iterable[ExerciseSpec], gpus: int = 0) -> list[RuntimeKey]:
+        """Return the distinct template keys (subjects and judges) that grading ``specs`` with ``gpus`` would start."""
         keys: dict[RuntimeKey, None] = {}
         for spec in specs:
             if spec.kind != "code":
                 continue
-            subject = RuntimeKey.of_spec(spec)
+            subject = RuntimeKey.of_spec(spec, gpus)
             if self.serves(subject):
                 keys[subject] = None
             judge = self.judge_key_for(subject)
@@ -502,7 +508,7 @@ class WarmLocalSandbox(LocalSandbox):
             "uid": plan.uid,
             "gid": plan.gid,
             "rlimits": plan.rlimits(),
-            "env": sandbox_env(plan.limits, SANDBOX_RUNNER_ROOT),
+            "env": plan.env(),
             "seccomp": str(plan.seccomp),
             "hostname": "gpulab",
             "chdir": JOB_MOUNT,
