@@ -219,8 +219,10 @@ def test_code_over_the_limit_is_refused_in_the_learners_words(walk: cw.Walk, bro
         )  # fmt: skip
         assert page.request.get(f"{walk.base}/api/exercises/{cw.CODE}/progress").json()["attempts"] == before
         # The API says the same to a client that sends it anyway.
-        refused = page.request.post(f"{walk.base}/api/exercises/{cw.CODE}/submissions", data={"code": pasted, "assignment_id": walk.assignment_id},
-                                    headers={"Origin": walk.base})  # fmt: skip
+        refused = page.request.post(
+            f"{walk.base}/api/exercises/{cw.CODE}/submissions",
+            data={"code": pasted, "assignment_id": walk.assignment_id}, headers={"Origin": walk.base},
+        )
         assert refused.status == 413
         assert refused.json()["detail"].startswith("Your code is 150 KB; the limit is 64 KB.")
         assert page.problems == []
