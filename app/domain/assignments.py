@@ -42,6 +42,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from urllib.parse import quote
 
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
@@ -509,3 +510,18 @@ def validate_extension_fields(
         raise InvalidInput("the end of the extended late period must be after its due date")
     if extra_attempts < 0:
         raise InvalidInput("extra attempts cannot be negative")
+
+
+def places_made(*, session: Session, assignment_ids: Iterable[int | None]) -> dict[int | None, dict[str, str]]:
+    """Return, per assignment id among ``assignment_ids``, its title, its course and their pages."""
+    ids = sorted({i for i in assignment_ids if i is not None})
+    found: dict[int | None, dict[str, str]] = {}
+    if not ids:
+        return found
+    for assignment in session.scalars(select(Assignment).where(Assignment.id.in_(ids))):
+        found[assignment.id] = {
+            "id": str(assignment.id), "title": assignment.title, "course": assignment.course.title,
+            "course_url": f"/courses/{quote(assignment.course.slug)}",
+            "url": f"/courses/{quote(assignment.course.slug)}/assignments/{assignment.id}",
+        }  # fmt: skip
+    return found

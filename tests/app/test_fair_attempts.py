@@ -103,6 +103,12 @@ def test_counted_practice_is_an_attempt_under_the_assignment(
     assert again.status_code == 403 and "no attempts left" in again.json()["detail"]
     history = client.get(f"/exercises/{tiny_exercise.slug}/history").text
     assert 'class="made-in"><a href="/courses/gpu-101/assignments/' in history and "Week 1" in history
+    logout(client)
+    login(client, instructor)  # staff's list of submissions says where each was made too
+    listed = client.get(f"/instructor/exercises/{tiny_exercise.slug}/submissions").text
+    assert f'class="made-in"><a href="/courses/gpu-101/assignments/{made["id"]}">Week 1</a>' in listed
+    logout(client)
+    login(client, learner)
     grades = client.get("/courses/gpu-101/grades").text  # titles, not slugs, each a link to the exercise
     link = f"/courses/gpu-101/assignments/{made['id']}/exercises/{tiny_exercise.slug}"
     assert f'<th scope="row"><a href="{link}">Add two numbers</a></th>' in grades

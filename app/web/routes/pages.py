@@ -26,11 +26,10 @@ from urllib.parse import quote
 import markupsafe
 from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain import courses, coursework
-from app.domain.assignments import gate
+from app.domain.assignments import gate, places_made
 from app.domain.exercises import list_published
 from app.domain.highlight import highlight_blocks, highlight_python
 from app.domain.markdown import render_markdown
@@ -274,7 +273,7 @@ def history_page(
     from_assignment: Annotated[int | None, Query(alias="assignment", ge=1, le=2**31 - 1)] = None,
 ) -> Response:
     attempts = list(with_submission_details(session, attempts_for(session=session, user=user, exercise=exercise)))
-    where = _where_made(session, [s.assignment_id for s in attempts])
+    where = places_made(session=session, assignment_ids=[s.assignment_id for s in attempts])
     context = _opened_from(session, user, exercise, from_assignment) if from_assignment is not None else None
     chosen = _chosen(attempts, attempt, session=session, user=user)
     previous = previous_attempt(session=session, submission=chosen) if chosen else None
@@ -340,19 +339,4 @@ def _opened_from(session: Session, user: User, exercise: Exercise, assignment_id
         return None  # a link from elsewhere: the history stands without the course context
     if not any(item.exercise_id == exercise.id for item in assignment.items):
         return None
-    return _where_made(session, [assignment.id]).get(assignment.id)
-
-
-def _where_made(session: Session, assignment_ids: list[int | None]) -> dict[int | None, dict[str, str]]:
-    """Return, per assignment id among ``assignment_ids``, its title, its course and their pages."""
-    ids = sorted({i for i in assignment_ids if i is not None})
-    found: dict[int | None, dict[str, str]] = {}
-    if not ids:
-        return found
-    for assignment in session.scalars(select(Assignment).where(Assignment.id.in_(ids))):
-        found[assignment.id] = {
-            "id": str(assignment.id), "title": assignment.title, "course": assignment.course.title,
-            "course_url": f"/courses/{quote(assignment.course.slug)}",
-            "url": f"/courses/{quote(assignment.course.slug)}/assignments/{assignment.id}",
-        }  # fmt: skip
-    return found
+    return places_made(session=session, assignment_ids=[assignment.id]).get(assignment.id)

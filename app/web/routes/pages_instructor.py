@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
 from app.domain import authoring
+from app.domain.assignments import places_made
 from app.domain.authoring import AuthoringForm, WrongForm
 from app.domain.checks import create_check
 from app.domain.insights import exercise_insights
@@ -259,9 +260,10 @@ def submissions_page(
         rows = filter_submissions(session=session, exercise=exercise, filters=filters)
     except GpulabError as exc:
         rows, error = [], exc.message
+    where = places_made(session=session, assignment_ids=[s.assignment_id for s in rows])
     return render(
         request, "instructor/submissions.html", user=user, exercise=exercise, rows=rows, filters=filters,
-        verdicts=VERDICT_CHOICES, error=error, versions=list(reversed(exercise.versions)),
+        verdicts=VERDICT_CHOICES, error=error, versions=list(reversed(exercise.versions)), where=where,
     )  # fmt: skip
 
 
