@@ -27,6 +27,8 @@ Contract:
   ``RowId``: 1..2**31-1 (every id and version number is an ``Integer`` column, 32 bits in PostgreSQL), so an
   id no column can hold is a 422, never a 500.
 - ``DispatcherDep`` is the process dispatcher from ``app.jobs.dispatch``; tests override ``get_dispatcher_dep``.
+- ``SubmitDep`` is the submit use case, written once for every way code arrives (the API, a notebook, the two
+  forms without JavaScript): the gate, the stored submission, the commit, then the hand-over to grading.
   ``CheckStarterDep`` is the same dispatcher as what starts instructor checks.
 
 Cost: FastAPI runs every sync dependency in a threadpool thread (one hand-off each, and behind the GIL a busy
@@ -37,6 +39,7 @@ the loop (a ``Session`` connects on its first query) and closed in one hand-off,
 
 from __future__ import annotations
 
+import logging
 import typing
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractContextManager
@@ -52,7 +55,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.domain import courses
+from app.domain import courses, coursework
 from app.domain.authoring import get_version
 from app.domain.checks import CheckStarter
 from app.domain.exercises import get_published
@@ -71,12 +74,13 @@ from app.domain.models import (
 )
 from app.domain.schemas import MeOut
 from app.domain.security import SESSION_COOKIE, LoginLimiter, user_from_session
-from app.domain.submissions import get_for_user
+from app.domain.submissions import create_submission, get_for_user
 from app.domain.tokens import Scope, user_for_token
 from worker.bank.spec import SLUG_RE
 from worker.core.config import Settings
 from worker.core.errors import Forbidden, NotFound, PasswordChangeRequired, Unauthorized
 
+log = logging.getLogger(__name__)
 SessionFactory = Callable[[], AbstractContextManager[Session]]
 
 
@@ -438,6 +442,45 @@ async def get_dispatcher_dep(request: Request) -> Dispatcher:
 
 
 DispatcherDep = Annotated[Dispatcher, Depends(get_dispatcher_dep)]
+
+
+def dispatch_committed(dispatcher: Dispatcher, submission: Submission) -> None:
+    """Hand a committed submission to grading; a failed hand-over leaves it queued for recovery."""
+    queue = submission.exercise_version.queue
+    try:
+        dispatcher.dispatch(submission.id, queue)
+    except Exception:
+        # The row is committed and queued: the sweeper sends it once the broker is back, so accept it anyway.
+        log.exception("could not dispatch submission %s to %s; it stays queued", submission.id, queue)
+
+
+@dataclass
+class Submitter:
+    """The submit use case: gate, store, commit, then hand to grading (the commit is the use case's own)."""
+
+    session: Session
+    settings: Settings
+    dispatcher: Dispatcher
+
+    def __call__(self, *, user: User, exercise: Exercise, code: str, assignment_id: int | None) -> Submission:
+        """Pass ``code`` through the gate of ``assignment_id`` (or practice), store it queued and dispatch it."""
+        under = coursework.gate_submission(
+            session=self.session, assignment_id=assignment_id, exercise=exercise, user=user
+        )
+        submission = create_submission(
+            session=self.session, user=user, exercise=exercise, code=code, max_bytes=self.settings.max_code_bytes,
+            assignment_id=under,
+        )  # fmt: skip
+        self.session.commit()
+        dispatch_committed(self.dispatcher, submission)
+        return submission
+
+
+async def get_submitter(session: SessionDep, settings: SettingsDep, dispatcher: DispatcherDep) -> Submitter:
+    return Submitter(session, settings, dispatcher)
+
+
+SubmitDep = Annotated[Submitter, Depends(get_submitter)]
 
 
 async def get_check_starter(dispatcher: DispatcherDep) -> CheckStarter:

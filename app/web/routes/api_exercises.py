@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from app.domain import coursework
 from app.domain.example_runs import ExampleRunner, RunGate, run_examples_now
 from app.domain.exercises import list_published
-from app.domain.models import Exercise, Submission, utcnow
+from app.domain.models import Exercise, utcnow
 from app.domain.progress import attempts_for, progress_for
 from app.domain.schemas import (
     ExerciseDetail,
@@ -32,9 +32,8 @@ from app.domain.schemas import (
     SubmissionOut,
     example_run_out,
 )
-from app.domain.submissions import create_submission
 from app.domain.visibility import shown_for
-from app.web.deps import CurrentUser, Dispatcher, DispatcherDep, ExerciseDep, SessionDep, SettingsDep
+from app.web.deps import CurrentUser, DispatcherDep, ExerciseDep, SessionDep, SettingsDep, SubmitDep
 from app.web.errors import problem_responses
 from app.web.routes.preload import with_current_versions, with_submission_details
 
@@ -94,16 +93,6 @@ async def exercise_detail_of(exercise: Exercise) -> ExerciseDetail:
     return detail
 
 
-def dispatch_committed(dispatcher: Dispatcher, submission: Submission) -> None:
-    """Hand a committed submission to grading; a failed hand-over leaves it queued for recovery."""
-    queue = submission.exercise_version.queue
-    try:
-        dispatcher.dispatch(submission.id, queue)
-    except Exception:
-        # The row is committed and queued: the sweeper sends it once the broker is back, so accept it anyway.
-        log.exception("could not dispatch submission %s to %s; it stays queued", submission.id, queue)
-
-
 @router.get("")
 def list_exercises(session: SessionDep, _user: CurrentUser) -> list[ExerciseSummary]:
     """List the published exercises."""
@@ -133,22 +122,9 @@ SUBMIT_ERRORS = problem_responses(403, 404, 413, 422, 429, described=CODE_ERRORS
 
 
 @router.post("/{slug}/submissions", status_code=202, responses=SUBMIT_ERRORS)
-def submit(
-    body: SubmissionIn,
-    exercise: ExerciseDep,
-    user: CurrentUser,
-    session: SessionDep,
-    settings: SettingsDep,
-    dispatcher: DispatcherDep,
-) -> SubmissionCreated:
+def submit(body: SubmissionIn, exercise: ExerciseDep, user: CurrentUser, submit: SubmitDep) -> SubmissionCreated:
     """Store the code as a queued submission and hand it to grading."""
-    under = coursework.gate_submission(session=session, assignment_id=body.assignment_id, exercise=exercise, user=user)
-    submission = create_submission(
-        session=session, user=user, exercise=exercise, code=body.code, max_bytes=settings.max_code_bytes,
-        assignment_id=under,
-    )
-    session.commit()
-    dispatch_committed(dispatcher, submission)
+    submission = submit(user=user, exercise=exercise, code=body.code, assignment_id=body.assignment_id)
     return SubmissionCreated(id=submission.id, status=submission.status)
 
 

@@ -16,10 +16,9 @@ from fastapi import APIRouter, Response
 
 from app.domain import coursework, notebooks
 from app.domain.schemas import NotebookIn, SubmissionCreated
-from app.domain.submissions import create_submission
-from app.web.deps import CurrentUser, DispatcherDep, ExerciseDep, SessionDep, SettingsDep
+from app.web.deps import CurrentUser, ExerciseDep, SessionDep, SubmitDep
 from app.web.errors import problem_responses
-from app.web.routes.api_exercises import SUBMIT_ERRORS, dispatch_committed
+from app.web.routes.api_exercises import SUBMIT_ERRORS
 
 router = APIRouter(prefix="/api/exercises", tags=["notebooks"])
 
@@ -58,20 +57,9 @@ def download_notebook(exercise: ExerciseDep, user: CurrentUser, session: Session
 
 @router.post("/{slug}/notebook-submissions", status_code=202, responses=NOTEBOOK_SUBMIT_ERRORS)
 def submit_notebook(
-    body: NotebookIn,
-    exercise: ExerciseDep,
-    user: CurrentUser,
-    session: SessionDep,
-    settings: SettingsDep,
-    dispatcher: DispatcherDep,
-) -> SubmissionCreated:
+    body: NotebookIn, exercise: ExerciseDep, user: CurrentUser, submit: SubmitDep
+) -> SubmissionCreated:  # fmt: skip
     """Grade the code of the notebook's `solution`-tagged cells as a submission."""
     code = notebooks.extract_code(body.notebook, slug=exercise.slug)  # before the gate: a refusal costs nothing
-    under = coursework.gate_submission(session=session, assignment_id=body.assignment_id, exercise=exercise, user=user)
-    submission = create_submission(
-        session=session, user=user, exercise=exercise, code=code, max_bytes=settings.max_code_bytes,
-        assignment_id=under,
-    )
-    session.commit()
-    dispatch_committed(dispatcher, submission)
+    submission = submit(user=user, exercise=exercise, code=code, assignment_id=body.assignment_id)
     return SubmissionCreated(id=submission.id, status=submission.status)

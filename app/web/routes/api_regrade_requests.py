@@ -13,9 +13,8 @@ from pydantic import BaseModel, Field
 from app.domain import regrade_requests as rr
 from app.domain.models import RegradeRequest
 from app.domain.schemas import UtcDatetime
-from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep, SubmissionDep
+from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep, SubmissionDep, dispatch_committed
 from app.web.errors import problem_responses
-from app.web.routes.api_exercises import dispatch_committed
 
 router = APIRouter(tags=["regrade requests"])
 

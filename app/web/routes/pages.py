@@ -47,21 +47,20 @@ from app.domain.quiz import quiz_of
 from app.domain.regrade_requests import request_for_item
 from app.domain.schemas import ExerciseDetail, ExerciseSummary, SubmissionOut, TestResultOut
 from app.domain.security import authenticate, change_password, client_ip, end_session, start_session
-from app.domain.submissions import create_submission, get_for_user
+from app.domain.submissions import get_for_user
 from app.domain.visibility import shown_for
 from app.web.deps import (
     CurrentUser,
-    DispatcherDep,
     ExerciseDep,
     LoggedInUser,
     LoginLimiterDep,
     OptionalUser,
     SessionDep,
     SettingsDep,
+    SubmitDep,
 )
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, render, safe_next
-from app.web.routes.api_exercises import dispatch_committed
 from app.web.routes.preload import with_current_versions, with_submission_details
 from worker.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
 
@@ -231,21 +230,10 @@ def exercise_page(request: Request, exercise: ExerciseDep, user: CurrentUser, se
 
 @router.post("/exercises/{slug}/submissions")
 def submit_form(
-    exercise: ExerciseDep,
-    user: CurrentUser,
-    session: SessionDep,
-    settings: SettingsDep,
-    dispatcher: DispatcherDep,
-    code: Annotated[str, Form()] = "",
-) -> Response:
+    exercise: ExerciseDep, user: CurrentUser, submit: SubmitDep, code: Annotated[str, Form()] = ""
+) -> Response:  # fmt: skip
     """Submit from the form without JavaScript; show the attempt on the history page."""
-    under = coursework.gate_submission(session=session, assignment_id=None, exercise=exercise, user=user)
-    submission = create_submission(
-        session=session, user=user, exercise=exercise, code=code, max_bytes=settings.max_code_bytes,
-        assignment_id=under,
-    )  # fmt: skip
-    session.commit()
-    dispatch_committed(dispatcher, submission)
+    submission = submit(user=user, exercise=exercise, code=code, assignment_id=None)
     return RedirectResponse(
         f"/exercises/{quote(exercise.slug)}/history?attempt={submission.id}#attempt", status_code=303
     )

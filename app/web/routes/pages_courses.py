@@ -55,7 +55,6 @@ from app.domain.lti import roster
 from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Exercise, User, utcnow
 from app.domain.progress import progress_for
 from app.domain.schemas import as_utc
-from app.domain.submissions import create_submission
 from app.web.deps import (
     AssignmentAccess,
     AssignmentDep,
@@ -64,15 +63,13 @@ from app.web.deps import (
     CourseDep,
     CourseStaffDep,
     CurrentUser,
-    DispatcherDep,
     ExerciseDep,
     ExtensionDep,
     SessionDep,
-    SettingsDep,
+    SubmitDep,
 )
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from app.web.routes.api_courses import AssignmentIn, AssignmentOut, ExtensionIn, ExtensionOut, assignment_out
-from app.web.routes.api_exercises import dispatch_committed
 from app.web.routes.api_roster import RosterHttpDep
 from app.web.routes.pages import exercise_context
 from worker.core.errors import GpulabError, InvalidInput, NotFound
@@ -410,23 +407,11 @@ def assignment_exercise_page(
 
 @router.post("/courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/submissions")
 def submit_under_assignment(
-    here: HereDep,
-    exercise: ExerciseDep,
-    user: CurrentUser,
-    session: SessionDep,
-    settings: SettingsDep,
-    dispatcher: DispatcherDep,
-    code: Annotated[str, Form()] = "",
-) -> Response:
+    here: HereDep, exercise: ExerciseDep, user: CurrentUser, submit: SubmitDep, code: Annotated[str, Form()] = ""
+) -> Response:  # fmt: skip
     """Submit without JavaScript under the assignment (its gate refuses with the error page); show the attempt."""
     _item_of(here.assignment, exercise)
-    under = coursework.gate_submission(session=session, assignment_id=here.assignment.id, exercise=exercise, user=user)
-    submission = create_submission(
-        session=session, user=user, exercise=exercise, code=code, max_bytes=settings.max_code_bytes,
-        assignment_id=under,
-    )  # fmt: skip
-    session.commit()
-    dispatch_committed(dispatcher, submission)
+    submission = submit(user=user, exercise=exercise, code=code, assignment_id=here.assignment.id)
     history = f"/exercises/{quote(exercise.slug)}/history"
     return redirect(f"{history}?attempt={submission.id}&assignment={here.assignment.id}#attempt")
 

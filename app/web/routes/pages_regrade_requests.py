@@ -16,10 +16,9 @@ from sqlalchemy.orm import Session
 from app.domain import regrade_requests as rr
 from app.domain.models import RegradeRequest, User
 from app.domain.submissions import get_for_user
-from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep
+from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep, dispatch_committed
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from app.web.routes.api_exercises import dispatch_committed
 from worker.core.errors import GpulabError, InvalidInput, NotFound
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])
