@@ -135,10 +135,6 @@ def _utc(value: datetime | None) -> datetime | None:
     return as_utc(value) if value is not None else None
 
 
-def _day(value: datetime) -> str:
-    return as_utc(value).strftime("%Y-%m-%d %H:%M UTC")
-
-
 def _wait(seconds: float) -> str:
     """Say how long a wait is, rounded up: "45 s", "3 min", "2 h 5 min"."""
     whole_s = max(1, math.ceil(seconds))
@@ -324,11 +320,11 @@ def gate(*, session: Session, assignment: Assignment, exercise: Exercise, user: 
         return made(False, f"exercise {exercise.slug!r} is not part of assignment {assignment.title!r}")
     if where is Window.not_open:
         assert dates.opens_at is not None  # only an opening date makes it not open
-        return made(False, f"opens on {_day(dates.opens_at)}")
+        return made(False, f"opens on {humane.utc_text(dates.opens_at)}")
     if where is Window.closed:
         closed_at = _closed_at(dates)
         assert closed_at is not None  # only a due date closes it
-        return made(False, f"closed on {_day(closed_at)}")
+        return made(False, f"closed on {humane.utc_text(closed_at)}")
     if left == 0:
         return made(False, f"no attempts left ({used} used)")
 
@@ -336,7 +332,7 @@ def gate(*, session: Session, assignment: Assignment, exercise: Exercise, user: 
     if where is Window.late:
         parts.append(f"late: {humane.number(assignment.late_credit_pct)}% credit")
     elif dates.due_at is not None:
-        parts.append(f"due on {_day(dates.due_at)}")
+        parts.append(f"due on {humane.utc_text(dates.due_at)}")
     if left is not None:
         parts.append(f"{left} attempt{'s' if left != 1 else ''} left")
     if bucket.tokens_left == 0 and bucket.next_at is None:  # a burst that never refills (no rate_refill_s)

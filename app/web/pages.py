@@ -24,7 +24,6 @@ Contract:
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,11 +46,6 @@ TITLES = {401: "Please log in", 403: "Not allowed", 404: "Not found", 405: "Not 
 FLASHES_KEPT = 5
 
 
-def utc_text(value: Any) -> str:
-    """Format a datetime as ``YYYY-MM-DD HH:MM UTC``."""
-    return as_utc(value).strftime("%Y-%m-%d %H:%M UTC") if value else ""
-
-
 TIME_FORMATS = ("short", "long", "ago")
 
 
@@ -63,7 +57,7 @@ def time_element(value: datetime | None, time_format: str = "short", text: str =
         raise ValueError(f"unknown time format {time_format!r}")
     at = as_utc(value)
     return markupsafe.Markup('<time datetime="{}" data-format="{}">{}</time>').format(
-        at.isoformat(), time_format, text or utc_text(at)
+        at.isoformat(), time_format, text or humane.utc_text(at)
     )
 
 
@@ -72,15 +66,12 @@ def iso_utc(value: datetime | None) -> str:
     return as_utc(value).isoformat() if value else ""
 
 
-UTC_TIME_RE = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}) UTC")  # what utc_text writes
-
-
 def timed_text(value: str) -> markupsafe.Markup:
     """Escape ``value`` and wrap each UTC time ``utc_text`` wrote in it in a ``time`` element."""
     escaped = str(markupsafe.escape(value))
     # Safe: the sentence is escaped first and the pattern adds only digits, dashes and colons it matched.
     return markupsafe.Markup(  # noqa: S704
-        UTC_TIME_RE.sub(r'<time datetime="\1T\2:00Z" data-format="long">\1 \2 UTC</time>', escaped)
+        humane.UTC_TIME_RE.sub(r'<time datetime="\1T\2:00Z" data-format="long">\1 \2 UTC</time>', escaped)
     )
 
 
@@ -89,7 +80,6 @@ templates = Jinja2Templates(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR), autoescape=True, undefined=jinja2.StrictUndefined
     )
 )
-templates.env.filters["utc"] = utc_text
 templates.env.filters["when"] = time_element
 templates.env.filters["iso"] = iso_utc
 templates.env.filters["timed"] = timed_text

@@ -48,3 +48,14 @@ def test_the_size_sentence_names_the_size_the_limit_and_the_fix() -> None:
     )
     unknown = humane.too_large("The file", None, 256 * 1024, "Split it.")
     assert unknown == "The file is over the limit of 256 KB. Split it."
+
+
+def test_a_time_in_a_sentence_is_written_in_utc_and_found_again() -> None:
+    from datetime import datetime, timedelta, timezone
+
+    berlin = datetime(2026, 12, 9, 18, 0, tzinfo=timezone(timedelta(hours=1)))
+    sentence = f"due on {humane.utc_text(berlin)}; closed on {humane.utc_text(datetime(2026, 12, 9, 17, 30))}"
+    assert sentence == "due on 2026-12-09 17:00 UTC; closed on 2026-12-09 17:30 UTC"
+    found = [m.groups() for m in humane.UTC_TIME_RE.finditer(sentence)]
+    assert found == [("2026-12-09", "17:00"), ("2026-12-09", "17:30")]
+    assert humane.utc_text(None) == ""

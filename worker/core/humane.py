@@ -4,6 +4,8 @@ Contract: ``number`` rounds to at most ``decimals`` places and drops trailing ze
 never an exponent); ``points`` is ``4.67/10``; ``duration_ms`` picks the unit a person reads (``850 ms``,
 ``13.1 s``, ``2.5 min``, ``1.2 h``); ``size`` is bytes in KB or MB (1 KB = 1024 bytes, rounded up so a size
 over a limit never reads as the limit); ``too_large`` is the one sentence for anything over a size limit.
+``utc_text`` is how a time stands in a sentence (``2026-12-09 17:00 UTC``); ``UTC_TIME_RE`` finds those times
+again, so a page can show each in its viewer's zone (``app.web.pages.timed_text``).
 ``app/static/app.js`` (``gpulab.num``, ``gpulab.duration``, ``gpulab.tooLarge``) mirrors these rules for what
 scripts write, so a number reads the same on every page.
 
@@ -15,8 +17,11 @@ This module imports nothing of ours.
 from __future__ import annotations
 
 import math
+import re
+from datetime import UTC, datetime
 
 KB = 1024
+UTC_TIME_RE = re.compile(r"(\d{4}-\d{2}-\d{2}) (\d{2}:\d{2}) UTC")  # what utc_text writes
 NONE = "\u2013"  # an en dash: what a table shows for no value
 
 
@@ -74,3 +79,11 @@ CODE_FIX = "Shorten it (remove long comments, pasted output or data) and submit 
 def code_too_large(size_bytes: int | None, limit_bytes: int) -> str:
     """Say that a learner's code is over the code limit, in the learner's words."""
     return too_large("Your code", size_bytes, limit_bytes, CODE_FIX)
+
+
+def utc_text(value: datetime | None) -> str:
+    """Write ``value`` as ``YYYY-MM-DD HH:MM UTC`` (a naive datetime is taken as UTC), or "" for none."""
+    if value is None:
+        return ""
+    at = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return at.strftime("%Y-%m-%d %H:%M UTC")
