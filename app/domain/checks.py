@@ -31,9 +31,9 @@ from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.domain import leases
-from app.domain.exercises import spec_of
 from app.domain.leases import LeaseKeeper
 from app.domain.models import ExerciseCheck, ExerciseVersion, User, utcnow
+from app.domain.specs import spec_of
 from worker.core.config import Settings, get_settings
 from worker.grading.sandbox.base import Sandbox
 

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn, Protocol, runtime_checkable
 
-from app.domain.exercises import spec_of
 from app.domain.models import ExerciseVersion
 from app.domain.ratelimit import Limiter, Rule
+from app.domain.specs import spec_of
 from worker.core import humane
 from worker.core.config import Settings
 from worker.core.errors import InvalidInput, PayloadTooLarge, RateLimited

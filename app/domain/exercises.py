@@ -28,11 +28,6 @@ class SyncReport:
     unpublished: list[str] = field(default_factory=list)
 
 
-def spec_of(version: ExerciseVersion) -> ExerciseSpec:
-    """Rebuild the grading spec stored in a version."""
-    return ExerciseSpec.from_files(version.exercise.slug, dict(version.files))
-
-
 def add_version(
     *, session: Session, exercise: Exercise, spec: ExerciseSpec, source: str = "bank", created_by: User | None = None
 ) -> ExerciseVersion:

@@ -29,7 +29,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from app.domain.models import Exercise
-from worker.bank.spec import ExerciseSpec
+from app.domain.specs import spec_of
 from worker.core.errors import InvalidInput, PayloadTooLarge
 
 SOLUTION_TAG = "solution"
@@ -127,7 +127,7 @@ def exercise_notebook(exercise: Exercise, params: dict[str, Any] | None = None) 
         kind = version.kind if version else "exercise without a version"
         raise InvalidInput(f"exercise {exercise.slug!r} is a {kind}, not a code exercise: it has no notebook")
     files: dict[str, str] = dict(version.files)
-    spec = ExerciseSpec.from_files(exercise.slug, files)
+    spec = spec_of(version)
     variant = spec.default_params if params is None else params
     files.update({p: spec.rendered(p, variant) for p in ("prompt.md", "starter.py") if p in files})
     examples = sorted((p.removeprefix("examples/"), c) for p, c in files.items() if p.startswith("examples/"))

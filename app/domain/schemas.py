@@ -42,9 +42,9 @@ from app.domain.models import (
 )
 from app.domain.progress import DiffLine, Progress
 from app.domain.security import MAX_EMAIL_CHARS, check_email
+from app.domain.specs import spec_of
 from app.domain.tokens import Scope
 from worker.bank.quiz import QuizResult, parse_quiz
-from worker.bank.spec import ExerciseSpec
 from worker.core.errors import InvalidInput
 from worker.core.outcome import GradeOutcome
 
@@ -199,7 +199,7 @@ class ExerciseDetail(ExerciseSummary):
         files: dict[str, str] = dict(version.files)
         variant: dict[str, Any] = {}
         if version.kind == "code":
-            spec = ExerciseSpec.from_files(exercise.slug, files)
+            spec = spec_of(version)
             variant = spec.default_params if params is None else dict(params)
             files.update({p: spec.rendered(p, variant) for p in ("prompt.md", "starter.py") if p in files})
         prompt = files.get("prompt.md", "")

@@ -26,8 +26,8 @@ from sqlalchemy.orm import Session
 
 from app.domain import leases
 from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
+from app.domain.specs import spec_of
 from app.domain.variants import params_for
-from worker.bank.spec import ExerciseSpec
 from worker.core import humane
 from worker.core.errors import InvalidInput, PayloadTooLarge
 from worker.core.outcome import GradeOutcome, Verdict
@@ -63,7 +63,7 @@ def create_submission(
         raise InvalidInput(f"exercise {exercise.slug!r} has no version to grade against")
     if version.kind != "code":
         raise InvalidInput(f"exercise {exercise.slug!r} is a {version.kind}, not a code exercise")
-    spec = ExerciseSpec.from_files(exercise.slug, dict(version.files))
+    spec = spec_of(version)
     params = params_for(spec=spec, user=user, assignment_id=assignment_id)
     starter = spec.rendered("starter.py", params) if "starter.py" in spec.files else ""
     if starter.strip() and code.strip() == starter.strip():

@@ -22,7 +22,7 @@ import hmac
 from typing import Any
 
 from app.domain.models import ExerciseVersion, Submission, User
-from worker.bank.spec import ExerciseSpec
+from app.domain.specs import spec_of
 from worker.bank.specdata import ExerciseData, ParamValue
 from worker.core.config import Settings, get_settings
 
@@ -60,5 +60,5 @@ def params_to_grade(*, spec: ExerciseData, submission: Submission, settings: Set
 
 def version_params(*, version: ExerciseVersion, user: User | None, assignment_id: int | None) -> Params:
     """Return ``user``'s variant of ``version`` under ``assignment_id``."""
-    spec = ExerciseSpec.from_files(version.exercise.slug, dict(version.files))
+    spec = spec_of(version)
     return params_for(spec=spec, user=user, assignment_id=assignment_id)

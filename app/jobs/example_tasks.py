@@ -116,8 +116,8 @@ class _LaneTask(Task):
 def _spec(version_id: int) -> ExerciseSpec:
     """Return the grading spec of a stored code version (immutable, so cached by id)."""
     from app.domain.db import session_scope
-    from app.domain.exercises import spec_of
     from app.domain.models import ExerciseVersion
+    from app.domain.specs import spec_of
 
     with session_scope() as session:
         version = session.get(ExerciseVersion, version_id)

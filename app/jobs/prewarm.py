@@ -21,7 +21,8 @@ import logging
 import threading
 
 from app.domain.db import session_scope
-from app.domain.exercises import list_published, spec_of
+from app.domain.exercises import list_published
+from app.domain.specs import spec_of
 from worker.bank.spec import ExerciseSpec
 from worker.core.config import SandboxKind, Settings
 

@@ -32,11 +32,11 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
 from app.domain import news
 from app.domain.db import session_scope
-from app.domain.exercises import spec_of
 from app.domain.leases import LeaseKeeper, renew
 from app.domain.lti.scores import queue_score
 from app.domain.manual_grading import open_code_grade
 from app.domain.models import Submission
+from app.domain.specs import spec_of
 from app.domain.submissions import claim, held, record_outcome, record_platform_failure
 from app.domain.variants import Params, params_to_grade
 from app.jobs.celery_app import GRADE_TASK, celery_app
