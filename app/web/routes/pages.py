@@ -46,13 +46,12 @@ from app.domain.progress import (
 from app.domain.quiz import quiz_of
 from app.domain.regrade_requests import request_for_item
 from app.domain.schemas import ExerciseDetail, ExerciseSummary, SubmissionOut, TestResultOut
-from app.domain.security import authenticate, change_password, client_ip, end_session, start_session
+from app.domain.security import authenticate, client_ip, end_session, start_session
 from app.domain.submissions import get_for_user
 from app.domain.visibility import shown_for
 from app.web.deps import (
     CurrentUser,
     ExerciseDep,
-    LoggedInUser,
     LoginLimiterDep,
     OptionalUser,
     SessionDep,
@@ -60,9 +59,9 @@ from app.web.deps import (
     SubmitDep,
 )
 from app.web.errors import http_status
-from app.web.pages import FORM_CSRF, flash, render, safe_next
+from app.web.pages import FORM_CSRF, render, safe_next
 from app.web.routes.preload import with_current_versions, with_submission_details
-from worker.core.errors import InvalidInput, NotFound, RateLimited, Unauthorized
+from worker.core.errors import NotFound, RateLimited, Unauthorized
 
 EDITOR_BUNDLE = Path(__file__).resolve().parents[2] / "static" / "build" / "editor.js"
 DIFFICULTY_ORDER = {"beginner": 0, "intermediate": 1, "advanced": 2}
@@ -122,41 +121,6 @@ def logout_form(request: Request, session: SessionDep, settings: SettingsDep) ->
     end_session(request, session=session, max_age_s=settings.session_max_age_s)
     session.commit()
     return RedirectResponse("/login", status_code=303)
-
-
-# --- my password ---------------------------------------------------------------------------------------------
-
-
-@router.get("/account/password")
-def password_page(
-    request: Request, user: LoggedInUser, next_path: Annotated[str, Query(alias="next")] = ""
-) -> Response:  # fmt: skip
-    """Show the change-password form (where a one-time password sends its owner first)."""
-    return render(request, "password.html", next=safe_next(next_path), error="", forced=user.must_change_password)
-
-
-@router.post("/account/password")
-def password_form(
-    request: Request,
-    user: LoggedInUser,
-    session: SessionDep,
-    current: Annotated[str, Form(max_length=1024)] = "",
-    new: Annotated[str, Form(max_length=1024)] = "",
-    repeated: Annotated[str, Form(max_length=1024)] = "",
-    next_path: Annotated[str, Form(alias="next")] = "",
-) -> Response:
-    """Change my password; this session goes on (with the new fingerprint), every other one ends."""
-    target = safe_next(next_path)
-    forced = user.must_change_password
-    try:
-        change_password(session=session, user=user, current=current, new=new, repeated=repeated)
-        session.commit()
-    except InvalidInput as exc:
-        session.rollback()
-        return render(request, "password.html", 422, next=target, error=exc.message, forced=forced)
-    start_session(request, user)
-    flash(request, "Your password is changed. Your other sessions have ended.")
-    return RedirectResponse(target, status_code=303)
 
 
 # --- the catalogue -------------------------------------------------------------------------------------------

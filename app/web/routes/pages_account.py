@@ -1,4 +1,5 @@
-"""The account page (``/account``): my personal access tokens of the API, and how to submit from a terminal.
+"""My account: the account page (``/account``: my personal access tokens of the API, and how to submit from a
+terminal) and my password (``/account/password``, where a one-time password sends its owner first).
 
 Contract: any logged-in user. Making a token answers with the page showing the token once (it is not put in the
 session or a redirect, so it never sits in a cookie or a URL); revoking answers with a redirect
@@ -12,16 +13,17 @@ from __future__ import annotations
 from importlib import resources
 from typing import Annotated
 
-from fastapi import APIRouter, Form, Request
-from fastapi.responses import Response
+from fastapi import APIRouter, Form, Query, Request
+from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from app.domain import tokens
 from app.domain.models import User
-from app.web.deps import CurrentUser, RowId, SessionDep, SettingsDep
+from app.domain.security import change_password, start_session
+from app.web.deps import CurrentUser, LoggedInUser, RowId, SessionDep, SettingsDep
 from app.web.errors import http_status
-from app.web.pages import FORM_CSRF, flash, redirect, render
-from worker.core.errors import GpulabError
+from app.web.pages import FORM_CSRF, flash, redirect, render, safe_next
+from worker.core.errors import GpulabError, InvalidInput
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])
 CLI_SCRIPT = "gpulab_submit.py"
@@ -84,3 +86,38 @@ def cli_script() -> Response:
         media_type="text/x-python; charset=utf-8",
         headers={"Content-Disposition": 'attachment; filename="gpulab-submit.py"'},
     )
+
+
+# --- my password ---------------------------------------------------------------------------------------------
+
+
+@router.get("/account/password")
+def password_page(
+    request: Request, user: LoggedInUser, next_path: Annotated[str, Query(alias="next")] = ""
+) -> Response:  # fmt: skip
+    """Show the change-password form (where a one-time password sends its owner first)."""
+    return render(request, "password.html", next=safe_next(next_path), error="", forced=user.must_change_password)
+
+
+@router.post("/account/password")
+def password_form(
+    request: Request,
+    user: LoggedInUser,
+    session: SessionDep,
+    current: Annotated[str, Form(max_length=1024)] = "",
+    new: Annotated[str, Form(max_length=1024)] = "",
+    repeated: Annotated[str, Form(max_length=1024)] = "",
+    next_path: Annotated[str, Form(alias="next")] = "",
+) -> Response:
+    """Change my password; this session goes on (with the new fingerprint), every other one ends."""
+    target = safe_next(next_path)
+    forced = user.must_change_password
+    try:
+        change_password(session=session, user=user, current=current, new=new, repeated=repeated)
+        session.commit()
+    except InvalidInput as exc:
+        session.rollback()
+        return render(request, "password.html", 422, next=target, error=exc.message, forced=forced)
+    start_session(request, user)
+    flash(request, "Your password is changed. Your other sessions have ended.")
+    return RedirectResponse(target, status_code=303)
