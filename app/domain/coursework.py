@@ -251,12 +251,20 @@ def holding_assignments(*, session: Session, exercise: Exercise, user: User) -> 
     return list(session.scalars(stmt))
 
 
-def practice_refusal(assignment: Assignment, exercise: Exercise) -> str:
-    """Say why practice on ``exercise`` runs only its example tests while ``assignment`` holds it."""
-    return (
+def practice_refusal(*, session: Session, assignment: Assignment, exercise: Exercise, user: User) -> str:
+    """Say why practice on ``exercise`` runs only its example tests while ``assignment`` holds it, and what now.
+
+    "Submit under the assignment" only while its gate lets ``user`` in; else the gate's own sentence (closed, no
+    attempts left...), which is then why no graded attempt is possible anywhere.
+    """
+    held = (
         f"this exercise is part of the assignment {assignment.title!r} ({assignment.course.title}): practice runs "
-        "only the example tests; submit under the assignment (no attempt was used)"
+        "only the example tests"
     )
+    now_there = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=utcnow())
+    if now_there.allowed:
+        return f"{held}; submit under the assignment (no attempt was used)"
+    return f"{held}; under the assignment: {now_there.reason} (no attempt was used)"
 
 
 def practice_under(*, session: Session, exercise: Exercise, user: User) -> Assignment | None:
@@ -269,7 +277,7 @@ def practice_under(*, session: Session, exercise: Exercise, user: User) -> Assig
     holding = holding_assignments(session=session, exercise=exercise, user=user)
     for assignment in holding:
         if assignment.practice != "counted":
-            raise Forbidden(practice_refusal(assignment, exercise))
+            raise Forbidden(practice_refusal(session=session, assignment=assignment, exercise=exercise, user=user))
     now = utcnow()
     for assignment in holding:
         if assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=now).allowed:

@@ -68,6 +68,7 @@ def test_practice_runs_only_examples_while_an_assignment_holds_the_exercise(
     refused = client.post(url, json={"code": CODE})
     assert refused.status_code == 403
     assert "'Week 1' (GPU 101)" in refused.json()["detail"] and "example tests" in refused.json()["detail"]
+    assert "submit under the assignment" in refused.json()["detail"]  # true: its gate lets them in
     assert _stored(db_session, learner) == 0
     page = client.get(f"/exercises/{tiny_exercise.slug}").text
     assert 'id="practice-bound"' in page and f"/courses/gpu-101/assignments/{made['id']}/exercises/" in page
@@ -76,6 +77,11 @@ def test_practice_runs_only_examples_while_an_assignment_holds_the_exercise(
     no_script = client.post(f"/exercises/{tiny_exercise.slug}/submissions", data={"csrf_token": token, "code": CODE})
     assert no_script.status_code == 403 and "example tests" in no_script.text  # the form without JavaScript too
     assert _stored(db_session, learner) == 1
+    assert client.post(url, json={"code": CODE, "assignment_id": made["id"]}).status_code == 202  # the last one
+    used_up = client.post(url, json={"code": CODE}).json()["detail"]
+    assert "submit under the assignment" not in used_up and "under the assignment: no attempts left" in used_up
+    page = client.get(f"/exercises/{tiny_exercise.slug}").text
+    assert "Submit it under the assignment" not in page and "Under the assignment: no attempts left" in page
     logout(client)
 
     login(client, other_learner)  # not in the course: plain practice
