@@ -161,7 +161,7 @@ def db() -> None:
 @click.option("--revision", default="head", show_default=True, help="Target revision.")
 def db_upgrade(revision: str) -> None:
     """Apply Alembic migrations to GPULAB_DATABASE_URL (SQLite or PostgreSQL)."""
-    from app.domain.migrate import upgrade
+    from app.domain.platform.migrate import upgrade
 
     upgrade(revision)
     click.echo(f"database at {_safe_url(get_settings().database_url)} is at {revision}")
@@ -178,9 +178,9 @@ def user() -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input (first line).")
 def user_add(email: str, role: str, password_stdin: bool) -> None:
     """Create a user; the password comes from stdin, or a random one is printed."""
-    from app.domain.db import session_scope
+    from app.domain.accounts.passwords import create_user
     from app.domain.models import Role
-    from app.domain.security import create_user
+    from app.domain.platform.db import session_scope
 
     password = sys.stdin.readline().rstrip("\r\n") if password_stdin else secrets.token_urlsafe(12)
     try:
@@ -200,8 +200,8 @@ def exercises() -> None:
 @click.argument("directory", required=False, type=click.Path(exists=True, file_okay=False, path_type=Path))
 def exercises_sync(directory: Path | None) -> None:
     """Load the bank folder into the database; a changed exercise becomes a new version."""
-    from app.domain.db import session_scope
-    from app.domain.exercises import sync_bank
+    from app.domain.exercises.bank import sync_bank
+    from app.domain.platform.db import session_scope
 
     root = directory or get_settings().exercises_dir
     try:
@@ -327,7 +327,7 @@ def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> N
     settings = get_settings()
     if not settings.broker_url:
         raise click.ClickException("set GPULAB_BROKER_URL (e.g. redis://127.0.0.1:6379/0) to run a worker")
-    from app.domain.queues import ALL_QUEUES, EXAMPLE_LANES
+    from app.domain.platform.queues import ALL_QUEUES, EXAMPLE_LANES
     from app.jobs.celery_app import celery_app
     from worker.grading.sandbox import get_sandbox
 
@@ -411,11 +411,11 @@ def demo(host: str, port: int) -> None:
     """Migrate, load the bank, create demo accounts, print them, and serve."""
     from sqlalchemy import select
 
-    from app.domain.db import session_scope
-    from app.domain.exercises import sync_bank
-    from app.domain.migrate import upgrade
+    from app.domain.accounts.passwords import create_user
+    from app.domain.exercises.bank import sync_bank
     from app.domain.models import Role, User
-    from app.domain.security import create_user
+    from app.domain.platform.db import session_scope
+    from app.domain.platform.migrate import upgrade
 
     settings = get_settings()
     upgrade("head")
@@ -447,7 +447,7 @@ def demo_course(*, session: Session) -> None:
 
     from sqlalchemy import select
 
-    from app.domain import courses, coursework
+    from app.domain.courses import coursework, membership
     from app.domain.models import Course, CourseRole, Exercise, User, utcnow
 
     if session.scalar(select(Course).where(Course.slug == DEMO_COURSE)) is not None:
@@ -457,8 +457,8 @@ def demo_course(*, session: Session) -> None:
     if teacher is None or learner is None:
         return
     title = "Multi-GPU training (demo)"
-    course = courses.create_course(session=session, slug=DEMO_COURSE, title=title, creator=teacher)
-    courses.enroll(session=session, course=course, user=learner, role=CourseRole.learner)
+    course = membership.create_course(session=session, slug=DEMO_COURSE, title=title, creator=teacher)
+    membership.enroll(session=session, course=course, user=learner, role=CourseRole.learner)
     present = set(session.scalars(select(Exercise.slug).where(Exercise.slug.in_(DEMO_ASSIGNMENT))))
     due_at = (utcnow() + timedelta(days=7)).replace(hour=17, minute=0, second=0, microsecond=0)
     fields = coursework.AssignmentFields(

@@ -6,7 +6,7 @@ Contract:
 - The lifespan re-dispatches unfinished submissions at start when it grades in-process (unless
   ``app.state.recover_on_start`` is False; in Celery mode the workers' sweepers do it) and shuts the
   dispatcher down at stop (an in-process dispatcher starts warming, beating and sweeping when made). It
-  also relays news from other processes (``app.domain.news.relay``) and, on SIGTERM/SIGINT, ends open status
+  also relays news from other processes (``app.domain.platform.news.relay``) and, on SIGTERM/SIGINT, ends open status
   streams cleanly before the server waits for its connections (``_end_streams_on_stop_signals``).
   ``app.jobs.dispatch`` is imported there, lazily.
 - Middleware (``app.web.middleware``), outermost first: security headers, request-body size limit (six times
@@ -40,17 +40,18 @@ from sqlalchemy.orm import sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware.sessions import SessionMiddleware
 
-from app.domain import news
-from app.domain.db import engine_for
-from app.domain.notebooks import MAX_NOTEBOOK_BYTES
-from app.domain.ratelimit import limiter_for
-from app.domain.security import SESSION_COOKIE, UNSAFE_METHODS, LoginLimiter
+from app.domain.accounts.passwords import LoginLimiter
+from app.domain.exercises.notebooks import MAX_NOTEBOOK_BYTES
+from app.domain.platform import news
+from app.domain.platform.db import engine_for
+from app.domain.platform.ratelimit import limiter_for
 from app.web import deps
 from app.web.errors import document_problems, install_error_handlers
 from app.web.middleware import BodySizeLimitMiddleware, CSRFMiddleware, SecurityHeadersMiddleware
 from app.web.pages import error_page, templates
 from app.web.routers import api_router, page_router
 from app.web.routes import api_lti
+from app.web.sessions import SESSION_COOKIE, UNSAFE_METHODS
 from worker.core.config import Settings, get_settings
 
 log = logging.getLogger(__name__)

@@ -443,8 +443,11 @@ def main(argv: list[str]) -> int:
                              "worker on docker, warm pairs or fresh containers; serve --workers 2), deploy-local "
                              "(the same with the worker on the local sandbox's warm templates), compose (the shipped "
                              "docker-compose.yml: its grading host; docker/build-images first), otter")  # fmt: skip
-    parser.add_argument("--pin-api", action="store_true",
-                        help="deployment modes: the API processes get CPU 0 to themselves, everything else the rest")
+    parser.add_argument(
+        "--pin-api",
+        action="store_true",
+        help="deployment modes: the API processes get CPU 0 to themselves, everything else the rest",
+    )
     parser.add_argument("--jobs", type=int, help="throughput jobs (default 30, --quick 6)")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)}")
     parser.add_argument("--no-plot", action="store_true", help="do not write docs/benchmarks.png")

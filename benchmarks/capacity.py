@@ -63,7 +63,8 @@ def measured_costs(path: Path = COSTS_FILE) -> dict[str, dict[str, Cost]]:
     return {
         mode: {
             kind: Cost(row[mode]["latency_p50_s"], row[mode]["latency_p95_s"], row[mode]["core_s_median"])
-            for kind, row in data.items() if isinstance(row, dict) and mode in row
+            for kind, row in data.items()
+            if isinstance(row, dict) and mode in row
         }
         for mode in ("warm", "cold")
     }
@@ -144,7 +145,8 @@ def simulate(scenario: Scenario, mix: Sequence[str], costs: dict[str, dict[str, 
     by_queue = {"cpu": costs[scenario.path], "gpu": costs["cold"]}
     shapes = {
         (queue, kind): lognormal(c.latency_p50_s, c.latency_p95_s)
-        for queue, kinds in by_queue.items() for kind, c in kinds.items()
+        for queue, kinds in by_queue.items()
+        for kind, c in kinds.items()
     }
     waits: list[float] = []
     verdicts: list[float] = []

@@ -4,9 +4,9 @@ It generates ``--n`` plausible submissions from one bank exercise's own variants
 ``right/`` and ``wrong/``) with light mutations a learner or a copier makes (renamed variables, comments added
 or dropped, blank lines, a line deleted, a helper appended; seeded, so every run compares the same code), stores
 them as graded submissions of ``--n`` learners in a fresh SQLite database (migrated as ``gpulab db upgrade`` does),
-then times ``app.domain.similarity_runs.run_similarity`` on one run: reading the submissions, copydetect's
+then times ``app.domain.review.similarity_runs.run_similarity`` on one run: reading the submissions, copydetect's
 fingerprints and comparisons, and storing the ranked pairs. It also times the engine alone
-(``app.domain.similarity.compare``) on the same code, and says how many pairs reached the display threshold, how
+(``app.domain.review.similarity.compare``) on the same code, and says how many pairs reached the display threshold, how
 many were compared at all (the rest share too few fingerprints to reach it), and the clusters.
 
 Run it with ``python -m benchmarks.similarity`` (``--n``, ``--exercise``, ``--out``); docs/similarity.md has the
@@ -85,7 +85,7 @@ def generate(slug: str, n: int, seed: int = 14) -> tuple[str, str, list[str]]:
 @contextmanager
 def database() -> Iterator[str]:
     """Yield the URL of a fresh, migrated SQLite database in a temporary folder."""
-    from app.domain.migrate import upgrade
+    from app.domain.platform.migrate import upgrade
 
     with tempfile.TemporaryDirectory(prefix="gpulab-similarity-") as folder:
         url = f"sqlite:///{Path(folder) / 'bench.db'}"
@@ -97,9 +97,9 @@ def seed_submissions(url: str, slug: str, codes: Sequence[str]) -> int:
     """Store the exercise and one graded submission per learner; return the exercise id."""
     from sqlalchemy.orm import Session
 
-    from app.domain.db import engine_for
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
     from app.domain.models import Role, Submission, SubmissionStatus, User
+    from app.domain.platform.db import engine_for
     from worker.bank.spec import load_exercise
     from worker.core.outcome import Verdict
 
@@ -126,10 +126,10 @@ def run_job(url: str, exercise_id: int) -> dict[str, Any]:
     """Create a run as the API does and carry it out as the worker does; return its timing and what it found."""
     from sqlalchemy.orm import Session
 
-    from app.domain.db import engine_for
     from app.domain.models import Exercise, SimilarityRun
-    from app.domain.similarity import Params
-    from app.domain.similarity_runs import create_run, run_similarity
+    from app.domain.platform.db import engine_for
+    from app.domain.review.similarity import Params
+    from app.domain.review.similarity_runs import create_run, run_similarity
 
     @contextmanager
     def factory() -> Iterator[Session]:
@@ -156,7 +156,7 @@ def run_job(url: str, exercise_id: int) -> dict[str, Any]:
 
 def engine_only(starter: str, solution: str, codes: Sequence[str]) -> dict[str, Any]:
     """Time the engine alone on the same code, and count how many pairs its bound let through."""
-    from app.domain import similarity
+    from app.domain.review import similarity
 
     params = similarity.Params()
     started = time.perf_counter()
@@ -189,7 +189,7 @@ def evaluate() -> dict[str, Any]:
     """Score every pair of each exercise's variants at each of ``SETTINGS``, the starter (and, as a check runs,
     the solution too) excluded; split pairs into edited from one another (>= 80 % lines in common) and
     different implementations (< 50 %), and count how many of each reach the display threshold."""
-    from app.domain.similarity import DISPLAY_T, Params, compare
+    from app.domain.review.similarity import DISPLAY_T, Params, compare
 
     found: dict[str, Any] = {}
     for noise_t, guarantee_t in SETTINGS:

@@ -1,11 +1,11 @@
-"""Alembic environment: the URL comes from the config that ``app.domain.migrate`` builds."""
+"""Alembic environment: the URL comes from the config that ``app.domain.platform.migrate`` builds."""
 
 from __future__ import annotations
 
 from alembic import context
 
 import app.domain.models  # noqa: F401  (registers every table on Base.metadata)
-from app.domain.db import Base, engine_for
+from app.domain.platform.db import Base, engine_for
 
 config = context.config
 target_metadata = Base.metadata

@@ -41,8 +41,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 
-from app.domain.db import Base, engine_for
 from app.domain.models import Exercise, Role, User
+from app.domain.platform.db import Base, engine_for
 from worker.core.config import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def pg_engine(database_url: str) -> Iterator[Engine]:
             conn.exec_driver_sql("CREATE SCHEMA public")
     Base.metadata.create_all(engine)
     with Session(engine) as session:  # the migrations create it; create_all does not
-        from app.domain.courses import ensure_practice_course
+        from app.domain.courses.membership import ensure_practice_course
 
         ensure_practice_course(session=session)
         session.commit()
@@ -192,7 +192,7 @@ class RecordingDispatcher:
 
     def run_examples(self, version: Any, code: str, *, wait_s: float, params: dict[str, Any] | None = None) -> Any:
         """Run for real in this process, as the embedded dispatcher does (example runs are never recorded)."""
-        from app.domain.example_runs import run_in_process
+        from app.domain.exercises.example_runs import run_in_process
 
         return run_in_process(version, code, params)
 
@@ -284,7 +284,7 @@ def client(app: FastAPI) -> Iterator[TestClient]:
 @pytest.fixture
 def make_user(db_session: Session) -> Callable[..., User]:
     """Return a factory: ``make_user(role, email=None, password=PASSWORD)`` adds and flushes a user."""
-    from app.domain.security import create_user
+    from app.domain.accounts.passwords import create_user
 
     def make(role: Role = Role.learner, *, email: str | None = None, password: str = PASSWORD) -> User:
         address = email or f"{role.value}-{uuid.uuid4().hex[:10]}@example.com"
@@ -384,7 +384,7 @@ def tiny_files(*, prompt_md: str, queue: str, tag: str) -> dict[str, str]:
 @pytest.fixture
 def make_exercise(db_session: Session) -> Callable[..., TinyExercise]:
     """Return a factory that syncs a tiny code exercise with a unique slug; ``prompt_md``/``queue`` vary it."""
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
     from worker.bank.spec import ExerciseSpec
 
     def make(*, prompt_md: str = "# Add\n\nWrite `add(a, b)`.\n", queue: str = "cpu") -> TinyExercise:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.db import engine_for
+from app.domain.platform.db import engine_for
 from worker.core.config import REPO_ROOT, get_settings
 
 BANK = REPO_ROOT / "exercises"

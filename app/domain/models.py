@@ -18,7 +18,7 @@ Contract:
   each an ordered set of ``AssignmentItem``s (an exercise and its weight) with UTC dates, a late policy, which
   attempt counts and attempt limits. An ``Extension`` gives one learner new dates (audited: granted by, why,
   revoked); a ``GradeOverride`` replaces one gradebook cell (audited, reversible). A ``Submission`` made under
-  an assignment carries its ``assignment_id``. The rules live in ``app.domain.courses``/``assignments``.
+  an assignment carries its ``assignment_id``. The rules live in ``app.domain.courses.membership``/``assignments``.
 - LTI 1.3 (``app.domain.lti``): an ``LtiPlatform`` is one registered client of a platform's issuer, with its
   known deployment ids; ``LtiToolKey`` rows are gpulab's own signing keys; ``LtiNonce`` remembers used launch
   nonces until they expire; ``LtiUser``/``LtiContext``/``LtiLink`` map the platform's users, courses (per
@@ -26,13 +26,13 @@ Contract:
 - ``WorkerBeat`` is one grading process's latest sign of life (every worker and the embedded server write
   theirs); ``RevokedSession`` is a logged-out session nonce, shared by every API process. An ``ApiToken`` is a
   personal access token of the API: its SHA-256 hash, a short prefix, its scopes, last use and revocation.
-- Similarity (``app.domain.similarity_runs``): a ``SimilarityRun`` is one check of an exercise's (or an
+- Similarity (``app.domain.review.similarity_runs``): a ``SimilarityRun`` is one check of an exercise's (or an
   assignment's) counted submissions, a job moving queued → running → done | failed; its ``SimilarityPair`` rows
   are the pairs it ranked, with each side's matched character slices (capped in number).
-- Regrade requests (``app.domain.regrade_requests``): a ``RegradeRequest`` is one learner's request on one item
+- Regrade requests (``app.domain.review.regrade_requests``): a ``RegradeRequest`` is one learner's request on one item
   (exercise x assignment, or practice), at most one per item; its ``RegradeMessage`` rows are the thread, each
   with its author and what it did.
-- Manual grading (``app.domain.manual_grading``): a ``ManualGrade`` is staff's grade of one staff-graded text
+- Manual grading (``app.domain.review.staff_grading``): a ``ManualGrade`` is staff's grade of one staff-graded text
   answer of a quiz attempt (the rubric item ids that apply, a comment, who and when, a revision counter), made
   when the attempt is stored; its points reach the submission's score once it is released.
 """
@@ -60,7 +60,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from app.domain.db import Base
+from app.domain.platform.db import Base
 from worker.core.outcome import Verdict
 
 
@@ -162,7 +162,7 @@ class Submission(Base):
         ForeignKey("assignments.id", ondelete="SET NULL"), nullable=True, index=True
     )
     code: Mapped[str] = mapped_column(Text)
-    # The learner's variant of the exercise it was graded in ({name: value}, app.domain.variants): drawn when it
+    # The learner's variant of the exercise it was graded in ({name: value}, app.domain.catalog.variants): drawn when it
     # was made and kept, so a regrade or a re-run uses the same one. None: an exercise without parameters.
     params: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     status: Mapped[SubmissionStatus] = mapped_column(
@@ -297,7 +297,8 @@ class RevokedSession(Base):
 
 
 class ApiToken(Base):
-    """A personal access token of the API (``app.domain.tokens``): only its hash and a short prefix are kept."""
+    """A personal access token of the API (``app.domain.accounts.tokens``): only its hash and a short prefix are
+    kept."""
 
     __tablename__ = "api_tokens"
 
@@ -314,7 +315,8 @@ class ApiToken(Base):
     user: Mapped[User] = relationship()
 
 
-# --- courses and assignments (app.domain.courses, app.domain.assignments) -----------------------------------
+# --- courses and assignments (app.domain.courses.membership, app.domain.courses.assignments)
+# -----------------------------------
 
 
 class CourseRole(enum.StrEnum):
@@ -378,7 +380,8 @@ class Assignment(Base):
     max_attempts: Mapped[int | None] = mapped_column(Integer, nullable=True)
     rate_burst: Mapped[int | None] = mapped_column(Integer, nullable=True)  # token bucket size
     rate_refill_s: Mapped[int | None] = mapped_column(Integer, nullable=True)  # one token back every N s
-    # What the learners' practice on its exercises does meanwhile: examples_only or counted (app.domain.assignments).
+    # What the learners' practice on its exercises does meanwhile: examples_only or counted
+    # (app.domain.courses.assignments).
     practice: Mapped[str] = mapped_column(String(16), default="examples_only", server_default="examples_only")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -567,7 +570,8 @@ class LtiScoreOutbox(Base):
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
 
 
-# --- similarity checks (app.domain.similarity, app.domain.similarity_runs) ------------------------------------
+# --- similarity checks (app.domain.review.similarity, app.domain.review.similarity_runs)
+# ------------------------------------
 
 
 class SimilarityRun(Base):
@@ -629,7 +633,7 @@ class SimilarityPair(Base):
     submission_b: Mapped[Submission] = relationship(foreign_keys=[submission_b_id])
 
 
-# --- regrade requests (app.domain.regrade_requests) -----------------------------------------------------------
+# --- regrade requests (app.domain.review.regrade_requests) -----------------------------------------------------------
 
 
 class RegradeRequestStatus(enum.StrEnum):
@@ -685,7 +689,7 @@ class RegradeMessage(Base):
     author: Mapped[User | None] = relationship()
 
 
-# --- manual grading (app.domain.manual_grading) ---------------------------------------------------------------
+# --- manual grading (app.domain.review.staff_grading) ---------------------------------------------------------------
 
 
 class ManualGrade(Base):

@@ -19,7 +19,7 @@ from typing import Any
 from celery import Celery
 from kombu import Queue
 
-from app.domain.queues import QUEUES
+from app.domain.platform.queues import QUEUES
 from worker.core.config import Settings, get_settings
 
 GRADE_TASK = "gpulab.grade_submission"
@@ -35,8 +35,13 @@ VISIBILITY_TIMEOUT_S = 2 * GRADING_TIME_LIMIT_S
 def make_celery(settings: Settings | None = None) -> Celery:
     """Build the Celery app for ``settings.broker_url``."""
     settings = settings or get_settings()
-    tasks = ["app.jobs.tasks", "app.jobs.lifecycle", "app.jobs.example_tasks", "app.jobs.check_tasks",
-             "app.jobs.similarity_tasks"]
+    tasks = [
+        "app.jobs.tasks",
+        "app.jobs.lifecycle",
+        "app.jobs.example_tasks",
+        "app.jobs.check_tasks",
+        "app.jobs.similarity_tasks",
+    ]
     celery = Celery("gpulab", broker=settings.broker_url, include=tasks)
     celery.conf.update(
         task_queues=[Queue(name) for name in QUEUES],

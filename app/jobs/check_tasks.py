@@ -1,9 +1,11 @@
 """Instructor checks as Celery jobs: the task a worker of the exercise's queue (``cpu``/``gpu``) runs.
 
 Contract: the message is the check id alone (JSON, validated here); the worker claims the check, runs it with
-its own sandbox and records progress and result through ``app.domain.checks.run_check`` (claim, fencing, heartbeat).
+its own sandbox and records progress and result through ``app.domain.exercises.checks.run_check`` (claim, fencing,
+heartbeat).
 A worker killed mid-check loses nothing: the check's heartbeat stops and the sweeper
-(``app.domain.checks.sweep_checks``) sends it again once its lease expired. A duplicate message is dropped by the
+(``app.domain.exercises.checks.sweep_checks``) sends it again once its lease expired. A duplicate message is dropped by
+the
 claim. The API process never runs this.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from app.domain.db import session_scope
+from app.domain.platform.db import session_scope
 from app.jobs.celery_app import celery_app
 from worker.core.config import get_settings
 
@@ -21,7 +23,7 @@ CHECK_TASK = "gpulab.run_check"
 
 def run_check_job(check_id: object) -> None:
     """Claim and run one check with this worker's sandbox; refuse a message that is not a check id."""
-    from app.domain.checks import fail_check, run_check
+    from app.domain.exercises.checks import fail_check, run_check
     from worker.grading.sandbox import get_sandbox
 
     if not isinstance(check_id, int) or isinstance(check_id, bool) or check_id < 1:

@@ -19,12 +19,13 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from app.domain.db import session_scope
+from app.domain.dispatcher import Dispatcher
 from app.domain.models import SubmissionStatus
-from app.domain.queues import ALL_QUEUES, QUEUES, grading_queue
-from app.domain.submissions import unfinished
+from app.domain.platform.db import session_scope
+from app.domain.platform.queues import ALL_QUEUES, QUEUES, grading_queue
+from app.domain.submissions.lifecycle import unfinished
 from worker.core.config import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -36,33 +37,6 @@ if TYPE_CHECKING:
     from worker.grading.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)
-
-
-class Dispatcher(Protocol):
-    name: str
-    owns_all_running: bool
-
-    def dispatch(self, submission_id: str, queue: str) -> None: ...
-
-    def may_have_lost(self, stale: list[tuple[str, str]], *, waiting_by_queue: dict[str, int]) -> list[str]:
-        """Return the ids among ``stale`` (queued, not picked up for a while) that may never be delivered."""
-        ...
-
-    def run_examples(
-        self, version: ExerciseVersion, code: str, *, wait_s: float, params: dict[str, Any] | None = None
-    ) -> GradeOutcome:
-        """Grade ``code`` against the version's example tests and return the outcome (see app.domain.example_runs)."""
-        ...
-
-    def start_check(self, check_id: int, queue: str) -> None:
-        """Start a committed instructor check (see app.domain.checks)."""
-        ...
-
-    def start_similarity(self, run_id: int) -> None:
-        """Start a committed similarity run (see app.domain.similarity_runs)."""
-        ...
-
-    def shutdown(self) -> None: ...
 
 
 class InProcessDispatcher:
@@ -112,13 +86,13 @@ class InProcessDispatcher:
         self, version: ExerciseVersion, code: str, *, wait_s: float, params: dict[str, Any] | None = None
     ) -> GradeOutcome:
         """Grade in the calling thread (the route holds a RunGate slot): examples are short and interactive."""
-        from app.domain.example_runs import run_in_process
+        from app.domain.exercises.example_runs import run_in_process
 
         return run_in_process(version, code, params)
 
     def start_check(self, check_id: int, queue: str) -> None:
         """Run the check in this process's one check thread, made on first use."""
-        from app.domain.checks import CheckRunner
+        from app.jobs.threads import CheckRunner
 
         with self._lock:
             runner: CheckRunner | None = getattr(self, "_check_runner", None)
@@ -128,7 +102,7 @@ class InProcessDispatcher:
 
     def start_similarity(self, run_id: int) -> None:
         """Run the similarity check in this process's one similarity thread, made on first use."""
-        from app.domain.similarity_runs import SimilarityRunner
+        from app.jobs.threads import SimilarityRunner
 
         with self._lock:
             runner: SimilarityRunner | None = getattr(self, "_similarity_runner", None)
@@ -193,17 +167,13 @@ class CeleryDispatcher:
         """Send the check id to the exercise's queue; a duplicate is harmless because the check is claimed first."""
         from app.jobs.check_tasks import CHECK_TASK
 
-        self._celery.send_task(
-            CHECK_TASK, args=[check_id], queue=grading_queue(queue), retry_policy=self.PUBLISH_RETRY
-        )
+        self._celery.send_task(CHECK_TASK, args=[check_id], queue=grading_queue(queue), retry_policy=self.PUBLISH_RETRY)
 
     def start_similarity(self, run_id: int) -> None:
         """Send the run id to the ``cpu`` queue; a duplicate is harmless because the run is claimed first."""
         from app.jobs.similarity_tasks import SIMILARITY_QUEUE, SIMILARITY_TASK
 
-        self._celery.send_task(
-            SIMILARITY_TASK, args=[run_id], queue=SIMILARITY_QUEUE, retry_policy=self.PUBLISH_RETRY
-        )
+        self._celery.send_task(SIMILARITY_TASK, args=[run_id], queue=SIMILARITY_QUEUE, retry_policy=self.PUBLISH_RETRY)
 
     def broker_backlog(self) -> dict[str, Backlog]:
         """Return what the broker holds per queue: waiting plus delivered, not acknowledged."""

@@ -5,7 +5,8 @@ Contract:
   (``params``) and the code, capped at
   ``MAX_JOB_CODE_CHARS`` here and at the worker's ``max_code_bytes``. The worker re-reads the version by id
   (versions never change, so specs are cached by id) and grades against its example tests in its own sandbox.
-- Runs go to the exercise's lane (``app.domain.queues.lane_for``): a GPU exercise's example runs reach GPU workers.
+- Runs go to the exercise's lane (``app.domain.platform.queues.lane_for``): a GPU exercise's example runs reach GPU
+workers.
 - The task returns an ``ExampleRunReply`` (the outcome, or a learner-facing error and its kind). Only
   this task stores a result: in ``lane_backend``, a Redis result backend on the broker's Redis whose keys
   expire after ``RESULT_TTL_S`` (every other task keeps ``ignore_result``).
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from celery import Task
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from app.domain.queues import lane_for
+from app.domain.platform.queues import lane_for
 from app.jobs.celery_app import celery_app
 from worker.core.config import get_settings
 from worker.core.errors import (
@@ -59,7 +60,8 @@ class ExampleRunJob(BaseModel):
 
     exercise_version_id: int = Field(gt=0)
     code: str = Field(max_length=MAX_JOB_CODE_CHARS)
-    # The learner's variant (app.domain.variants): what the example tests' params fixture holds; {}: the default.
+    # The learner's variant (app.domain.catalog.variants): what the example tests' params fixture holds; {}: the
+    # default.
     params: dict[str, int | float | str] = Field(default_factory=dict, max_length=64)
 
 
@@ -115,9 +117,9 @@ class _LaneTask(Task):
 @functools.lru_cache(maxsize=64)
 def _spec(version_id: int) -> ExerciseSpec:
     """Return the grading spec of a stored code version (immutable, so cached by id)."""
-    from app.domain.db import session_scope
+    from app.domain.catalog.specs import spec_of
     from app.domain.models import ExerciseVersion
-    from app.domain.specs import spec_of
+    from app.domain.platform.db import session_scope
 
     with session_scope() as session:
         version = session.get(ExerciseVersion, version_id)
@@ -130,7 +132,7 @@ def _spec(version_id: int) -> ExerciseSpec:
 
 def run_example_job(payload: object) -> dict[str, Any]:
     """Grade one job's code against its example tests in this worker's sandbox; return the reply as JSON."""
-    from app.domain.example_runs import check_code
+    from app.domain.exercises.example_runs import check_code
     from worker.grading.examples import run_examples
     from worker.grading.sandbox import get_sandbox
 

@@ -18,8 +18,8 @@ import threading
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.domain.db import session_scope
 from app.domain.models import WorkerBeat, utcnow
+from app.domain.platform.db import session_scope
 from worker.core.config import Settings
 
 log = logging.getLogger(__name__)

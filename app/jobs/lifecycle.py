@@ -3,7 +3,8 @@
 Contract (connected to Celery's signals when the worker imports this module, see ``app.jobs.celery_app``):
 - ``worker_ready``: the worker writes its ``WorkerBeat`` (name ``celery@host:pid``-style from Celery's
   hostname, the queues it consumes) every heartbeat interval and runs the sweeper (``app.jobs.sweeper``, with
-  ``app.domain.checks.sweep_checks`` for instructor checks) with a Celery dispatcher on its own app, so stranded
+  ``app.domain.exercises.checks.sweep_checks`` for instructor checks) with a Celery dispatcher on its own app, so
+  stranded
   work is sent again as long as any worker lives.
 - ``worker_shutdown``: both stop; the beat row is marked stopped (an orderly exit is not a dead worker).
 - SIGTERM is Celery's warm shutdown: the worker stops taking messages, finishes the gradings it holds (their

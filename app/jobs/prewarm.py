@@ -20,9 +20,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from app.domain.db import session_scope
-from app.domain.exercises import list_published
-from app.domain.specs import spec_of
+from app.domain.catalog.specs import spec_of
+from app.domain.exercises.bank import list_published
+from app.domain.platform.db import session_scope
 from worker.bank.spec import ExerciseSpec
 from worker.core.config import SandboxKind, Settings
 

@@ -38,9 +38,9 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from app.domain import leases
-from app.domain.db import session_scope
 from app.domain.lti.scores import deliver_due
 from app.domain.models import ExerciseVersion, Submission, SubmissionStatus, utcnow
+from app.domain.platform.db import session_scope
 from app.jobs.heartbeat import ProcessBeat, count_redispatched
 from worker.core.config import Settings
 from worker.core.outcome import Verdict
@@ -149,7 +149,7 @@ def sweep_once(
     report = SweepReport()
     with session_scope() as session:
         jobs = _collect(session=session, settings=settings, dispatcher=dispatcher, report=report)
-    from app.domain import news  # after the commit: live streams show "queued" or the settled error at once
+    from app.domain.platform import news  # after the commit: live streams show "queued" or the settled error at once
 
     for submission_id in report.exhausted:
         news.publish(submission_id)
@@ -229,8 +229,8 @@ class Duties:
     @classmethod
     def start(cls, dispatcher: Dispatcher, settings: Settings, *, name: str, queues: list[str]) -> Duties:
         """Start the beat of ``name`` (serving ``queues``) and a sweeper that sends through ``dispatcher``."""
-        from app.domain.checks import sweep_checks  # instructor checks strand like submissions do
-        from app.domain.similarity_runs import sweep_runs  # and similarity checks
+        from app.domain.exercises.checks import sweep_checks  # instructor checks strand like submissions do
+        from app.domain.review.similarity_runs import sweep_runs  # and similarity checks
 
         beat = ProcessBeat(settings, name=name, queues=queues).start()
         extra = (partial(sweep_checks, dispatcher, settings), partial(sweep_runs, dispatcher, settings))

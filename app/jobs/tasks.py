@@ -8,14 +8,15 @@ Contract:
   transaction, so no database transaction stays open while learner code runs. While the sandbox runs, a
   ``LeaseKeeper`` renews the claim's heartbeat; the result is written only if this grading's attempt still
   holds the submission (``held``), so a grading taken over after a lost lease records nothing.
-- After each of those commits it publishes the change (``app.domain.news``), so a status stream in this process
+- After each of those commits it publishes the change (``app.domain.platform.news``), so a status stream in this process
   (the embedded server) shows it without waiting for its next poll.
 - A database that cannot be reached (a PostgreSQL restart) is waited for with back-off around the claim and
   around the record (``with_database_retry``), so a finished grading is not thrown away; a database away
   for longer gives the message back to the queue (``Reject(requeue=True)``) instead of acknowledging it.
 - Only platform errors (``internal_error``) are retried, up to ``settings.max_attempts`` tries in all;
   then the submission settles as ``error``. Learner verdicts are final.
-- A stored result queues the learner's LTI score in its transaction (``app.domain.lti.scores.queue_score``).
+- A stored result lands through ``app.domain.results.settle.graded`` in its transaction: the staff grade its
+  rubric asks for, the learner's LMS score, and the news once it commits.
 """
 
 from __future__ import annotations
@@ -30,15 +31,14 @@ from celery.exceptions import Reject
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 
-from app.domain import news
-from app.domain.db import session_scope
+from app.domain.catalog.specs import spec_of
+from app.domain.catalog.variants import Params, params_to_grade
 from app.domain.leases import LeaseKeeper, renew
-from app.domain.lti.scores import queue_score
-from app.domain.manual_grading import open_code_grade
 from app.domain.models import Submission
-from app.domain.specs import spec_of
-from app.domain.submissions import claim, held, record_outcome, record_platform_failure
-from app.domain.variants import Params, params_to_grade
+from app.domain.platform import news
+from app.domain.platform.db import session_scope
+from app.domain.results import settle
+from app.domain.submissions.lifecycle import claim, held, record_outcome, record_platform_failure
 from app.jobs.celery_app import GRADE_TASK, celery_app
 from app.jobs.heartbeat import grading_finished, grading_started
 from worker.bank.spec import ExerciseSpec
@@ -87,6 +87,7 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
             outcome = _run_grading(submission_id, spec, code, settings, params)
     finally:
         grading_finished()
+
     def store() -> bool | None:
         with session_scope() as session:
             stored = held(session=session, submission_id=submission_id, attempt=attempt)
@@ -94,18 +95,17 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
                 log.warning("grading %s attempt %d was taken over; result dropped", submission_id, attempt)
                 return None
             if outcome.verdict.is_platform_error:
+                news.publish_after_commit(session, submission_id)  # requeued or given up: the page shows which
                 return not record_platform_failure(
                     session=session, submission=stored, message=outcome.message, max_attempts=settings.max_attempts
                 )
             record_outcome(session=session, submission=stored, outcome=outcome)
-            open_code_grade(session=session, submission=stored)  # staff grading, when the version has a rubric
-            queue_score(session=session, submission=stored)  # the LMS gradebook's score, in this transaction
+            settle.graded(session=session, submission=stored)  # staff grade, LMS score, news: with this commit
             return True
 
     settled = with_database_retry(store, what=f"record {submission_id}")
     if settled is None:
         return None
-    news.publish(submission_id)
     return outcome, settled
 
 
@@ -134,9 +134,7 @@ def _renew(submission_id: str, attempt: int) -> bool:
         return renew(session=session, model=Submission, row_id=submission_id, attempt=attempt)
 
 
-def _run_grading(
-    submission_id: str, spec: ExerciseSpec, code: str, settings: Settings, params: Params
-) -> GradeOutcome:
+def _run_grading(submission_id: str, spec: ExerciseSpec, code: str, settings: Settings, params: Params) -> GradeOutcome:
     """Grade in the sandbox, in the learner's variant; turn a failure of the platform into ``internal_error``."""
     try:
         return grade(spec, code, sandbox=get_sandbox(settings), params=params)

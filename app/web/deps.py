@@ -5,7 +5,8 @@ Contract:
   its settings), rolls back if the route raises and is closed as soon as the route returns (scope
   ``function``), so a long streaming response does not hold a pooled connection. Routes commit.
 - ``SessionFactoryDep`` gives code that outlives the route (the SSE poller) a way to open short sessions.
-- Under ``/api/`` an ``Authorization: Bearer`` access token (``app.domain.tokens``) authenticates instead of the
+- Under ``/api/`` an ``Authorization: Bearer`` access token (``app.domain.accounts.tokens``) authenticates instead of
+the
   session cookie (which is then ignored); elsewhere it is ignored. An unknown or revoked token is ``Unauthorized``;
   a token is ``Forbidden`` where ``required_scope`` says it needs a scope it lacks, or on ``TOKENLESS_PATHS``
   (logging in and out, changing the password, managing tokens). The scope comes from the route: ``staff`` for one
@@ -26,10 +27,10 @@ Contract:
   any for its staff), ``AssignmentStaffDep``, ``ExtensionDep`` (staff of its course). Integer ids are
   ``RowId``: 1..2**31-1 (every id and version number is an ``Integer`` column, 32 bits in PostgreSQL), so an
   id no column can hold is a 422, never a 500.
-- ``DispatcherDep`` is the process dispatcher from ``app.jobs.dispatch``; tests override ``get_dispatcher_dep``.
+- ``DispatcherDep`` is the process dispatcher (``app.domain.dispatcher``'s one port; ``app.jobs.dispatch`` makes
+  it): it grades, runs examples, starts checks and similarity runs. Tests override ``get_dispatcher_dep``.
 - ``SubmitDep`` is the submit use case, written once for every way code arrives (the API, a notebook, the two
   forms without JavaScript): the gate, the stored submission, the commit, then the hand-over to grading.
-  ``CheckStarterDep`` is the same dispatcher as what starts instructor checks.
 
 Cost: FastAPI runs every sync dependency in a threadpool thread (one hand-off each, and behind the GIL a busy
 process pays dearly for every hand-off). Dependencies that do no blocking I/O are therefore ``async def`` and
@@ -45,7 +46,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any
 
 import anyio
 from fastapi import Depends, Path, Request
@@ -55,10 +56,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.domain import courses, coursework
-from app.domain.authoring import get_version
-from app.domain.checks import CheckStarter
-from app.domain.exercises import get_published
+from app.domain.accounts.passwords import LoginLimiter
+from app.domain.accounts.tokens import Scope, user_for_token
+from app.domain.courses import coursework, membership
+from app.domain.dispatcher import Dispatcher
+from app.domain.exercises.authoring import get_version
+from app.domain.exercises.bank import get_published
 from app.domain.models import (
     Assignment,
     Course,
@@ -72,10 +75,9 @@ from app.domain.models import (
     Submission,
     User,
 )
-from app.domain.schemas import MeOut
-from app.domain.security import SESSION_COOKIE, LoginLimiter, user_from_session
-from app.domain.submissions import create_submission, get_for_user
-from app.domain.tokens import Scope, user_for_token
+from app.domain.submissions.lifecycle import create_submission, get_for_user
+from app.web.schemas.auth import MeOut
+from app.web.sessions import SESSION_COOKIE, user_from_session
 from worker.bank.spec import SLUG_RE
 from worker.core.config import Settings
 from worker.core.errors import Forbidden, NotFound, PasswordChangeRequired, Unauthorized
@@ -185,8 +187,10 @@ def _user_from_token(request: Request, session: Session, token: str) -> User:
     user, api_token, recorded = found
     scopes = frozenset(api_token.scopes)
     if needed not in scopes:
-        raise Forbidden(f"this call needs an access token with the {needed.value!r} scope (this one has: "
-                        f"{', '.join(sorted(scopes))})")
+        raise Forbidden(
+            f"this call needs an access token with the {needed.value!r} scope (this one has: "
+            f"{', '.join(sorted(scopes))})"
+        )
     if recorded:
         session.commit()  # its last use; nothing else is pending before the route runs
     request.state.token_scopes = scopes
@@ -260,7 +264,7 @@ def get_exercise(slug: str, session: SessionDep, user: CurrentUser) -> Exercise:
     if _no_such_exercise(slug):
         raise NotFound(f"no exercise called {slug!r}")
     exercise = get_published(session=session, slug=slug)
-    courses.require_exercise_access(session=session, user=user, exercise=exercise)  # practice, or a course of theirs
+    membership.require_exercise_access(session=session, user=user, exercise=exercise)  # practice, or a course of theirs
     return exercise
 
 
@@ -357,13 +361,13 @@ class CourseAccess:
 
     @property
     def is_staff(self) -> bool:
-        return courses.is_staff(self.role)
+        return membership.is_staff(self.role)
 
 
 def get_course_access(slug: str, session: SessionDep, user: CurrentUser) -> CourseAccess:
     if _no_such_exercise(slug):  # the same slug rules: a NUL or an overlong slug names nothing
         raise NotFound(f"no course called {slug!r}")
-    course, role = courses.get_course(session=session, slug=slug, user=user)
+    course, role = membership.get_course(session=session, slug=slug, user=user)
     return CourseAccess(course=course, role=role, user=user)
 
 
@@ -371,7 +375,7 @@ CourseDep = Annotated[CourseAccess, Depends(get_course_access)]
 
 
 def get_course_staff(access: CourseDep, session: SessionDep) -> CourseAccess:
-    courses.require_course_role(session=session, course=access.course, user=access.user, roles=courses.STAFF)
+    membership.require_course_role(session=session, course=access.course, user=access.user, roles=membership.STAFF)
     return access
 
 
@@ -387,8 +391,8 @@ class AssignmentAccess(CourseAccess):
 
 def get_assignment_access(assignment_id: RowId, session: SessionDep, user: CurrentUser) -> AssignmentAccess:
     assignment = session.get(Assignment, assignment_id)
-    role = courses.course_role(session=session, course=assignment.course, user=user) if assignment else None
-    if assignment is None or role is None or not (assignment.is_published or courses.is_staff(role)):
+    role = membership.course_role(session=session, course=assignment.course, user=user) if assignment else None
+    if assignment is None or role is None or not (assignment.is_published or membership.is_staff(role)):
         raise NotFound(f"no assignment {assignment_id}")  # what an outsider cannot see does not exist for them
     return AssignmentAccess(assignment=assignment, course=assignment.course, role=role, user=user)
 
@@ -408,21 +412,13 @@ AssignmentStaffDep = Annotated[AssignmentAccess, Depends(get_assignment_staff)]
 def get_extension(extension_id: RowId, session: SessionDep, user: CurrentUser) -> Extension:
     extension = session.get(Extension, extension_id)
     assignment = session.get(Assignment, extension.assignment_id) if extension else None
-    role = courses.course_role(session=session, course=assignment.course, user=user) if assignment else None
-    if extension is None or not courses.is_staff(role):
+    role = membership.course_role(session=session, course=assignment.course, user=user) if assignment else None
+    if extension is None or not membership.is_staff(role):
         raise NotFound(f"no extension {extension_id}")
     return extension
 
 
 ExtensionDep = Annotated[Extension, Depends(get_extension)]
-
-
-class Dispatcher(Protocol):
-    """What the API needs of ``app.jobs.dispatch.Dispatcher`` (kept here so importing the API loads no worker code)."""
-
-    def dispatch(self, submission_id: str, queue: str) -> None: ...
-
-    def shutdown(self) -> None: ...
 
 
 def _start_dispatcher(request: Request) -> Dispatcher:
@@ -481,16 +477,6 @@ async def get_submitter(session: SessionDep, settings: SettingsDep, dispatcher: 
 
 
 SubmitDep = Annotated[Submitter, Depends(get_submitter)]
-
-
-async def get_check_starter(dispatcher: DispatcherDep) -> CheckStarter:
-    """Return the process dispatcher as what starts checks (a worker in Celery mode, a thread here otherwise)."""
-    if not isinstance(dispatcher, CheckStarter):
-        raise TypeError(f"{type(dispatcher).__name__} cannot start checks")
-    return dispatcher
-
-
-CheckStarterDep = Annotated[CheckStarter, Depends(get_check_starter)]
 
 
 # --- which calls an access token may make ----------------------------------------------------------------------

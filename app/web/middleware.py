@@ -1,6 +1,7 @@
 """The ASGI middlewares of the web side: CSRF refusal of API calls, the request-body size limit, security headers.
 
-Contract: ``CSRFMiddleware`` answers 403 to a state-changing API call that ``app.domain.security.csrf_problem``
+Contract: ``CSRFMiddleware`` answers 403 to a state-changing API call that
+``app.domain.accounts.passwords.csrf_problem``
 refuses; ``BodySizeLimitMiddleware`` answers 413 to a body over its limit (per path prefix) without handing any
 of it to the app, in the learner's words (``worker.core.humane``): where the body carries code (a submission or an
 example run), the sentence names the code limit, which any body over the limit exceeds. Both answer before any
@@ -21,8 +22,8 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.domain.security import UNSAFE_METHODS, csrf_problem, header
 from app.web.errors import PROBLEM_MEDIA_TYPE, kind_for_status, problem_body, problem_of, wants_json
+from app.web.sessions import UNSAFE_METHODS, csrf_problem, header
 from worker.core import humane
 
 CODE_PATH = re.compile(r"/exercises/[^/]+/(submissions|runs)$")  # where a body carries a learner's code
@@ -165,8 +166,12 @@ class SecurityHeadersMiddleware:
                 if own is not None:  # a route's own policy (one extra form target) keeps the framing rule
                     headers = [(k, v) for k, v in headers if k.lower() != b"content-security-policy"]
                     extra = _form_targets(own.decode("latin-1"))
-                    headers.append((b"content-security-policy", page_policy(
-                        form_action=extra, frame_origins=self.frame_origins).encode()))
+                    headers.append(
+                        (
+                            b"content-security-policy",
+                            page_policy(form_action=extra, frame_origins=self.frame_origins).encode(),
+                        )
+                    )
                 elif not docs:
                     headers.append((b"content-security-policy", self.csp))
                 message = {**message, "headers": headers}

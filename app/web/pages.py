@@ -35,9 +35,10 @@ from fastapi import Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from app.domain.schemas import MeOut, as_utc
-from app.domain.security import UNSAFE_METHODS, csrf_token, user_from_session, verify_csrf
+from app.domain.platform.clock import as_utc
 from app.web.deps import get_session_factory
+from app.web.schemas.auth import MeOut
+from app.web.sessions import UNSAFE_METHODS, csrf_token, user_from_session, verify_csrf
 from worker.core import humane
 from worker.core.errors import Forbidden, PasswordChangeRequired, Unauthorized
 

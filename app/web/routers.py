@@ -30,6 +30,7 @@ from app.web.routes import (
     pages,
     pages_account,
     pages_admin,
+    pages_course_staff,
     pages_courses,
     pages_gradebook,
     pages_grading,
@@ -64,6 +65,7 @@ page_router = APIRouter()
 for _router in (
     pages.router,
     pages_courses.router,
+    pages_course_staff.router,
     pages_gradebook.router,
     pages_instructor.router,
     pages_similarity.router,  # /instructor/.../similarity: runs, ranked pairs, side by side

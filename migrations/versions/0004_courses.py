@@ -38,7 +38,9 @@ def upgrade() -> None:
         "courses", sa.column("slug", sa.String), sa.column("title", sa.String), sa.column("is_practice", sa.Boolean),
         sa.column("created_at", sa.DateTime(timezone=True)),
     )  # fmt: skip
-    op.bulk_insert(courses, [{"slug": "practice", "title": "Practice", "is_practice": True, "created_at": datetime.now(UTC)}])
+    op.bulk_insert(
+        courses, [{"slug": "practice", "title": "Practice", "is_practice": True, "created_at": datetime.now(UTC)}]
+    )
 
     op.create_table(
         "assignments",

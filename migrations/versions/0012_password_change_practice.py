@@ -20,9 +20,7 @@ def upgrade() -> None:
     with op.batch_alter_table("users", schema=None) as batch_op:
         batch_op.add_column(sa.Column("must_change_password", sa.Boolean(), server_default=sa.false(), nullable=False))
     with op.batch_alter_table("assignments", schema=None) as batch_op:
-        batch_op.add_column(
-            sa.Column("practice", sa.String(length=16), server_default="examples_only", nullable=False)
-        )
+        batch_op.add_column(sa.Column("practice", sa.String(length=16), server_default="examples_only", nullable=False))
 
 
 def downgrade() -> None:

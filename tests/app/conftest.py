@@ -15,7 +15,7 @@ from pwdlib import PasswordHash
 from pwdlib.hashers.argon2 import Argon2Hasher
 from sqlalchemy.orm import Session
 
-from app.domain import security
+from app.domain.accounts import passwords as security
 from app.domain.models import LtiPlatform
 
 

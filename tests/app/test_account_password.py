@@ -7,9 +7,9 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
-from app.domain import accounts
+from app.domain.accounts import people
+from app.domain.accounts.passwords import verify_password
 from app.domain.models import Role, User
-from app.domain.security import verify_password
 from tests.conftest import PASSWORD, make_test_client
 
 NEW = "a-password-of-my-own"
@@ -24,7 +24,7 @@ def _csrf(page: str) -> str:
 def test_a_one_time_password_must_be_changed_before_anything_else(
     client: TestClient, db_session: Session, login: Callable[..., None]
 ) -> None:
-    account = accounts.create_account(session=db_session, email="fresh@example.com", name="F", role=Role.learner)
+    account = people.create_account(session=db_session, email="fresh@example.com", name="F", role=Role.learner)
     db_session.commit()
     user = db_session.query(User).filter_by(email="fresh@example.com").one()
     assert user.must_change_password
@@ -80,9 +80,9 @@ def test_the_api_changes_a_password_with_the_rules_and_ends_other_sessions(
 
 def test_an_admin_reset_makes_a_one_time_password_and_a_typed_one_does_not(db_session: Session, learner: User) -> None:
     assert not learner.must_change_password
-    accounts.reset_password(session=db_session, user=learner)
+    people.reset_password(session=db_session, user=learner)
     assert learner.must_change_password
-    typed = accounts.create_account(
+    typed = people.create_account(
         session=db_session, email="typed@example.com", name="T", role=Role.learner, password="chosen-by-admin"
     )
     assert not db_session.query(User).filter_by(email=typed.email).one().must_change_password

@@ -12,8 +12,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.models import Role, Submission, SubmissionStatus, User
-from app.domain.stats import grades_csv, percentile, score_chart_svg
-from app.domain.submissions import create_submission
+from app.domain.operations.dashboard import grades_csv, percentile, score_chart_svg
+from app.domain.submissions.lifecycle import create_submission
 from tests.app.test_instructor import token
 from tests.conftest import PASSWORD, TinyExercise
 from worker.core.outcome import Verdict
@@ -65,7 +65,7 @@ def test_grades_csv_rows_match_the_database(
 
 
 def test_csv_cells_that_look_like_formulas_are_prefixed() -> None:
-    from app.domain.stats import Cell, ExerciseRow, GradeMatrix
+    from app.domain.operations.dashboard import Cell, ExerciseRow, GradeMatrix
 
     users = [User(id=i, email=e) for i, e in enumerate(["+a@x.io", "-b@x.io", "@c@x.io", 'q"uote,@x.io'])]
     row = ExerciseRow(slug="s", title="t", max_score=1.0, published=True)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.orm import Session
 
+from app.domain.accounts.passwords import hash_password
 from app.domain.models import Role, User
-from app.domain.security import hash_password
 from tests.conftest import PASSWORD, TinyExercise
 
 if TYPE_CHECKING:

@@ -56,8 +56,12 @@ def test_only_site_instructors_create_courses_and_outsiders_see_nothing(
     refused = client.post("/api/courses", json={"slug": "mine", "title": "Mine"})
     assert refused.status_code == 403 and refused.headers["content-type"] == "application/problem+json"
     mine = client.get("/api/courses").json()
-    assert [c["slug"] for c in mine][:1] == ["practice"] and {"slug": "gpu-101", "title": "GPU 101",
-                                                             "is_practice": False, "role": "learner"} in mine
+    assert [c["slug"] for c in mine][:1] == ["practice"] and {
+        "slug": "gpu-101",
+        "title": "GPU 101",
+        "is_practice": False,
+        "role": "learner",
+    } in mine
     assert client.get("/api/courses/gpu-101/members").status_code == 403  # a learner is no staff
     logout(client)
     login(client, other_learner)

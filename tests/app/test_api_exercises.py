@@ -95,7 +95,7 @@ def test_unknown_or_unpublished_exercise_is_404(
 def test_detail_follows_the_current_version(
     learner_client: TestClient, tiny_exercise: TinyExercise, db_session: Session
 ) -> None:
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
     from worker.bank.spec import ExerciseSpec
 
     files = {**tiny_exercise.files, "prompt.md": "# Second version\n"}

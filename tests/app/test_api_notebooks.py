@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.domain import notebooks
+from app.domain.exercises import notebooks
 from app.domain.models import Exercise, Submission, User
 from tests.app.test_api_courses import _assignment, course, logout  # noqa: F401  (course: a fixture)
 from tests.app.test_quiz_api import quiz  # noqa: F401  (a fixture)
@@ -182,13 +182,20 @@ def test_a_refused_notebook_costs_no_attempt_of_an_assignment(
 
 
 def test_a_quiz_has_no_notebook_and_strangers_get_404_or_401(
-    client: TestClient, learner: User, login: Callable[..., None], quiz: Exercise  # noqa: F811
+    client: TestClient,
+    learner: User,
+    login: Callable[..., None],
+    quiz: Exercise,  # noqa: F811
 ) -> None:
     login(client, learner)
     refused = client.get(f"/api/exercises/{quiz.slug}/notebook")
     assert refused.status_code == 422 and "not a code exercise" in refused.json()["detail"]
     assert client.get("/api/exercises/no-such-exercise/notebook").status_code == 404
-    assert client.post(f"/api/exercises/{quiz.slug}/notebook-submissions",
-                       json={"notebook": json.dumps(_notebook())}).status_code == 422
+    assert (
+        client.post(
+            f"/api/exercises/{quiz.slug}/notebook-submissions", json={"notebook": json.dumps(_notebook())}
+        ).status_code
+        == 422
+    )
     logout(client)
     assert client.get(f"/api/exercises/{quiz.slug}/notebook").status_code == 401

@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.domain.models import Submission, SubmissionStatus, User
-from app.domain.progress import diff_lines
-from app.domain.submissions import create_submission
+from app.domain.submissions.lifecycle import create_submission
+from app.domain.submissions.progress import diff_lines
 from tests.conftest import TinyExercise
 from worker.core.outcome import Verdict
 

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.domain.example_runs import RunGate
+from app.domain.exercises.example_runs import RunGate
 from app.domain.models import Exercise, Submission
 from tests.conftest import TinyExercise, tiny_files
 from worker.bank.spec import ExerciseSpec
@@ -46,7 +46,7 @@ def subtraction_fails_with_feedback(job: FakeJob) -> Reply:
 @pytest.fixture
 def graded_example(db_session: Session) -> Exercise:
     """An exercise whose example test checks ``add`` and explains a failure."""
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
 
     tag = uuid.uuid4().hex[:12]
     files = tiny_files(prompt_md="Add.\n", queue="cpu", tag=tag)

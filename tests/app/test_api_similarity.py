@@ -13,10 +13,10 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy.orm import Session
 
-from app.domain import courses
+from app.domain.courses import membership
 from app.domain.models import Assignment, AssignmentItem, CourseRole, Role, User
-from app.domain.similarity_runs import run_similarity
-from app.web.routes.api_similarity import get_similarity_starter
+from app.domain.review.similarity_runs import run_similarity
+from app.web.deps import get_dispatcher_dep
 from tests.app.test_similarity import COMMENTED, FLAT, RENAMED, STARTER_ONLY_1, _exercise, _submit
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ class Starter:
 @pytest.fixture
 def starter(app: FastAPI) -> Starter:
     recorder = Starter()
-    app.dependency_overrides[get_similarity_starter] = lambda: recorder
+    app.dependency_overrides[get_dispatcher_dep] = lambda: recorder
     return recorder
 
 
@@ -170,7 +170,7 @@ def test_course_staff_start_an_assignment_check_and_outsiders_do_not(
     starter: Starter,
 ) -> None:
     exercise = _exercise(db_session)
-    course = courses.create_course(
+    course = membership.create_course(
         session=db_session, slug=f"sim-{uuid.uuid4().hex[:8]}", title="Similarity", creator=instructor
     )
     assignment = Assignment(course_id=course.id, title="Week 1", position=0)
@@ -178,8 +178,8 @@ def test_course_staff_start_an_assignment_check_and_outsiders_do_not(
     db_session.add(assignment)
     db_session.commit()
     ta, member, outsider = make_user(Role.learner), make_user(Role.learner), make_user(Role.learner)
-    courses.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
-    courses.enroll(session=db_session, course=course, user=member)
+    membership.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
+    membership.enroll(session=db_session, course=course, user=member)
     db_session.commit()
     login(client, outsider)
     assert client.post(f"/api/assignments/{assignment.id}/similarity", json={}).status_code == 404

@@ -13,9 +13,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain import news
 from app.domain.models import Role, Submission, SubmissionStatus, TestResult, User
-from app.domain.submissions import create_submission
+from app.domain.platform import news
+from app.domain.submissions.lifecycle import create_submission
 from app.web.routes import api_submissions
 from tests.conftest import RecordingDispatcher, TinyExercise
 from worker.core.outcome import Verdict

@@ -18,7 +18,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import AwareDatetime, BaseModel
 
-from app.domain.schemas import as_utc
+from app.domain.platform.clock import as_utc
 from app.web.routes.api_lti import KeyOut
 
 

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain import tokens
+from app.domain.accounts import tokens
 from app.domain.models import ApiToken, Role, Submission, User
-from app.domain.submissions import create_submission
+from app.domain.submissions.lifecycle import create_submission
 from tests.app.test_api_courses import _assignment, course, logout  # noqa: F401  (course: a fixture)
 from tests.conftest import RecordingDispatcher, TinyExercise
 from worker.core.errors import Forbidden

@@ -1,4 +1,5 @@
-"""``app.domain.assignments`` on real rows: dates and extensions, windows, attempts, the rate, the gate, what counts."""
+"""``app.domain.courses.assignments`` on real rows: dates and extensions, windows, attempts, the rate, the gate, what
+counts."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 from sqlalchemy import Engine, delete, update
 from sqlalchemy.orm import Session
 
-from app.domain import assignments
-from app.domain.assignments import Dates, Rate, Window, check_submit, credit_pct, window
+from app.domain.courses import assignments
+from app.domain.courses.assignments import Dates, Rate, Window, check_submit, credit_pct, window
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -538,8 +539,8 @@ def test_the_newest_override_replaces_the_score_and_a_reverted_one_does_not(
 def test_a_quiz_attempt_counts_like_any_submission(
     db_session: Session, make_assignment: MakeAssignment, learner: User
 ) -> None:
-    from app.domain.exercises import upsert_exercise
-    from app.domain.quiz import answer_quiz
+    from app.domain.exercises.bank import upsert_exercise
+    from app.domain.submissions.quiz import answer_quiz
     from worker.bank.spec import ExerciseSpec
 
     files = {

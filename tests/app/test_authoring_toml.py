@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tomllib
 
-from app.domain.authoring import AuthoringForm, WrongForm, files_from_form
+from app.domain.exercises.authoring import AuthoringForm, WrongForm, files_from_form
 from tests.conftest import tiny_files
 from worker.bank.spec import ExerciseSpec
 

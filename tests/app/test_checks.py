@@ -1,4 +1,5 @@
-"""``app.domain.checks``: the claim that fences a check's writes and the sweeper's ``redispatchable_checks``."""
+"""``app.domain.exercises.checks``: the claim that fences a check's writes and the sweeper's
+``redispatchable_checks``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy.orm import Session
 
-from app.domain.checks import EXHAUSTED, claim_check, create_check, redispatchable_checks
+from app.domain.exercises.checks import EXHAUSTED, claim_check, create_check, redispatchable_checks
 from app.domain.models import ExerciseCheck, utcnow
 from tests.conftest import TinyExercise
 

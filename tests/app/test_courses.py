@@ -11,10 +11,11 @@ import pytest
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
-from app.domain import accounts, courses
-from app.domain.courses import Outcome
+from app.domain.accounts import people
+from app.domain.accounts.passwords import verify_password
+from app.domain.courses import membership
+from app.domain.courses.membership import Outcome
 from app.domain.models import Assignment, AssignmentItem, Course, CourseMember, CourseRole, Role, User, utcnow
-from app.domain.security import verify_password
 from tests.conftest import TinyExercise
 from worker.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 
@@ -32,7 +33,7 @@ def no_practice(db_session: Session) -> None:
 
 @pytest.fixture
 def course(db_session: Session, instructor: User) -> Course:
-    made = courses.create_course(session=db_session, slug="gpu-101", title="GPU programming", creator=instructor)
+    made = membership.create_course(session=db_session, slug="gpu-101", title="GPU programming", creator=instructor)
     db_session.commit()
     return made
 
@@ -56,61 +57,61 @@ def add_assignment(
 
 
 def test_the_creator_becomes_instructor_and_slugs_are_unique(db_session: Session, course: Course, admin: User) -> None:
-    (only,) = courses.members(session=db_session, course=course)
+    (only,) = membership.members(session=db_session, course=course)
     assert only.role is CourseRole.instructor and only.source == "manual" and course.title == "GPU programming"
     with pytest.raises(Conflict, match="already exists"):
-        courses.create_course(session=db_session, slug="gpu-101", title="Again", creator=admin)
+        membership.create_course(session=db_session, slug="gpu-101", title="Again", creator=admin)
     # The failed attempt left the transaction usable.
-    assert courses.create_course(session=db_session, slug="gpu-102", title=" Two ", creator=admin).title == "Two"
+    assert membership.create_course(session=db_session, slug="gpu-102", title=" Two ", creator=admin).title == "Two"
 
 
 @pytest.mark.parametrize("slug", ["ab", "Gpu", "-gpu", "gpu-", "gpu 101", "gpu\n", "g\x00pu", "x" * 65])
 def test_bad_slugs_are_refused(db_session: Session, instructor: User, slug: str) -> None:
     with pytest.raises(InvalidInput, match="not a valid course slug"):
-        courses.create_course(session=db_session, slug=slug, title="T", creator=instructor)
+        membership.create_course(session=db_session, slug=slug, title="T", creator=instructor)
 
 
 def test_titles_creators_and_the_practice_slug_are_checked(
     db_session: Session, instructor: User, learner: User
 ) -> None:
     with pytest.raises(Forbidden, match="only instructors and admins"):
-        courses.create_course(session=db_session, slug="mine", title="Mine", creator=learner)
+        membership.create_course(session=db_session, slug="mine", title="Mine", creator=learner)
     for title, problem in [("  ", "empty"), ("x" * 201, "longer than 200"), ("a\x00b", "NUL"), ("\ud800", "not valid")]:
         with pytest.raises(InvalidInput, match=problem):
-            courses.create_course(session=db_session, slug="mine", title=title, creator=instructor)
+            membership.create_course(session=db_session, slug="mine", title=title, creator=instructor)
     with pytest.raises(Conflict, match="kept for the practice course"):
-        courses.create_course(session=db_session, slug="practice", title="Mine", creator=instructor)
+        membership.create_course(session=db_session, slug="practice", title="Mine", creator=instructor)
 
 
 def test_practice_course_is_made_once(db_session: Session, no_practice: None) -> None:
-    assert courses.find_practice_course(session=db_session) is None
-    first = courses.ensure_practice_course(session=db_session)
+    assert membership.find_practice_course(session=db_session) is None
+    first = membership.ensure_practice_course(session=db_session)
     assert (first.slug, first.title, first.is_practice) == ("practice", "Practice", True)
-    assert courses.practice_course(session=db_session).id == first.id
-    assert courses.ensure_practice_course(session=db_session).id == first.id
+    assert membership.practice_course(session=db_session).id == first.id
+    assert membership.ensure_practice_course(session=db_session).id == first.id
     assert db_session.scalar(select(func.count(Course.id)).where(Course.is_practice.is_(True))) == 1
 
 
 def test_get_course_hides_courses_from_outsiders(db_session: Session, course: Course, learner: User) -> None:
     with pytest.raises(NotFound, match="no course called 'gpu-101'"):
-        courses.get_course(session=db_session, slug="gpu-101", user=learner)
+        membership.get_course(session=db_session, slug="gpu-101", user=learner)
     with pytest.raises(NotFound):
-        courses.get_course(session=db_session, slug="no\x00such", user=learner)
-    courses.enroll(session=db_session, course=course, user=learner)
-    assert courses.get_course(session=db_session, slug="gpu-101", user=learner) == (course, CourseRole.learner)
+        membership.get_course(session=db_session, slug="no\x00such", user=learner)
+    membership.enroll(session=db_session, course=course, user=learner)
+    assert membership.get_course(session=db_session, slug="gpu-101", user=learner) == (course, CourseRole.learner)
 
 
 # --- roles ---------------------------------------------------------------------------------------------------
 
 
 def test_role_helpers() -> None:
-    assert [courses.is_staff(r) for r in (CourseRole.instructor, CourseRole.ta, CourseRole.learner, None)] == [
+    assert [membership.is_staff(r) for r in (CourseRole.instructor, CourseRole.ta, CourseRole.learner, None)] == [
         True,
         True,
         False,
         False,
     ]
-    assert [courses.can_edit(r) for r in (CourseRole.instructor, CourseRole.ta, CourseRole.learner, None)] == [
+    assert [membership.can_edit(r) for r in (CourseRole.instructor, CourseRole.ta, CourseRole.learner, None)] == [
         True,
         False,
         False,
@@ -122,64 +123,64 @@ def test_course_roles(
     db_session: Session, course: Course, instructor: User, admin: User, learner: User, make_user: MakeUser
 ) -> None:
     other_instructor = make_user(Role.instructor)
-    assert courses.course_role(session=db_session, course=course, user=instructor) is CourseRole.instructor
-    assert courses.course_role(session=db_session, course=course, user=admin) is CourseRole.instructor  # no row
-    assert courses.course_role(session=db_session, course=course, user=learner) is None
-    assert courses.course_role(session=db_session, course=course, user=other_instructor) is None  # not theirs
-    practice = courses.practice_course(session=db_session)
-    assert courses.course_role(session=db_session, course=practice, user=learner) is CourseRole.learner
-    assert courses.course_role(session=db_session, course=practice, user=other_instructor) is CourseRole.instructor
+    assert membership.course_role(session=db_session, course=course, user=instructor) is CourseRole.instructor
+    assert membership.course_role(session=db_session, course=course, user=admin) is CourseRole.instructor  # no row
+    assert membership.course_role(session=db_session, course=course, user=learner) is None
+    assert membership.course_role(session=db_session, course=course, user=other_instructor) is None  # not theirs
+    practice = membership.practice_course(session=db_session)
+    assert membership.course_role(session=db_session, course=practice, user=learner) is CourseRole.learner
+    assert membership.course_role(session=db_session, course=practice, user=other_instructor) is CourseRole.instructor
     ta = make_user(Role.learner)
-    courses.enroll(session=db_session, course=practice, user=ta, role=CourseRole.ta)
-    assert courses.course_role(session=db_session, course=practice, user=ta) is CourseRole.ta
+    membership.enroll(session=db_session, course=practice, user=ta, role=CourseRole.ta)
+    assert membership.course_role(session=db_session, course=practice, user=ta) is CourseRole.ta
 
 
 def test_require_course_role_says_not_found_or_forbidden(
     db_session: Session, course: Course, learner: User, other_learner: User, admin: User
 ) -> None:
     with pytest.raises(NotFound, match="no course called 'gpu-101'"):
-        courses.require_course_role(session=db_session, course=course, user=learner, roles=courses.ANY_ROLE)
-    courses.enroll(session=db_session, course=course, user=learner)
+        membership.require_course_role(session=db_session, course=course, user=learner, roles=membership.ANY_ROLE)
+    membership.enroll(session=db_session, course=course, user=learner)
     with pytest.raises(Forbidden) as info:
-        courses.require_course_role(session=db_session, course=course, user=learner, roles=courses.STAFF)
+        membership.require_course_role(session=db_session, course=course, user=learner, roles=membership.STAFF)
     assert info.value.message == (
         "this needs an instructor or a TA of the course 'GPU programming'; you are a learner there"
     )
-    courses.enroll(session=db_session, course=course, user=other_learner, role=CourseRole.ta)
+    membership.enroll(session=db_session, course=course, user=other_learner, role=CourseRole.ta)
     with pytest.raises(Forbidden, match="needs an instructor of the course"):
-        courses.require_course_role(
+        membership.require_course_role(
             session=db_session, course=course, user=other_learner, roles={CourseRole.instructor}
         )
-    assert courses.require_course_role(session=db_session, course=course, user=admin, roles={CourseRole.instructor})
+    assert membership.require_course_role(session=db_session, course=course, user=admin, roles={CourseRole.instructor})
 
 
 # --- membership ----------------------------------------------------------------------------------------------
 
 
 def test_enroll_is_idempotent_and_never_lowers_a_role(db_session: Session, course: Course, learner: User) -> None:
-    member, new = courses.enroll(session=db_session, course=course, user=learner, role=CourseRole.ta, source="csv")
+    member, new = membership.enroll(session=db_session, course=course, user=learner, role=CourseRole.ta, source="csv")
     assert new and member.role is CourseRole.ta
-    again, new = courses.enroll(session=db_session, course=course, user=learner, source="invite")
+    again, new = membership.enroll(session=db_session, course=course, user=learner, source="invite")
     assert not new and again.id == member.id and again.role is CourseRole.ta and again.source == "csv"
-    raised, _ = courses.enroll(session=db_session, course=course, user=learner, role=CourseRole.instructor)
+    raised, _ = membership.enroll(session=db_session, course=course, user=learner, role=CourseRole.instructor)
     assert raised.role is CourseRole.instructor
-    lowered, _ = courses.enroll(
+    lowered, _ = membership.enroll(
         session=db_session, course=course, user=learner, role=CourseRole.learner, source="lti", update_role=True
     )
     assert lowered.role is CourseRole.learner and member_count(db_session, course) == 2
     with pytest.raises(InvalidInput, match="unknown enrollment source"):
-        courses.enroll(session=db_session, course=course, user=learner, source="carrier-pigeon")
+        membership.enroll(session=db_session, course=course, user=learner, source="carrier-pigeon")
 
 
 def test_the_last_instructor_stays(db_session: Session, course: Course, instructor: User, learner: User) -> None:
     with pytest.raises(Conflict, match="only instructor"):
-        courses.unenroll(session=db_session, course=course, user=instructor)
+        membership.unenroll(session=db_session, course=course, user=instructor)
     with pytest.raises(Conflict, match="only instructor"):
-        courses.enroll(session=db_session, course=course, user=instructor, role=CourseRole.ta, update_role=True)
-    courses.enroll(session=db_session, course=course, user=learner, role=CourseRole.instructor)
-    assert courses.unenroll(session=db_session, course=course, user=instructor) is True
-    assert courses.unenroll(session=db_session, course=course, user=instructor) is False
-    assert courses.course_role(session=db_session, course=course, user=instructor) is None
+        membership.enroll(session=db_session, course=course, user=instructor, role=CourseRole.ta, update_role=True)
+    membership.enroll(session=db_session, course=course, user=learner, role=CourseRole.instructor)
+    assert membership.unenroll(session=db_session, course=course, user=instructor) is True
+    assert membership.unenroll(session=db_session, course=course, user=instructor) is False
+    assert membership.course_role(session=db_session, course=course, user=instructor) is None
 
 
 def test_members_are_listed_by_role_then_email(db_session: Session, course: Course, make_user: MakeUser) -> None:
@@ -187,11 +188,11 @@ def test_members_are_listed_by_role_then_email(db_session: Session, course: Cour
     amy = make_user(Role.learner, email="amy@example.com")
     tom = make_user(Role.learner, email="tom@example.com")
     for user, role in [(zed, CourseRole.learner), (amy, CourseRole.learner), (tom, CourseRole.ta)]:
-        courses.enroll(session=db_session, course=course, user=user, role=role)
-    listed = courses.members(session=db_session, course=course)
+        membership.enroll(session=db_session, course=course, user=user, role=role)
+    listed = membership.members(session=db_session, course=course)
     assert [m.role for m in listed] == [CourseRole.instructor, CourseRole.ta, CourseRole.learner, CourseRole.learner]
     assert [m.user.email for m in listed[1:]] == ["tom@example.com", "amy@example.com", "zed@example.com"]
-    learners = courses.members(session=db_session, course=course, role=CourseRole.learner)
+    learners = membership.members(session=db_session, course=course, role=CourseRole.learner)
     assert [m.user.email for m in learners] == ["amy@example.com", "zed@example.com"]
 
 
@@ -203,7 +204,7 @@ def test_csv_keeps_good_rows_and_says_what_happened_to_each(
 ) -> None:
     known = make_user(Role.learner, email="known@example.com")
     ta = make_user(Role.learner, email="ta@example.com")
-    courses.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
+    membership.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
     text = (
         "email,role,name\n"
         "Known@Example.com,,\n"  # an account already: added as learner
@@ -217,7 +218,7 @@ def test_csv_keeps_good_rows_and_says_what_happened_to_each(
         "nul@example.com,,A\x00B\n"
         "much@example.com,,,extra\n"
     )
-    report = courses.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
+    report = membership.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
     db_session.commit()
     by_line = {r.line: r for r in report.rows}
     assert [r.line for r in report.rows] == [2, 3, 4, 5, 6, 7, 8, 10, 11]
@@ -235,8 +236,8 @@ def test_csv_keeps_good_rows_and_says_what_happened_to_each(
     assert report.count(Outcome.refused) == 6 and report.count(Outcome.created) == 1
     made = db_session.scalars(select(User).where(User.email == "new@example.com")).one()
     assert made.role is Role.learner and made.name == "New Person" and verify_password(new.password, made.password_hash)
-    assert courses.course_role(session=db_session, course=course, user=made) is CourseRole.ta
-    assert courses.course_role(session=db_session, course=course, user=known) is CourseRole.learner
+    assert membership.course_role(session=db_session, course=course, user=made) is CourseRole.ta
+    assert membership.course_role(session=db_session, course=course, user=known) is CourseRole.learner
     member = db_session.scalars(select(CourseMember).where(CourseMember.user_id == known.id)).one()
     assert member.source == "csv"
     assert db_session.scalar(select(User.id).where(User.email == "odd@example.com")) is None
@@ -245,14 +246,14 @@ def test_csv_keeps_good_rows_and_says_what_happened_to_each(
 def test_csv_raises_a_role_and_runs_twice_without_change(
     db_session: Session, course: Course, instructor: User, learner: User
 ) -> None:
-    courses.enroll(session=db_session, course=course, user=learner)
+    membership.enroll(session=db_session, course=course, user=learner)
     text = f"email,role\n{learner.email},ta\nfresh@example.com,\n"
-    first = courses.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
+    first = membership.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
     assert [(r.outcome, r.role, r.reason) for r in first.rows] == [
         (Outcome.updated, "ta", "was a learner"),
         (Outcome.created, "learner", ""),
     ]
-    again = courses.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
+    again = membership.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
     assert [(r.outcome, r.password) for r in again.rows] == [(Outcome.already, ""), (Outcome.already, "")]
     assert member_count(db_session, course) == 3
 
@@ -261,22 +262,22 @@ def test_a_ta_adds_learners_but_no_staff(
     db_session: Session, course: Course, make_user: MakeUser, learner: User
 ) -> None:
     ta = make_user(Role.learner)
-    courses.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
+    membership.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
     text = "email,role\nboss@example.com,instructor\nhelper@example.com,TA\npupil@example.com,Learner\n"
-    report = courses.enroll_csv(session=db_session, course=course, text=text, actor=ta)
+    report = membership.enroll_csv(session=db_session, course=course, text=text, actor=ta)
     assert [r.outcome for r in report.rows] == [Outcome.refused, Outcome.refused, Outcome.created]
     assert report.rows[0].reason == "only an instructor of the course may add instructors"
     assert report.rows[1].reason == "only an instructor of the course may add TAs"
     assert db_session.scalar(select(User.id).where(User.email == "boss@example.com")) is None
-    courses.enroll(session=db_session, course=course, user=learner)
+    membership.enroll(session=db_session, course=course, user=learner)
     with pytest.raises(Forbidden):
-        courses.enroll_csv(session=db_session, course=course, text="email\nx@example.com\n", actor=learner)
+        membership.enroll_csv(session=db_session, course=course, text="email\nx@example.com\n", actor=learner)
     with pytest.raises(NotFound):
-        courses.enroll_csv(session=db_session, course=course, text="email\nx@example.com\n", actor=make_user())
+        membership.enroll_csv(session=db_session, course=course, text="email\nx@example.com\n", actor=make_user())
 
 
 def test_an_admin_may_add_instructors_by_csv(db_session: Session, course: Course, admin: User) -> None:
-    report = courses.enroll_csv(session=db_session, course=course, text="co@example.com,Co Teacher,instructor\n",
+    report = membership.enroll_csv(session=db_session, course=course, text="co@example.com,Co Teacher,instructor\n",
                                 actor=admin)  # fmt: skip
     assert [(r.outcome, r.role) for r in report.rows] == [(Outcome.created, "instructor")]
 
@@ -287,13 +288,15 @@ def test_csv_headers_bytes_and_disabled_accounts(
     gone = make_user(Role.learner, email="gone@example.com")
     gone.is_active = False
     db_session.flush()
-    report = courses.enroll_csv(
+    report = membership.enroll_csv(
         session=db_session, course=course, text="\ufeffname,email\nGone,gone@example.com\n".encode(), actor=instructor
     )
     (row,) = report.rows
     assert row.outcome is Outcome.added and "disabled" in row.reason
     # Without a header the admin import's order holds: email, name, role.
-    (row,) = courses.enroll_csv(session=db_session, course=course, text="h@example.com,Hal,ta\n", actor=instructor).rows
+    (row,) = membership.enroll_csv(
+        session=db_session, course=course, text="h@example.com,Hal,ta\n", actor=instructor
+    ).rows
     assert (row.outcome, row.role) == (Outcome.created, "ta")
     assert db_session.scalars(select(User).where(User.email == "h@example.com")).one().name == "Hal"
 
@@ -304,8 +307,8 @@ def test_csv_headers_bytes_and_disabled_accounts(
         ("", "holds no people"),
         ("email,role\n\n", "holds no people"),
         ("email,team\na@example.com,x\n", "unknown column"),
-        ("email\n" + "".join(f"p{i}@example.com\n" for i in range(accounts.MAX_IMPORT_ROWS + 1)), "enroll at most"),
-        ("email\n" + "x" * (accounts.MAX_IMPORT_BYTES + 1), "the limit is 256 KB"),
+        ("email\n" + "".join(f"p{i}@example.com\n" for i in range(people.MAX_IMPORT_ROWS + 1)), "enroll at most"),
+        ("email\n" + "x" * (people.MAX_IMPORT_BYTES + 1), "the limit is 256 KB"),
         (b"email\n\xff\xfe@example.com\n", "not UTF-8"),
         ("email\n\ud800@example.com\n", "not valid text"),
         ("email\n" + "x" * 140_000, "not a readable CSV"),  # a field over the csv module's limit
@@ -315,15 +318,15 @@ def test_csv_files_out_of_bounds_are_refused_whole(
     db_session: Session, course: Course, instructor: User, text: str | bytes, problem: str
 ) -> None:
     with pytest.raises(InvalidInput, match=problem):
-        courses.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
+        membership.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
     assert member_count(db_session, course) == 1
 
 
 def test_the_report_is_safe_to_open_in_a_spreadsheet(db_session: Session, course: Course, instructor: User) -> None:
     text = 'email\n=cmd@example.com\n"=HYPERLINK(""http://x"")"\n@SUM(1)\n'
-    report = courses.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
+    report = membership.enroll_csv(session=db_session, course=course, text=text, actor=instructor)
     rows = list(csv.DictReader(io.StringIO(report.as_csv())))
-    assert list(rows[0]) == list(courses.REPORT_COLUMNS)
+    assert list(rows[0]) == list(membership.REPORT_COLUMNS)
     assert [r["email"] for r in rows] == ["'=cmd@example.com", '\'=HYPERLINK("http://x")', "'@SUM(1)"]
     assert rows[0]["outcome"] == "created" and rows[0]["password"] == report.rows[0].password
     assert all(not r[c].startswith(("=", "+", "-", "@")) for r in rows for c in r)
@@ -331,7 +334,7 @@ def test_the_report_is_safe_to_open_in_a_spreadsheet(db_session: Session, course
 
 def test_the_admin_import_reads_a_header_that_starts_with_name(db_session: Session) -> None:
     # The admin import reads a header that starts with another column now that the rule is shared.
-    report = accounts.import_csv(session=db_session, data=b"name,email\nAda,ada@example.com\n")
+    report = people.import_csv(session=db_session, data=b"name,email\nAda,ada@example.com\n")
     assert report.errors == [] and [(a.email, a.name) for a in report.created] == [("ada@example.com", "Ada")]
 
 
@@ -341,39 +344,39 @@ def test_the_admin_import_reads_a_header_that_starts_with_name(db_session: Sessi
 def test_invite_links_rotate_and_join_idempotently(
     db_session: Session, course: Course, learner: User, other_learner: User
 ) -> None:
-    token = courses.invite_token_for(session=db_session, course=course)
-    assert len(token) >= 32 and courses.invite_token_for(session=db_session, course=course) == token
-    assert courses.join_by_invite(session=db_session, token=token, user=learner).id == course.id
-    assert courses.join_by_invite(session=db_session, token=token, user=learner).id == course.id
+    token = membership.invite_token_for(session=db_session, course=course)
+    assert len(token) >= 32 and membership.invite_token_for(session=db_session, course=course) == token
+    assert membership.join_by_invite(session=db_session, token=token, user=learner).id == course.id
+    assert membership.join_by_invite(session=db_session, token=token, user=learner).id == course.id
     member = db_session.scalars(select(CourseMember).where(CourseMember.user_id == learner.id)).one()
     assert (member.role, member.source) == (CourseRole.learner, "invite")
-    fresh = courses.invite_token_for(session=db_session, course=course, rotate=True)
+    fresh = membership.invite_token_for(session=db_session, course=course, rotate=True)
     assert fresh != token
     with pytest.raises(NotFound, match="no longer valid"):
-        courses.join_by_invite(session=db_session, token=token, user=other_learner)
-    courses.join_by_invite(session=db_session, token=fresh, user=other_learner)
+        membership.join_by_invite(session=db_session, token=token, user=other_learner)
+    membership.join_by_invite(session=db_session, token=fresh, user=other_learner)
     assert member_count(db_session, course) == 3
-    courses.close_invite(session=db_session, course=course)
+    membership.close_invite(session=db_session, course=course)
     with pytest.raises(NotFound):
-        courses.join_by_invite(session=db_session, token=fresh, user=other_learner)
+        membership.join_by_invite(session=db_session, token=fresh, user=other_learner)
 
 
 def test_joining_by_invite_keeps_a_staff_role(db_session: Session, course: Course, instructor: User) -> None:
-    token = courses.invite_token_for(session=db_session, course=course)
-    courses.join_by_invite(session=db_session, token=token, user=instructor)
-    assert courses.course_role(session=db_session, course=course, user=instructor) is CourseRole.instructor
+    token = membership.invite_token_for(session=db_session, course=course)
+    membership.join_by_invite(session=db_session, token=token, user=instructor)
+    assert membership.course_role(session=db_session, course=course, user=instructor) is CourseRole.instructor
 
 
 @pytest.mark.parametrize("token", ["", "x", "a\x00b", "y" * 65, "../../etc"])
 def test_tokens_no_course_has_are_not_found(db_session: Session, course: Course, learner: User, token: str) -> None:
-    courses.invite_token_for(session=db_session, course=course)
+    membership.invite_token_for(session=db_session, course=course)
     with pytest.raises(NotFound):
-        courses.join_by_invite(session=db_session, token=token, user=learner)
+        membership.join_by_invite(session=db_session, token=token, user=learner)
 
 
 def test_the_practice_course_has_no_invite_link(db_session: Session) -> None:
     with pytest.raises(InvalidInput, match="open to everyone"):
-        courses.invite_token_for(session=db_session, course=courses.practice_course(session=db_session))
+        membership.invite_token_for(session=db_session, course=membership.practice_course(session=db_session))
 
 
 # --- visibility ----------------------------------------------------------------------------------------------
@@ -382,16 +385,18 @@ def test_the_practice_course_has_no_invite_link(db_session: Session) -> None:
 def test_courses_of_lists_practice_first_and_admins_see_all(
     db_session: Session, course: Course, make_user: MakeUser, learner: User, admin: User, no_practice: None
 ) -> None:
-    other = courses.create_course(session=db_session, slug="art-200", title="Art", creator=make_user(Role.instructor))
-    assert courses.courses_of(session=db_session, user=learner) == []
-    courses.enroll(session=db_session, course=course, user=learner)
-    assert courses.courses_of(session=db_session, user=learner) == [(course, CourseRole.learner)]
-    practice = courses.ensure_practice_course(session=db_session)
-    assert courses.courses_of(session=db_session, user=learner) == [
+    other = membership.create_course(
+        session=db_session, slug="art-200", title="Art", creator=make_user(Role.instructor)
+    )
+    assert membership.courses_of(session=db_session, user=learner) == []
+    membership.enroll(session=db_session, course=course, user=learner)
+    assert membership.courses_of(session=db_session, user=learner) == [(course, CourseRole.learner)]
+    practice = membership.ensure_practice_course(session=db_session)
+    assert membership.courses_of(session=db_session, user=learner) == [
         (practice, CourseRole.learner),
         (course, CourseRole.learner),
     ]
-    assert courses.courses_of(session=db_session, user=admin) == [
+    assert membership.courses_of(session=db_session, user=admin) == [
         (practice, CourseRole.instructor),
         (other, CourseRole.instructor),
         (course, CourseRole.instructor),
@@ -405,13 +410,13 @@ def test_learners_see_published_assignments_staff_see_all(
     draft = add_assignment(db_session, course, tiny_exercise, title="Draft", position=1, is_published=False)
     first = add_assignment(db_session, course, tiny_exercise, title="First", position=0)
     with pytest.raises(NotFound):
-        courses.visible_assignments(session=db_session, course=course, user=learner)
-    courses.enroll(session=db_session, course=course, user=learner)
+        membership.visible_assignments(session=db_session, course=course, user=learner)
+    membership.enroll(session=db_session, course=course, user=learner)
     ta = make_user(Role.learner)
-    courses.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
-    assert courses.visible_assignments(session=db_session, course=course, user=learner) == [first, second]
-    assert courses.visible_assignments(session=db_session, course=course, user=ta) == [first, draft, second]
-    assert courses.visible_assignments(session=db_session, course=course, user=admin) == [first, draft, second]
+    membership.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
+    assert membership.visible_assignments(session=db_session, course=course, user=learner) == [first, second]
+    assert membership.visible_assignments(session=db_session, course=course, user=ta) == [first, draft, second]
+    assert membership.visible_assignments(session=db_session, course=course, user=admin) == [first, draft, second]
 
 
 def test_exercise_access_without_the_practice_course(
@@ -429,12 +434,12 @@ def test_exercise_access_without_the_practice_course(
     add_assignment(db_session, course, open_ex, opens_at=utcnow() - timedelta(hours=1))
     add_assignment(db_session, course, later_ex, title="Later", opens_at=soon)
     add_assignment(db_session, course, draft_ex, title="Draft", is_published=False)
-    courses.enroll(session=db_session, course=course, user=learner)
+    membership.enroll(session=db_session, course=course, user=learner)
     ta = make_user(Role.learner)
-    courses.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
+    membership.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
 
     def may(user: User, ex: TinyExercise, now: datetime | None = None) -> bool:
-        return courses.may_open_exercise(session=db_session, user=user, exercise=ex.exercise, now=now)
+        return membership.may_open_exercise(session=db_session, user=user, exercise=ex.exercise, now=now)
 
     assert [may(learner, e) for e in (open_ex, later_ex, draft_ex, loose_ex)] == [True, False, False, False]
     assert may(learner, later_ex, now=soon + timedelta(seconds=1))
@@ -443,19 +448,19 @@ def test_exercise_access_without_the_practice_course(
     for site_staff in (admin, make_user(Role.instructor)):
         assert all(may(site_staff, e) for e in (open_ex, later_ex, draft_ex, loose_ex))
     with pytest.raises(NotFound, match=f"no exercise called '{loose_ex.slug}'"):
-        courses.require_exercise_access(session=db_session, user=learner, exercise=loose_ex.exercise)
-    courses.require_exercise_access(session=db_session, user=learner, exercise=open_ex.exercise)
+        membership.require_exercise_access(session=db_session, user=learner, exercise=loose_ex.exercise)
+    membership.require_exercise_access(session=db_session, user=learner, exercise=open_ex.exercise)
 
 
 def test_the_practice_course_opens_every_published_exercise(
     db_session: Session, tiny_exercise: TinyExercise, learner: User, admin: User, no_practice: None
 ) -> None:
-    assert not courses.may_open_exercise(session=db_session, user=learner, exercise=tiny_exercise.exercise)
-    courses.ensure_practice_course(session=db_session)
-    assert courses.may_open_exercise(session=db_session, user=learner, exercise=tiny_exercise.exercise)
+    assert not membership.may_open_exercise(session=db_session, user=learner, exercise=tiny_exercise.exercise)
+    membership.ensure_practice_course(session=db_session)
+    assert membership.may_open_exercise(session=db_session, user=learner, exercise=tiny_exercise.exercise)
     tiny_exercise.exercise.is_published = False
     db_session.flush()
     for user in (learner, admin):
-        assert not courses.may_open_exercise(session=db_session, user=user, exercise=tiny_exercise.exercise)
+        assert not membership.may_open_exercise(session=db_session, user=user, exercise=tiny_exercise.exercise)
         with pytest.raises(NotFound):
-            courses.require_exercise_access(session=db_session, user=user, exercise=tiny_exercise.exercise)
+            membership.require_exercise_access(session=db_session, user=user, exercise=tiny_exercise.exercise)

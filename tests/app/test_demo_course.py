@@ -10,8 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.cli import DEMO_ASSIGNMENT, DEMO_COURSE, DEMO_USERS, demo_course
-from app.domain import assignments, courses
-from app.domain.exercises import sync_bank
+from app.domain.courses import assignments, membership
+from app.domain.exercises.bank import sync_bank
 from app.domain.models import Course, CourseRole, Role, User, utcnow
 from worker.core.config import REPO_ROOT
 
@@ -34,8 +34,8 @@ def test_the_demo_course_is_made_once_with_an_assignment_due_next_week(
     learner = db_session.scalar(select(User).where(User.email == DEMO_USERS[0][0]))
     teacher = db_session.scalar(select(User).where(User.email == DEMO_USERS[1][0]))
     assert learner is not None and teacher is not None
-    assert courses.course_role(session=db_session, course=course, user=learner) is CourseRole.learner
-    assert courses.course_role(session=db_session, course=course, user=teacher) is CourseRole.instructor
+    assert membership.course_role(session=db_session, course=course, user=learner) is CourseRole.learner
+    assert membership.course_role(session=db_session, course=course, user=teacher) is CourseRole.instructor
     (assignment,) = course.assignments
     assert [i.exercise.slug for i in assignment.items] == DEMO_ASSIGNMENT
     assert assignment.due_at is not None

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.domain.exercises import upsert_exercise
+from app.domain.exercises.bank import upsert_exercise
 from app.domain.models import Role, Submission, SubmissionStatus, User
 from tests.app.test_api_courses import CODE, _assignment, _iso, course, logout
 from tests.app.test_pages_courses import form_token

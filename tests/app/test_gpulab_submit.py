@@ -11,8 +11,8 @@ from app.clients import gpulab_submit as cli
 
 def test_events_are_read_as_the_server_frames_them() -> None:
     stream = io.BytesIO(
-        b": keep-alive\r\n\r\nevent: status\r\ndata: {\"a\": 1}\r\n\r\n"
-        b"event: status\ndata:{\"b\":\ndata: 2}\n\n: ping\n\nevent: status\ndata: {\"c\": 3}\n"
+        b': keep-alive\r\n\r\nevent: status\r\ndata: {"a": 1}\r\n\r\n'
+        b'event: status\ndata:{"b":\ndata: 2}\n\n: ping\n\nevent: status\ndata: {"c": 3}\n'
     )
     assert list(cli.events(stream)) == [("status", '{"a": 1}'), ("status", '{"b":\n2}'), ("status", '{"c": 3}')]
 

@@ -22,7 +22,9 @@ def test_a_message_that_is_not_a_submission_id_is_dropped(message: object, monke
 
 def test_a_database_that_stays_away_gives_the_message_back(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     closed = free_port()  # nothing listens: every connection is refused at once
-    configure(monkeypatch, mode="dev", data_dir=str(tmp_path), database_url=f"postgresql://postgres@127.0.0.1:{closed}/x")
+    configure(
+        monkeypatch, mode="dev", data_dir=str(tmp_path), database_url=f"postgresql://postgres@127.0.0.1:{closed}/x"
+    )
     monkeypatch.setattr(tasks, "DB_GIVE_UP_S", 1.2)
     started = time.monotonic()
     with pytest.raises(Reject) as rejected:

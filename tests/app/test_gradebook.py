@@ -1,4 +1,5 @@
-"""``app.domain.gradebook`` on real rows: cells as ``assignments.counted`` has them, totals, overrides, CSV, queries."""
+"""``app.domain.courses.gradebook`` on real rows: cells as ``assignments.counted`` has them, totals, overrides, CSV,
+queries."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from app.domain import assignments, courses, gradebook
-from app.domain.gradebook import AssignmentHead, Cell, Column, Gradebook, LearnerGrades, OverrideNote
+from app.domain.courses import assignments, gradebook, membership
+from app.domain.courses.gradebook import AssignmentHead, Cell, Column, Gradebook, LearnerGrades, OverrideNote
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -113,14 +114,14 @@ def world(
     db_session: Session, make_user: MakeUser, make_exercise: Callable[..., TinyExercise], instructor: User
 ) -> World:
     db = db_session
-    course = courses.create_course(
+    course = membership.create_course(
         session=db, slug=f"gpu-{uuid.uuid4().hex[:8]}", title="GPU programming", creator=instructor
     )
     names = ("ada", "bob", "cy", "dee", "ta", "outsider")
     people = {n: make_user(Role.learner, email=f"{n}-{uuid.uuid4().hex[:6]}@example.com") for n in names}
     for name in ("ada", "bob", "cy", "dee"):
-        courses.enroll(session=db, course=course, user=people[name])
-    courses.enroll(session=db, course=course, user=people["ta"], role=CourseRole.ta)
+        membership.enroll(session=db, course=course, user=people[name])
+    membership.enroll(session=db, course=course, user=people["ta"], role=CourseRole.ta)
     db.commit()
     ex1, ex2 = make_exercise().exercise, make_exercise().exercise
     dated = {"opens_at": OPENS, "due_at": DUE, "late_until": LATE, "late_credit_pct": 50.0}
@@ -256,10 +257,10 @@ def test_my_grades_is_my_row_without_unpublished_assignments(db_session: Session
 
 
 def test_an_empty_course_has_no_rows_and_no_total(db_session: Session, instructor: User, learner: User) -> None:
-    course = courses.create_course(session=db_session, slug="empty-101", title="Empty", creator=instructor)
+    course = membership.create_course(session=db_session, slug="empty-101", title="Empty", creator=instructor)
     book = gradebook.gradebook(session=db_session, course=course, viewer=instructor)
     assert (book.rows, book.columns, book.assignments) == ((), (), ())
-    courses.enroll(session=db_session, course=course, user=learner)
+    membership.enroll(session=db_session, course=course, user=learner)
     (row,) = gradebook.gradebook(session=db_session, course=course, viewer=instructor).rows
     assert (row.cells, row.assignment_pct, row.total_pct) == ((), {}, None)
 
@@ -367,7 +368,7 @@ def test_an_override_needs_a_learner_of_the_course_and_an_item_of_the_course(
                 session=db_session, course=world.course, item=item, learner=not_a_learner, score_pct=1,
                 comment="x", actor=world.instructor,
             )  # fmt: skip
-    elsewhere = courses.create_course(session=db_session, slug="elsewhere", title="Elsewhere", creator=instructor)
+    elsewhere = membership.create_course(session=db_session, slug="elsewhere", title="Elsewhere", creator=instructor)
     foreign = add_assignment(db_session, elsewhere, "Theirs", 0, [(make_exercise().exercise, 1.0)])
     with pytest.raises(NotFound, match="no item"):
         gradebook.override(
@@ -497,7 +498,7 @@ def test_the_gradebook_reads_a_fixed_number_of_queries(
     week3 = add_assignment(db_session, course, "Week 3", 3, [(e, 1.0) for e in more])
     for n in range(5):
         user = make_user(Role.learner)
-        courses.enroll(session=db_session, course=course, user=user)
+        membership.enroll(session=db_session, course=course, user=user)
         extend(db_session, week3, user, utcnow(), due_at=LATE)
         for exercise in more:
             submit(db_session, week3, user, exercise, DUE + n * HOUR)

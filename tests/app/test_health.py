@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.domain.db import Base, engine_for
-from app.domain.exercises import upsert_exercise
+from app.domain.exercises.bank import upsert_exercise
 from app.domain.models import Exercise, GradingRecord, Submission, SubmissionStatus, WorkerBeat
+from app.domain.platform.db import Base, engine_for
 from app.jobs.dispatch import reset_dispatcher
 from app.main import create_app
 from app.web.routes.health import PROBE_DEADLINE_S

@@ -14,8 +14,8 @@ import pytest
 import redis
 from sqlalchemy.orm import Session
 
-from app.domain.db import Base, engine_for
-from app.domain.exercises import upsert_exercise
+from app.domain.exercises.bank import upsert_exercise
+from app.domain.platform.db import Base, engine_for
 from app.main import create_app
 from tests.app.test_health import HEALTH_REDIS_URL, client_from, parse, value
 from tests.conftest import tiny_files

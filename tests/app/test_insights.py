@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.orm import Session
 
-from app.domain.insights import exercise_insights
 from app.domain.models import Exercise, Role, Submission, SubmissionStatus, TestResult, User
-from app.domain.quiz import answer_quiz
-from app.domain.submissions import create_submission
+from app.domain.review.insights import exercise_insights
+from app.domain.submissions.lifecycle import create_submission
+from app.domain.submissions.quiz import answer_quiz
 from tests.conftest import TinyExercise
 from worker.core.outcome import Verdict
 
@@ -121,7 +121,7 @@ def test_an_exercise_nobody_tried_has_empty_insights(
 
 @pytest.fixture
 def quiz(db_session: Session) -> Exercise:
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
     from worker.bank.spec import ExerciseSpec
 
     files = {"exercise.toml": 'title = "A quiz"\nkind = "quiz"\ntopic = "Quizzes"\n', "prompt.md": "Answer.",

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.models import Exercise, ExerciseCheck, GradingRecord, SubmissionStatus, TestResult, User
-from app.domain.submissions import create_submission
+from app.domain.submissions.lifecycle import create_submission
 from tests.app.test_instructor_zip import make_zip
 from tests.conftest import RecordingDispatcher, TinyExercise, tiny_files
 from worker.core.outcome import Verdict
@@ -250,7 +250,7 @@ def test_regrade_archives_the_old_result_and_requeues(
         "finished": False,
     }
     # The grading task's claim takes the requeued row exactly once.
-    from app.domain.submissions import claim
+    from app.domain.submissions.lifecycle import claim
 
     assert claim(session=db_session, submission_id=sub.id, lease_s=900) is not None
     assert claim(session=db_session, submission_id=sub.id, lease_s=900) is None
@@ -259,8 +259,8 @@ def test_regrade_archives_the_old_result_and_requeues(
 
 
 def test_sync_does_not_unpublish_exercises_made_in_the_browser(db_session: Session, tmp_path) -> None:
-    from app.domain.authoring import add_draft, validate
-    from app.domain.exercises import sync_bank
+    from app.domain.exercises.authoring import add_draft, validate
+    from app.domain.exercises.bank import sync_bank
 
     spec = validate("browser-only", tiny_files(prompt_md="x", queue="cpu", tag="b"))
     version, _ = add_draft(session=db_session, spec=spec, source="editor", user=None)
@@ -274,8 +274,8 @@ def test_sync_does_not_unpublish_exercises_made_in_the_browser(db_session: Sessi
 def test_run_check_records_progress(db_session: Session, settings, fake_sandbox: FakeSandbox) -> None:
     import textwrap
 
-    from app.domain.authoring import add_draft, validate
-    from app.domain.checks import create_check, run_check
+    from app.domain.exercises.authoring import add_draft, validate
+    from app.domain.exercises.checks import create_check, run_check
 
     files = {
         "exercise.toml": 'title = "Check me"\n[limits]\ntimeout_s = 20\nmemory_mb = 256\n\n[[wrong]]\n'

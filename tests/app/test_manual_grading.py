@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain import courses
-from app.domain import manual_grading as mg
-from app.domain.exercises import upsert_exercise
+from app.domain.courses import membership
+from app.domain.exercises.bank import upsert_exercise
 from app.domain.models import CourseRole, Exercise, ManualGrade, Role, Submission, TestResult, User
-from app.domain.quiz import answer_quiz
+from app.domain.review import staff_grading as mg
+from app.domain.submissions.quiz import answer_quiz
 from tests.app.test_gradebook import add_assignment
 from tests.app.test_instructor import token as csrf_token
 from worker.bank.spec import ExerciseSpec
@@ -158,9 +158,11 @@ def test_who_may_grade(
 ) -> None:
     practice = grade_of(db_session, attempt(db_session, quiz, learner))
     ta = make_user(Role.learner)
-    course = courses.create_course(session=db_session, slug=f"g-{uuid.uuid4().hex[:6]}", title="G", creator=instructor)
-    courses.enroll(session=db_session, course=course, user=learner)
-    courses.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
+    course = membership.create_course(
+        session=db_session, slug=f"g-{uuid.uuid4().hex[:6]}", title="G", creator=instructor
+    )
+    membership.enroll(session=db_session, course=course, user=learner)
+    membership.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
     db_session.commit()
     assignment = add_assignment(db_session, course, "W1", 0, [(quiz, 1.0)])
     sub, _ = answer_quiz(session=db_session, user=learner, exercise=quiz, answers={"explain": "Two replicas."},
@@ -173,7 +175,6 @@ def test_who_may_grade(
             mg.get_grade(session=db_session, grade_id=grade.id, user=stranger)
     with pytest.raises(NotFound):
         mg.release(session=db_session, exercise=quiz, user=ta)
-
 
 
 def test_the_queue_the_form_a_conflict_and_the_learners_view(
@@ -245,9 +246,11 @@ def test_a_ta_works_through_the_assignments_queue_but_only_instructors_release(
     make_user: Callable[..., User], instructor: User,
 ) -> None:  # fmt: skip
     ta = make_user(Role.learner)
-    course = courses.create_course(session=db_session, slug=f"q-{uuid.uuid4().hex[:6]}", title="Q", creator=instructor)
-    courses.enroll(session=db_session, course=course, user=learner)
-    courses.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
+    course = membership.create_course(
+        session=db_session, slug=f"q-{uuid.uuid4().hex[:6]}", title="Q", creator=instructor
+    )
+    membership.enroll(session=db_session, course=course, user=learner)
+    membership.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
     db_session.commit()
     assignment = add_assignment(db_session, course, "Week 1", 0, [(quiz, 1.0)])
     attempt(db_session, quiz, learner)  # practice: not in the assignment's queue

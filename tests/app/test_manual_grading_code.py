@@ -11,10 +11,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain import manual_grading as mg
-from app.domain.exercises import upsert_exercise
+from app.domain.exercises.bank import upsert_exercise
 from app.domain.models import Exercise, ManualGrade, Role, Submission, SubmissionStatus, TestResult, User
-from app.domain.regrade import start_regrade
+from app.domain.results import staff_grades as sg
+from app.domain.review import staff_grading as mg
+from app.domain.submissions.regrade import start_regrade
 from tests.app.test_instructor import token as csrf_token
 from tests.conftest import tiny_files
 from worker.bank.spec import ExerciseSpec
@@ -74,7 +75,7 @@ def graded(
     ])  # fmt: skip
     db.add(sub)
     db.flush()
-    mg.open_code_grade(session=db, submission=sub)
+    sg.open_code_grade(session=db, submission=sub)
     db.commit()
     return sub
 
@@ -113,7 +114,7 @@ def test_release_adds_the_rubric_on_top_of_the_tests_with_line_comments(
 ) -> None:
     sub = graded(db_session, exercise, learner, small=False)  # tests: 3 of 5
     (grade,) = grades(db_session, exercise)
-    assert (grade.question, grade.max_points, mg.answer_text(grade)) == (mg.CODE, 2.0, CODE)
+    assert (grade.question, grade.max_points, sg.answer_text(grade)) == (sg.CODE, 2.0, CODE)
     mg.save(session=db_session, grade=grade, user=instructor, checked=["clear-names", "explains"], comment="Tidy.",
             revision=0, line_comments=[(2, "This comment earns its point."), (3, "  ")])  # fmt: skip
     assert grade.points == 2.0 and grade.line_comments == [{"line": 2, "text": "This comment earns its point."}]
@@ -125,7 +126,7 @@ def test_release_adds_the_rubric_on_top_of_the_tests_with_line_comments(
     db_session.commit()
     db_session.refresh(sub)
     assert (sub.score, sub.max_score, sub.verdict) == (5.0, 7.0, Verdict.failed)  # the tests' verdict stands
-    rubric = next(t for t in sub.tests if t.name == mg.RUBRIC_TEST)
+    rubric = next(t for t in sub.tests if t.name == sg.RUBRIC_TEST)
     assert (rubric.points, rubric.max_points, rubric.position) == (2.0, 2.0, 2)
     assert "Line 2: This comment earns its point." in rubric.message and "Comment: Tidy." in rubric.message
     # A deduction can take points the tests gave, never below 0 in all.
@@ -152,7 +153,7 @@ def test_a_regrade_keeps_the_staff_grade_and_applies_it_again(
     negative = TestResult(position=1, name="test_add.py::test_negative", outcome="passed", points=3.0, max_points=3.0)
     sub.tests.extend([small, negative])
     db_session.flush()
-    mg.open_code_grade(session=db_session, submission=sub)
+    sg.open_code_grade(session=db_session, submission=sub)
     assert sub.score == 6.0 and len(grades(db_session, exercise)) == 1
 
 
@@ -201,7 +202,10 @@ def test_the_grading_page_shows_the_variant_the_learner_had(
     instructor: User, make_user: Callable[..., User],
 ) -> None:  # fmt: skip
     with_variant = graded(db_session, exercise, learner)
-    with_variant.params = {"gpus": 4, "batch": 32}  # as an exercise with [params] stores it (app.domain.variants)
+    with_variant.params = {
+        "gpus": 4,
+        "batch": 32,
+    }  # as an exercise with [params] stores it (app.domain.catalog.variants)
     plain = graded(db_session, exercise, make_user(Role.learner))
     db_session.commit()
     by_submission = {g.submission_id: g for g in grades(db_session, exercise)}

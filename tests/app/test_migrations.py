@@ -8,8 +8,8 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect, text
 
-from app.domain.db import engine_for
-from app.domain.migrate import alembic_config, upgrade
+from app.domain.platform.db import engine_for
+from app.domain.platform.migrate import alembic_config, upgrade
 from tests.support import fresh_postgres_db, require_service
 
 TABLES = {
@@ -70,15 +70,20 @@ def test_0012_keeps_rows_with_their_defaults(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'm.db'}"
     upgrade("0011", database_url=url)
     with engine_for(url).begin() as conn:
-        conn.execute(text(
-            "INSERT INTO users (id, email, password_hash, role, is_active, name, created_at) "
-            "VALUES (1, 'a@example.com', 'x', 'learner', 1, '', '2026-12-01')"
-        ))
+        conn.execute(
+            text(
+                "INSERT INTO users (id, email, password_hash, role, is_active, name, created_at) "
+                "VALUES (1, 'a@example.com', 'x', 'learner', 1, '', '2026-12-01')"
+            )
+        )
         course_id = conn.execute(text("SELECT id FROM courses WHERE slug = 'practice'")).scalar_one()
-        conn.execute(text(
-            "INSERT INTO assignments (id, course_id, title, position, is_published, late_credit_pct, counts, "
-            "created_at) VALUES (1, :course, 'A', 0, 1, 50, 'best', '2026-12-01')"
-        ), {"course": course_id})
+        conn.execute(
+            text(
+                "INSERT INTO assignments (id, course_id, title, position, is_published, late_credit_pct, counts, "
+                "created_at) VALUES (1, :course, 'A', 0, 1, 50, 'best', '2026-12-01')"
+            ),
+            {"course": course_id},
+        )
     upgrade("head", database_url=url)
     with engine_for(url).connect() as conn:
         assert conn.execute(text("SELECT must_change_password FROM users")).scalar_one() in (0, False)
@@ -92,19 +97,23 @@ def test_0015_adds_params_to_submissions_and_keeps_them_without_it(tmp_path: Pat
     url = f"sqlite:///{tmp_path / 'm.db'}"
     upgrade("0014", database_url=url)
     with engine_for(url).begin() as conn:
-        conn.execute(text(
-            "INSERT INTO exercises (id, slug, is_published, created_at) VALUES (1, 'ex', 1, '2026-12-02')"
-        ))
-        conn.execute(text(
-            "INSERT INTO exercise_versions (id, exercise_id, number, content_hash, title, kind, topic, difficulty, "
-            "framework, queue, max_score, files, created_at, source) VALUES (1, 1, 1, 'h', 't', 'code', 'T', "
-            "'beginner', 'python', 'cpu', 1, '{}', '2026-12-02', 'bank')"
-        ))
-        conn.execute(text(
-            "INSERT INTO submissions (id, exercise_version_id, code, status, max_score, stdout, stderr, message, "
-            "device, sandbox, attempts, created_at) VALUES ('old', 1, 'x', 'graded', 1, '', '', '', '', '', 0, "
-            "'2026-12-02')"
-        ))
+        conn.execute(
+            text("INSERT INTO exercises (id, slug, is_published, created_at) VALUES (1, 'ex', 1, '2026-12-02')")
+        )
+        conn.execute(
+            text(
+                "INSERT INTO exercise_versions (id, exercise_id, number, content_hash, title, kind, topic, difficulty, "
+                "framework, queue, max_score, files, created_at, source) VALUES (1, 1, 1, 'h', 't', 'code', 'T', "
+                "'beginner', 'python', 'cpu', 1, '{}', '2026-12-02', 'bank')"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO submissions (id, exercise_version_id, code, status, max_score, stdout, stderr, message, "
+                "device, sandbox, attempts, created_at) VALUES ('old', 1, 'x', 'graded', 1, '', '', '', '', '', 0, "
+                "'2026-12-02')"
+            )
+        )
     upgrade("0015", database_url=url)
     with engine_for(url).begin() as conn:
         assert conn.execute(text("SELECT params FROM submissions WHERE id = 'old'")).scalar_one() is None

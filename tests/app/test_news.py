@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from app.domain import news
+from app.domain.platform import news
 from tests.redis_server import PrivateRedis
 from tests.support import child_env, configure, require_service, wait_for
 from worker.core.config import REPO_ROOT

@@ -1,4 +1,5 @@
-"""``app.domain.notebooks`` on the real bank: the downloaded notebook's example cells, run in a Python namespace as a
+"""``app.domain.exercises.notebooks`` on the real bank: the downloaded notebook's example cells, run in a Python
+namespace as a
 kernel runs them, pass for the reference solution and fail with the example's own message for a known-wrong one."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import nbformat
 import pytest
 from sqlalchemy.orm import Session
 
-from app.domain import notebooks
-from app.domain.exercises import upsert_exercise
+from app.domain.exercises import notebooks
+from app.domain.exercises.bank import upsert_exercise
 from tests.support import BANK, bank_file
 from worker.bank.spec import load_exercise
 
@@ -38,7 +39,9 @@ def test_the_bank_exercises_notebook_runs_its_examples_against_the_solution_cell
     notebook = nbformat.reads(notebooks.notebook_text(exercise), as_version=4)
     nbformat.validate(notebook)
     assert [c.metadata.get("tags") for c in notebook.cells if c.cell_type == "code"] == [
-        ["solution"], ["examples"], ["examples"]
+        ["solution"],
+        ["examples"],
+        ["examples"],
     ]
     passed = _run(notebook, bank_file(SLUG, "solution.py"))
     assert "test_examples.py: 2 passed, 0 failed" in passed, passed

@@ -36,8 +36,8 @@ from schemathesis.checks import (
 from schemathesis.python.asgi import ASGIClient
 from sqlalchemy.orm import Session
 
+from app.domain.accounts.passwords import LoginLimiter
 from app.domain.models import SubmissionStatus, User
-from app.domain.security import LoginLimiter
 from tests.conftest import PASSWORD, RecordingDispatcher, TinyExercise
 from worker.core.outcome import Verdict
 
@@ -75,13 +75,13 @@ def existing(
     tiny_exercise: TinyExercise, learner: User, instructor: User, admin: User, db_session: Session
 ) -> dict[str, list[Any]]:
     """Make rows for every kind of path id; return the ids that exist, by path parameter name."""
-    from app.domain.checks import create_check
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
+    from app.domain.exercises.checks import create_check
     from app.domain.models import SimilarityPair
-    from app.domain.regrade import start_regrade
-    from app.domain.similarity import Params
-    from app.domain.similarity_runs import create_run
-    from app.domain.submissions import create_submission
+    from app.domain.review.similarity import Params
+    from app.domain.review.similarity_runs import create_run
+    from app.domain.submissions.lifecycle import create_submission
+    from app.domain.submissions.regrade import start_regrade
     from worker.bank.spec import ExerciseSpec
 
     quiz, _ = upsert_exercise(session=db_session, spec=ExerciseSpec.from_files("fuzz-quiz", QUIZ_FILES))
@@ -135,7 +135,7 @@ def role_token(role: str, learner: User, db_session: Session) -> str | None:
     """The token role's access token: the learner's, with the read and submit scopes."""
     if role != "token":
         return None
-    from app.domain.tokens import Scope, create_token
+    from app.domain.accounts.tokens import Scope, create_token
 
     _row, token = create_token(session=db_session, user=learner, name="fuzz", scopes=[Scope.read, Scope.submit])
     db_session.commit()

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.domain.models import Submission, SubmissionStatus, User
-from app.domain.submissions import create_submission
+from app.domain.submissions.lifecycle import create_submission
 from tests.conftest import PASSWORD, RecordingDispatcher, TinyExercise
 from worker.core.outcome import Verdict
 

@@ -300,7 +300,7 @@ def test_extensions_are_granted_and_revoked_through_the_forms(
     login(client, learner)
     html = client.get("/courses/gpu-101").text
     assert "Your dates (extended)" in html and "3 attempts left" in html
-    assert "3 per exercise <span class=\"meta\">(1, +2 for you)</span>" in html
+    assert '3 per exercise <span class="meta">(1, +2 for you)</span>' in html
     assert '<time datetime="2030-01-10T00:00:00+00:00" data-format="long">' in html
     logout(client)
 
@@ -388,7 +388,7 @@ def test_a_quiz_under_an_assignment_has_its_page_with_the_gate(
     client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,
     db_session: Session,
 ) -> None:  # fmt: skip
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
     from tests.app.test_quiz_api import QUIZ
     from worker.bank.spec import ExerciseSpec
 
@@ -411,9 +411,7 @@ def test_a_quiz_under_an_assignment_has_its_page_with_the_gate(
     assert f"due on {stamp}; 1 attempt left" in page  # the gate's date is a time element, shown in the viewer's zone
     assert "Your best attempt counts for Quiz week" in page
 
-    partial = client.post(
-        "/api/exercises/week-quiz/quiz", json={"answers": {"q1": ["b"]}, "assignment_id": made["id"]}
-    )
+    partial = client.post("/api/exercises/week-quiz/quiz", json={"answers": {"q1": ["b"]}, "assignment_id": made["id"]})
     assert partial.status_code == 422 and "2 of 3 questions are unanswered" in partial.json()["detail"]
     assert "1 attempt left" in client.get(link).text  # the refusal cost nothing
     whole = {"q1": ["b"], "q2": ["a"], "q3": "one two three four five six"}

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain import courses
+from app.domain.courses import membership
 from app.domain.models import Assignment, AssignmentItem, GradeOverride, Submission, SubmissionStatus, User, utcnow
 from tests.conftest import TinyExercise
 from worker.core.outcome import Verdict
@@ -37,8 +37,8 @@ class Graded:
 @pytest.fixture
 def graded(db_session: Session, instructor: User, learner: User, tiny_exercise: TinyExercise) -> Graded:
     db = db_session
-    course = courses.create_course(session=db, slug=SLUG, title="Gradebook 101", creator=instructor)
-    courses.enroll(session=db, course=course, user=learner)
+    course = membership.create_course(session=db, slug=SLUG, title="Gradebook 101", creator=instructor)
+    membership.enroll(session=db, course=course, user=learner)
     now = utcnow()
     assignment = Assignment(
         course_id=course.id, title="Week 1", position=0, due_at=now - timedelta(days=2),

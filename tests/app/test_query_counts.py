@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from app.domain.models import Submission, SubmissionStatus, TestResult, User
-from app.domain.submissions import create_submission
+from app.domain.submissions.lifecycle import create_submission
 from tests.conftest import TinyExercise
 from worker.core.outcome import Verdict
 

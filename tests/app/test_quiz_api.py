@@ -53,7 +53,7 @@ SECRETS = ("SECRET-", '"answer"', '"correct"', "explanation", "model_answer", "r
 
 @pytest.fixture
 def quiz(db_session: Session) -> Exercise:
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
     from worker.bank.spec import ExerciseSpec
 
     files = {

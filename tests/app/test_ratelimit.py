@@ -1,4 +1,5 @@
-"""``app.domain.ratelimit``: moving windows in memory and on real Redis, shared by limiters, soft when Redis is away."""
+"""``app.domain.platform.ratelimit``: moving windows in memory and on real Redis, shared by limiters, soft when Redis
+is away."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.domain import ratelimit
-from app.domain.ratelimit import Limiter, Rule, limiter_for, make_limiter
+from app.domain.platform import ratelimit
+from app.domain.platform.ratelimit import Limiter, Rule, limiter_for, make_limiter
 from tests.redis_server import PrivateRedis
 from tests.support import free_port, require_service
 from worker.core.config import Settings

@@ -12,8 +12,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain import assignments, courses
-from app.domain import regrade_requests as rr
+from app.domain.courses import assignments, membership
 from app.domain.models import (
     Assignment,
     CourseRole,
@@ -28,6 +27,7 @@ from app.domain.models import (
     SubmissionStatus,
     User,
 )
+from app.domain.review import regrade_requests as rr
 from tests.app.test_gradebook import add_assignment, submit
 from tests.app.test_instructor import token as csrf_token
 from tests.conftest import RecordingDispatcher, TinyExercise
@@ -56,15 +56,15 @@ class Class:
 @pytest.fixture
 def klass(db_session: Session, make_user: Callable[..., User], instructor: User, tiny_exercise: TinyExercise) -> Class:
     db = db_session
-    course = courses.create_course(session=db, slug=f"c-{uuid.uuid4().hex[:8]}", title="GPUs", creator=instructor)
-    other_course = courses.create_course(
+    course = membership.create_course(session=db, slug=f"c-{uuid.uuid4().hex[:8]}", title="GPUs", creator=instructor)
+    other_course = membership.create_course(
         session=db, slug=f"o-{uuid.uuid4().hex[:8]}", title="Other", creator=instructor
     )
     learner, other, ta, outsider_ta = (make_user(Role.learner) for _ in range(4))
-    courses.enroll(session=db, course=course, user=learner)
-    courses.enroll(session=db, course=course, user=other)
-    courses.enroll(session=db, course=course, user=ta, role=CourseRole.ta)
-    courses.enroll(session=db, course=other_course, user=outsider_ta, role=CourseRole.ta)
+    membership.enroll(session=db, course=course, user=learner)
+    membership.enroll(session=db, course=course, user=other)
+    membership.enroll(session=db, course=course, user=ta, role=CourseRole.ta)
+    membership.enroll(session=db, course=other_course, user=outsider_ta, role=CourseRole.ta)
     db.commit()
     assignment = add_assignment(db, course, "Week 1", 0, [(tiny_exercise.exercise, 1.0)])
     graded = submit(db, assignment, learner, tiny_exercise.exercise, AT, 2.0, verdict=Verdict.failed)
@@ -220,7 +220,6 @@ def test_the_api_round_trip_and_its_errors(
     assert [(m["action"], m["author"]) for m in thread["messages"]] == [
         ("ask", klass.learner.email), ("rerun", klass.ta.email),
     ]  # fmt: skip
-
 
 
 def test_the_pages_ask_answer_and_show_the_thread(

@@ -9,10 +9,11 @@ from pydantic import TypeAdapter, ValidationError
 from sqlalchemy.orm import Session
 
 from app.cli import DEMO_USERS
-from app.domain import accounts
+from app.domain.accounts import people
+from app.domain.accounts.passwords import check_email, create_user, hash_password
 from app.domain.models import Role, User
-from app.domain.schemas import Email, LoginIn
-from app.domain.security import check_email, create_user, hash_password
+from app.web.schemas.auth import LoginIn
+from app.web.schemas.common import Email
 from tests.conftest import PASSWORD
 from worker.core.errors import InvalidInput
 
@@ -53,7 +54,7 @@ def test_openapi_says_format_email(client: TestClient) -> None:
 def test_new_accounts_refuse_special_use_domains(db_session: Session) -> None:
     with pytest.raises(InvalidInput, match="special-use or reserved name"):
         create_user(session=db_session, email="ada@lab.local", password=PASSWORD, role=Role.learner)
-    report = accounts.import_csv(session=db_session, data=b"email\nok@example.com\nbob@school.test\n")
+    report = people.import_csv(session=db_session, data=b"email\nok@example.com\nbob@school.test\n")
     assert report.created == []
     assert report.errors == [
         "line 3: 'bob@school.test' is not a valid e-mail address: The part after the @-sign is a special-use or "

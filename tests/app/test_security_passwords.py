@@ -9,9 +9,9 @@ from pwdlib import PasswordHash
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain import accounts
+from app.domain.accounts import people
+from app.domain.accounts.passwords import authenticate, create_user, verify_password
 from app.domain.models import Role, User
-from app.domain.security import authenticate, create_user, verify_password
 from tests.app.test_pages import form_token
 from tests.app.test_security_unit import old_scrypt_hash
 from tests.conftest import PASSWORD
@@ -36,13 +36,13 @@ def with_old_hash(session: Session, user: User, password: str = PASSWORD) -> str
 
 def test_new_accounts_get_argon2(db_session: Session) -> None:
     user = create_user(session=db_session, email="new@example.com", password=PASSWORD, role=Role.learner)
-    account = accounts.create_account(session=db_session, email="other@example.com", name="O", role=Role.learner)
+    account = people.create_account(session=db_session, email="other@example.com", name="O", role=Role.learner)
     db_session.commit()
     other = db_session.scalars(select(User).where(User.email == account.email)).one()
     for who, password in ((user, PASSWORD), (other, account.password)):
         encoded = stored_hash(db_session, who)
         assert encoded.startswith("$argon2id$") and verify_password(password, encoded)
-    reset = accounts.reset_password(session=db_session, user=user)
+    reset = people.reset_password(session=db_session, user=user)
     db_session.commit()
     assert stored_hash(db_session, user).startswith("$argon2id$")
     assert verify_password(reset, stored_hash(db_session, user))

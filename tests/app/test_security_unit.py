@@ -11,17 +11,17 @@ import time
 import pytest
 from pwdlib import PasswordHash
 
-from app.domain.markdown import render_markdown
-from app.domain.security import (
+from app.domain.accounts.passwords import (
     LegacyScryptHasher,
     LoginLimiter,
     check_email,
     check_password,
-    csrf_problem,
     hash_password,
     normalise_email,
     verify_password,
 )
+from app.domain.platform.markdown import render_markdown
+from app.web.sessions import csrf_problem
 from worker.core.errors import InvalidInput, RateLimited
 
 

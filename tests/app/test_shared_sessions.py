@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy import func, select
 
-from app.domain.db import session_scope
-from app.domain.migrate import upgrade
+from app.domain.accounts.passwords import create_user
 from app.domain.models import RevokedSession, Role, utcnow
-from app.domain.security import create_user
+from app.domain.platform.db import session_scope
+from app.domain.platform.migrate import upgrade
 from tests.support import configure, fresh_postgres_db, require_service
 from worker.core.config import get_settings
 

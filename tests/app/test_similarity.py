@@ -1,4 +1,5 @@
-"""Similarity checks: the engine (``app.domain.similarity``, copydetect) and the job (``app.domain.similarity_runs``).
+"""Similarity checks: the engine (``app.domain.review.similarity``, copydetect) and the job
+(``app.domain.review.similarity_runs``).
 
 The code compared is the bank's own: ``torch-allreduce-grads``'s starter, reference solution and its flat-buffer
 variant (an implementation that shares little with the solution), so the boilerplate is real.
@@ -16,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy.orm import Session
 
-from app.domain import courses, similarity
-from app.domain.exercises import upsert_exercise
+from app.domain.courses import membership
+from app.domain.exercises.bank import upsert_exercise
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -29,8 +30,9 @@ from app.domain.models import (
     SubmissionStatus,
     User,
 )
-from app.domain.similarity import Pair, Params, clusters, compare
-from app.domain.similarity_runs import (
+from app.domain.review import similarity
+from app.domain.review.similarity import Pair, Params, clusters, compare
+from app.domain.review.similarity_runs import (
     claim_run,
     counted_submissions,
     create_run,
@@ -253,7 +255,7 @@ def test_a_failing_run_records_why(
 def test_an_assignment_run_compares_what_counts_under_it(
     db_session: Session, klass: Class, instructor: User, factory: Factory
 ) -> None:
-    course = courses.create_course(
+    course = membership.create_course(
         session=db_session, slug=f"sim-{uuid.uuid4().hex[:8]}", title="Similarity", creator=instructor
     )
     assignment = Assignment(course_id=course.id, title="Week 1", position=0, counts="best")
@@ -336,7 +338,7 @@ def test_celery_sends_the_run_id_to_the_cpu_queue_and_the_task_refuses_other_mes
     assert similarity_tasks.SIMILARITY_TASK in similarity_tasks.celery_app.tasks
     assert "app.jobs.similarity_tasks" in similarity_tasks.celery_app.conf.include  # every worker loads it
     ran: list[object] = []
-    monkeypatch.setattr("app.domain.similarity_runs.run_similarity", lambda run_id, **_: ran.append(run_id))
+    monkeypatch.setattr("app.domain.review.similarity_runs.run_similarity", lambda run_id, **_: ran.append(run_id))
     for bad in ("7", True, 0, None, [7]):
         similarity_tasks.run_similarity_job(bad)
     similarity_tasks.run_similarity_job(7)

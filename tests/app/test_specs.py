@@ -1,12 +1,13 @@
-"""``app.domain.specs``: a stored version's spec is parsed once per process and kept by slug and content hash."""
+"""``app.domain.catalog.specs``: a stored version's spec is parsed once per process and kept by slug and content
+hash."""
 
 from __future__ import annotations
 
 import pytest
 from sqlalchemy.orm import Session
 
-from app.domain import specs
-from app.domain.exercises import upsert_exercise
+from app.domain.catalog import specs
+from app.domain.exercises.bank import upsert_exercise
 from tests.support import BANK
 from worker.bank.spec import load_exercise
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from app.domain.db import engine_for, session_scope
-from app.domain.exercises import get_published, sync_bank
+from app.domain.exercises.bank import get_published, sync_bank
 from app.domain.leases import renew
-from app.domain.migrate import upgrade
 from app.domain.models import Submission, SubmissionStatus, utcnow
-from app.domain.submissions import claim, create_submission, held
+from app.domain.platform.db import engine_for, session_scope
+from app.domain.platform.migrate import upgrade
+from app.domain.submissions.lifecycle import claim, create_submission, held
 from app.jobs.sweeper import EXHAUSTED_MESSAGE, sweep_once
 from tests.support import BANK, configure, fresh_postgres_db, require_service
 from worker.core.config import get_settings

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy.orm import Session
 
 import app.jobs.tasks
-from app.domain.db import session_scope
-from app.domain.exercises import get_published, sync_bank, upsert_exercise
-from app.domain.migrate import upgrade
+from app.domain.accounts.passwords import create_user
+from app.domain.catalog.variants import params_to_grade, variant_seed, version_params
+from app.domain.exercises.bank import get_published, sync_bank, upsert_exercise
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -27,9 +27,9 @@ from app.domain.models import (
     SubmissionStatus,
 )
 from app.domain.models import User as UserRow
-from app.domain.security import create_user
-from app.domain.submissions import create_submission
-from app.domain.variants import params_to_grade, variant_seed, version_params
+from app.domain.platform.db import session_scope
+from app.domain.platform.migrate import upgrade
+from app.domain.submissions.lifecycle import create_submission
 from tests.support import configure
 from tests.worker.conftest import local_sandbox, sandbox_user  # noqa: F401  (the real sandbox, for grading)
 from worker.bank.spec import ExerciseSpec
@@ -52,7 +52,7 @@ FILES = {
         "    got = submission.square()\n"
         "    want = params['n'] ** 2\n"
         "    where = f\"your number (in your prompt) is {params['n']}\"\n"
-        "    assert got == want, f\"square() returned {got!r}; {where}: expected {want}\"\n"
+        '    assert got == want, f"square() returned {got!r}; {where}: expected {want}"\n'
     ),
     "examples/test_example.py": (
         "def test_my_square(submission, params):\n"
@@ -233,8 +233,8 @@ def test_the_similarity_pair_shows_each_sides_variant_and_each_variant_is_boiler
     variant_course: tuple[Exercise, Assignment, list[User]],
 ) -> None:
     from app.domain.models import SimilarityPair, SimilarityRun
-    from app.domain.similarity import Params
-    from app.domain.similarity_runs import _boilerplate
+    from app.domain.review.similarity import Params
+    from app.domain.review.similarity_runs import _boilerplate
 
     exercise, assignment, (ada, bob) = variant_course
     made = {}

@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
 
-from app.domain.exercises import upsert_exercise
+from app.domain.courses.visibility import EVERYTHING, shown_for, shown_tests
+from app.domain.exercises.bank import upsert_exercise
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -28,8 +29,7 @@ from app.domain.models import (
     TestResult,
     User,
 )
-from app.domain.schemas import SubmissionOut
-from app.domain.visibility import EVERYTHING, shown_for, shown_tests
+from app.web.schemas.submissions import SubmissionOut
 from tests.app.test_api_submissions import SUBMISSION_KEYS, TEST_KEYS, _events
 from tests.app.test_query_counts import counting_selects
 from tests.conftest import tiny_files

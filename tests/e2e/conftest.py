@@ -26,9 +26,7 @@ SCREENSHOTS = REPO_ROOT / "docs" / "screenshots"
 
 
 @contextmanager
-def serve_gpulab(
-    data: Path, users: Sequence[tuple[str, str]], *, sync: bool = True, **settings: str
-) -> Iterator[str]:
+def serve_gpulab(data: Path, users: Sequence[tuple[str, str]], *, sync: bool = True, **settings: str) -> Iterator[str]:
     """Prepare ``data`` with the CLI, serve it, yield the base URL, and stop the server afterwards.
 
     ``settings`` are more ``GPULAB_*`` settings, lower case without the prefix (``exercises_dir=...``)."""

@@ -221,11 +221,11 @@ def test_code_over_the_limit_is_refused_in_the_learners_words(walk: cw.Walk, bro
         # The API says the same to a client that sends it anyway.
         refused = page.request.post(
             f"{walk.base}/api/exercises/{cw.CODE}/submissions",
-            data={"code": pasted, "assignment_id": walk.assignment_id}, headers={"Origin": walk.base},
+            data={"code": pasted, "assignment_id": walk.assignment_id},
+            headers={"Origin": walk.base},
         )
         assert refused.status == 413
         assert refused.json()["detail"].startswith("Your code is 150 KB; the limit is 64 KB.")
         assert page.problems == []
     finally:
         page.context.close()
-

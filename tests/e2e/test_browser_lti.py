@@ -112,8 +112,8 @@ def framed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Framed]:
 
 
 def _register(database: Path, platform: LoopbackPlatform) -> None:
-    from app.domain.db import engine_for
     from app.domain.lti import platforms
+    from app.domain.platform.db import engine_for
 
     engine = engine_for(f"sqlite:///{database}")
     with Session(engine) as session:

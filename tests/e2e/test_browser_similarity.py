@@ -30,7 +30,7 @@ def _seed(db_file: Path) -> None:
     from sqlalchemy import create_engine, select
     from sqlalchemy.orm import Session
 
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
     from app.domain.models import Submission, SubmissionStatus, User
     from worker.bank.spec import load_exercise
     from worker.core.outcome import Verdict

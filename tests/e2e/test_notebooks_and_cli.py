@@ -140,9 +140,7 @@ def _steps(stdout: str) -> list[str]:
     return [line.split(":", 1)[0] for line in stdout.splitlines() if line.split(":", 1)[0] in STEP_ORDER]
 
 
-def test_the_command_line_submits_a_file_and_a_notebook_and_exits_with_the_verdict(
-    server: str, tmp_path: Path
-) -> None:
+def test_the_command_line_submits_a_file_and_a_notebook_and_exits_with_the_verdict(server: str, tmp_path: Path) -> None:
     script = tmp_path / "gpulab-submit.py"
     script.write_bytes(httpx.get(f"{server}/cli/gpulab-submit.py").content)
     token, token_id = _token(server, CLI_LEARNER)

@@ -20,8 +20,8 @@ import httpx
 import pytest
 import redis
 
-from app.domain.example_runs import RUNS_PER_USER
-from app.domain.ratelimit import KEY_PREFIX
+from app.domain.exercises.example_runs import RUNS_PER_USER
+from app.domain.platform.ratelimit import KEY_PREFIX
 from tests.support import (
     bank_file,
     child_env,
@@ -100,9 +100,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     redis.Redis.from_url(REDIS_URL).flushdb()
     steps: list[tuple[list[str], str | None]] = [(["db", "upgrade"], None), (["exercises", "sync"], None)]
     steps += [(["user", "add", email, "--password-stdin"], PASSWORD + "\n") for email in LEARNERS]
-    steps += [
-        (["user", "add", email, "--role", role, "--password-stdin"], PASSWORD + "\n") for email, role in STAFF
-    ]
+    steps += [(["user", "add", email, "--role", role, "--password-stdin"], PASSWORD + "\n") for email, role in STAFF]
     for args, stdin in steps:
         done = subprocess.run(["gpulab", *args], env=env, input=stdin, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr

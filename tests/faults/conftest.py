@@ -29,7 +29,7 @@ import psycopg
 import pytest
 import redis
 
-from app.domain.db import engine_for
+from app.domain.platform.db import engine_for
 from tests.support import child_env, free_port, start_gpulab, wait_for
 
 
@@ -241,9 +241,9 @@ def kill_group(process: subprocess.Popen[bytes], sig: signal.Signals = signal.SI
 @pytest.fixture
 def deployment(stack: Stack, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Deployment]:
     """A migrated, synced database on the private servers, an empty Redis, and no processes yet."""
-    from app.domain.db import session_scope
-    from app.domain.exercises import sync_bank
-    from app.domain.migrate import upgrade
+    from app.domain.exercises.bank import sync_bank
+    from app.domain.platform.db import session_scope
+    from app.domain.platform.migrate import upgrade
     from tests.support import BANK, configure
 
     name = "gpulab_fault_" + request.node.name.split("[")[0].removeprefix("test_")[:40]

@@ -15,11 +15,11 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from app.domain.db import session_scope
-from app.domain.exercises import get_published
+from app.domain.accounts.passwords import create_user
+from app.domain.exercises.bank import get_published
 from app.domain.models import Role, Submission, SubmissionStatus, User, WorkerBeat
-from app.domain.security import create_user
-from app.domain.submissions import create_submission
+from app.domain.platform.db import session_scope
+from app.domain.submissions.lifecycle import create_submission
 from app.jobs.dispatch import CeleryDispatcher
 from tests.faults.conftest import Deployment, kill_group, settle_time
 from tests.support import bank_file, wait_for
@@ -84,8 +84,10 @@ def assert_settled_once(deployment: Deployment, expected: dict[str, str], since:
     print(f"\nfault {fault}: all {len(expected)} settled {took} s after the fault cleared")
     for row in sorted(rows.values(), key=lambda r: r.created_at):
         assert row.finished_at is not None
-        print(f"  {row.id[:8]} queued→start {(row.started_at or row.finished_at) - row.created_at}"
-              f" →end {row.finished_at - row.created_at} attempts {row.attempts} {row.message[:60]!r}")
+        print(
+            f"  {row.id[:8]} queued→start {(row.started_at or row.finished_at) - row.created_at}"
+            f" →end {row.finished_at - row.created_at} attempts {row.attempts} {row.message[:60]!r}"
+        )
     assert took <= SETTLE_LIMIT_S, f"{fault}: took {took} s"
     return took
 

@@ -318,7 +318,7 @@ class LoopbackPlatform:
         })  # fmt: skip
         src = html.escape(f"{self.tool_login_url}?{query}", quote=True)
         page = (
-            "<!doctype html><title>Course</title><link rel=\"icon\" href=\"data:,\"><h1>Course on the platform</h1>"
+            '<!doctype html><title>Course</title><link rel="icon" href="data:,"><h1>Course on the platform</h1>'
             f'<iframe id="tool" title="gpulab" src="{src}" width="1000" height="640"></iframe>'
         )
         return HTMLResponse(page)

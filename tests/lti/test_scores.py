@@ -251,8 +251,8 @@ def test_a_quiz_attempt_under_a_linked_assignment_queues_its_score(
     db_session: Session, registered: LtiPlatform, platform: LoopbackPlatform, learner_client: TestClient,
     learner: User,
 ) -> None:  # fmt: skip
-    from app.domain import courses
-    from app.domain.exercises import upsert_exercise
+    from app.domain.courses import membership
+    from app.domain.exercises.bank import upsert_exercise
     from app.domain.models import CourseRole
     from worker.bank.spec import ExerciseSpec
 
@@ -265,7 +265,7 @@ def test_a_quiz_attempt_under_a_linked_assignment_queues_its_score(
     course = Course(slug="gpu101-quiz", title="GPU 101")
     db_session.add(course)
     db_session.flush()
-    courses.enroll(session=db_session, course=course, user=learner, role=CourseRole.learner, source="manual")
+    membership.enroll(session=db_session, course=course, user=learner, role=CourseRole.learner, source="manual")
     assignment = Assignment(course_id=course.id, title="Quiz week", position=0)
     assignment.items.append(AssignmentItem(exercise=exercise, position=0, weight=1))
     db_session.add(assignment)
@@ -318,7 +318,7 @@ def test_the_course_gradebook_shows_the_scores_its_lms_still_owes(
     db_session: Session, linked: Linked, tiny_exercise: TinyExercise, platform: LoopbackPlatform, http: httpx.Client,
     instructor: User, client: TestClient, login: Callable[..., None],
 ) -> None:  # fmt: skip
-    from app.domain import courses
+    from app.domain.courses import membership
     from app.domain.models import CourseRole
 
     course = linked.assignment.course
@@ -326,7 +326,7 @@ def test_the_course_gradebook_shows_the_scores_its_lms_still_owes(
     db_session.add(other)
     db_session.flush()
     for each in (course, other):
-        courses.enroll(session=db_session, course=each, user=instructor, role=CourseRole.instructor, source="manual")
+        membership.enroll(session=db_session, course=each, user=instructor, role=CourseRole.instructor, source="manual")
     submission = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=2)
     scores.queue_score(session=db_session, submission=submission)
     db_session.commit()
@@ -337,8 +337,8 @@ def test_the_course_gradebook_shows_the_scores_its_lms_still_owes(
     login(client, instructor)
     page = client.get(f"/courses/{course.slug}/gradebook")
     assert page.status_code == 200 and 'id="lms-owed"' in page.text
-    assert "Scores waiting for the LMS <span class=\"meta\">(1)</span>" in page.text
-    assert f"<td>{linked.learner.email}</td><td class=\"num\">40%</td>" in page.text
+    assert 'Scores waiting for the LMS <span class="meta">(1)</span>' in page.text
+    assert f'<td>{linked.learner.email}</td><td class="num">40%</td>' in page.text
     assert "failed, will retry" in page.text and "503" in page.text
     assert 'id="lms-owed"' not in client.get(f"/courses/{other.slug}/gradebook").text  # not another course's
 

@@ -9,7 +9,8 @@ i then j - i < W ("max start displacement" < W); with W = 1 the start order is e
 None is lost: every accepted submission ends ``graded`` with one attempt. Each fake grading takes
 ``GRADING_S``, so submissions queue up behind the workers as they do behind a real sandbox.
 
-The HTTP test also covers the API timeout under load: before ``app.domain.db`` let the SQLite pool grow, requests
+The HTTP test also covers the API timeout under load: before ``app.domain.platform.db`` let the SQLite pool grow,
+requests
 holding one of the 15 pooled connections waited for a threadpool thread that requests waiting for a
 connection held, until the pool's 30 s timeout (a 500 or a client timeout).
 """
@@ -24,12 +25,12 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from app.domain.db import session_scope
-from app.domain.exercises import get_published, upsert_exercise
-from app.domain.migrate import upgrade
+from app.domain.accounts.passwords import create_user
+from app.domain.exercises.bank import get_published, upsert_exercise
 from app.domain.models import Role, Submission, SubmissionStatus, User
-from app.domain.security import create_user
-from app.domain.submissions import create_submission
+from app.domain.platform.db import session_scope
+from app.domain.platform.migrate import upgrade
+from app.domain.submissions.lifecycle import create_submission
 from app.jobs.dispatch import InProcessDispatcher, get_dispatcher, reset_dispatcher
 from app.main import create_app
 from tests.support import BANK, bank_file, configure

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from app.domain.db import session_scope
-from app.domain.exercises import get_published, sync_bank
-from app.domain.migrate import upgrade
+from app.domain.accounts.passwords import create_user
+from app.domain.exercises.bank import get_published, sync_bank
 from app.domain.models import Role, Submission, SubmissionStatus, User
-from app.domain.security import create_user
-from app.domain.submissions import create_submission
+from app.domain.platform.db import session_scope
+from app.domain.platform.migrate import upgrade
+from app.domain.submissions.lifecycle import create_submission
 from app.jobs.dispatch import CeleryDispatcher, recover_unfinished
 from tests.support import (
     BANK,

@@ -20,11 +20,11 @@ import pytest
 import redis
 from sqlalchemy import func, select
 
-from app.domain.db import session_scope
-from app.domain.exercises import get_published, sync_bank
-from app.domain.migrate import upgrade
+from app.domain.accounts.passwords import create_user
+from app.domain.exercises.bank import get_published, sync_bank
 from app.domain.models import ExerciseCheck, ExerciseVersion, Role, Submission, User, utcnow
-from app.domain.security import create_user
+from app.domain.platform.db import session_scope
+from app.domain.platform.migrate import upgrade
 from app.jobs.dispatch import CeleryDispatcher
 from tests.support import (
     BANK,
@@ -106,7 +106,7 @@ def _comparable(outcome: GradeOutcome) -> tuple[Any, ...]:
 
 
 def test_example_run_on_a_worker_matches_the_in_process_run(env: dict[str, str]) -> None:
-    from app.domain.example_runs import run_in_process
+    from app.domain.exercises.example_runs import run_in_process
 
     version_id = _version_id()
     dispatcher = CeleryDispatcher(get_settings())
@@ -142,8 +142,8 @@ def _slow_files(queue: str, sleep_s: float) -> dict[str, str]:
 
 
 def _new_check(slug: str, files: dict[str, str]) -> tuple[int, str]:
-    from app.domain.authoring import add_draft, validate
-    from app.domain.checks import create_check
+    from app.domain.exercises.authoring import add_draft, validate
+    from app.domain.exercises.checks import create_check
 
     with session_scope() as session:
         version, _ = add_draft(session=session, spec=validate(slug, files), source="editor", user=None)
@@ -180,7 +180,7 @@ def test_example_runs_stay_interactive_while_a_long_check_holds_the_grading_pool
 
 
 def test_a_check_whose_worker_is_killed_is_sent_again_and_finishes(env: dict[str, str]) -> None:
-    from app.domain.checks import redispatchable_checks
+    from app.domain.exercises.checks import redispatchable_checks
 
     check_id, queue = _new_check("slow-add-killed", _slow_files("gpu", 7))
     log = Path(env["data_dir"]) / "gpu-workers.log"
@@ -297,7 +297,7 @@ def _latest_check_id() -> int | None:
 def test_an_example_run_no_worker_answers_gets_503_with_retry_after_and_costs_nothing(
     api_env: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.domain.exercises import upsert_exercise
+    from app.domain.exercises.bank import upsert_exercise
     from app.main import create_app
     from tests.conftest import make_test_client, tiny_files
     from worker.bank.spec import ExerciseSpec

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from app.domain.db import session_scope
-from app.domain.exercises import get_published, sync_bank
-from app.domain.migrate import upgrade
+from app.domain.accounts.passwords import create_user
+from app.domain.exercises.bank import get_published, sync_bank
 from app.domain.models import Role, Submission, SubmissionStatus, User, utcnow
-from app.domain.security import create_user
-from app.domain.submissions import create_submission
+from app.domain.platform.db import session_scope
+from app.domain.platform.migrate import upgrade
+from app.domain.submissions.lifecycle import create_submission
 from app.jobs.dispatch import InProcessDispatcher, recover_unfinished
 from tests.support import BANK, bank_file, configure
 from worker.core.outcome import Verdict

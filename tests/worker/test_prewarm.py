@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.db import session_scope
-from app.domain.exercises import sync_bank
-from app.domain.migrate import upgrade
+from app.domain.exercises.bank import sync_bank
+from app.domain.platform.db import session_scope
+from app.domain.platform.migrate import upgrade
 from app.jobs import prewarm
 from tests.support import BANK, configure
 from tests.worker.conftest import tiny_add_files

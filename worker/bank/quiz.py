@@ -20,7 +20,8 @@ Contract (authors' guide: "Quiz format" in ``exercises/README.md``):
   - ``multiple``: ``points * max(0, right picks - wrong picks) / number of keyed options``; it counts as correct
     only when the picks are exactly the key. Picking everything therefore earns nothing unless all are keyed.
   - ``text`` with ``grading = "staff"`` (the default): any non-empty answer is *pending*, 0 points until staff
-    grade it against the rubric's items (``app.domain.manual_grading``); ``TextQuestion.rubric_score`` is the sum of
+    grade it against the rubric's items (``app.domain.review.staff_grading``); ``TextQuestion.rubric_score`` is the sum
+    of
     the checked items' points, clamped to 0..``points``.
   - ``text`` with ``grading = "self"`` (practice, labelled so): all points once the answer has ``min_words`` words
     with letters in them, at least half of them different; only then are the model answer and the rubric
@@ -369,9 +370,7 @@ def _line_kind(value: Any) -> str:
 
 
 # A rubric line is a table (an item) or a string; the discriminator keeps errors about the one that was meant.
-RubricLine = Annotated[
-    Annotated[RubricItem, Tag("item")] | Annotated[Required, Tag("text")], Discriminator(_line_kind)
-]
+RubricLine = Annotated[Annotated[RubricItem, Tag("item")] | Annotated[Required, Tag("text")], Discriminator(_line_kind)]
 
 
 class TextQuestion(_Question):
@@ -397,8 +396,8 @@ class TextQuestion(_Question):
         plain = [r for r in self.rubric if not isinstance(r, RubricItem)]
         if plain:
             raise ValueError(
-                f"grading = \"staff\" needs rubric items with points, like {{ id = \"names-replicas\", points = 1, "
-                f"text = \"...\" }}, not plain text such as {plain[0][:40]!r} (or set grading = \"self\")"
+                f'grading = "staff" needs rubric items with points, like {{ id = "names-replicas", points = 1, '
+                f'text = "..." }}, not plain text such as {plain[0][:40]!r} (or set grading = "self")'
             )
         twice = _twice(r.id for r in self.rubric_items)
         if twice is not None:

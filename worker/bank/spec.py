@@ -17,7 +17,7 @@ Contract (the format is documented for authors in ``exercises/README.md``):
   is counted as failed, never as missing.
 - Visibility tiers (``[visibility]``, ``default_visibility``; code exercises only) say when a learner may see a
   hidden test's outcome and message: ``now``, ``after_due`` or ``never`` (name and points only). The format
-  only records them (``ExerciseSpec.visibility(test_id)``, ``Visibility.of``); ``app.domain.visibility``
+  only records them (``ExerciseSpec.visibility(test_id)``, ``Visibility.of``); ``app.domain.courses.visibility``
   applies them. No ``[visibility]`` and no ``default_visibility`` is every test ``now``, as before tiers.
 - Parameters (``[params.NAME]``, ``ParamMeta``; code exercises only) give each learner a variant: ``choices`` or an
   integer ``range`` (with ``step``), and a ``default``. ``{{ params.NAME }}`` in ``prompt.md``, ``starter.py``,
@@ -206,7 +206,7 @@ class ExerciseMeta(FormatModel):
             raise ValueError(f"a quiz takes no {' or '.join(misplaced)}: its questions in quiz.toml carry the points")
         tiers = sorted({"default_visibility", "visibility"} & self.model_fields_set)
         if tiers:
-            # A quiz attempt shows each answered question's explanation at once (app.domain.quiz).
+            # A quiz attempt shows each answered question's explanation at once (app.domain.submissions.quiz).
             raise ValueError(f"a quiz takes no {' or '.join(tiers)}: its results show as soon as it is answered")
         return self
 
@@ -306,8 +306,9 @@ def _check_references(slug: str, meta: ExerciseMeta, files: dict[str, str], ids:
         if unknown:
             declared = ", ".join(sorted(meta.params)) or "none"
             raise ExerciseFormatError(
-                slug, f"{path} uses {{{{ params.{unknown[0]} }}}} but exercise.toml declares no [params.{unknown[0]}] "
-                f"(declared: {declared})"
+                slug,
+                f"{path} uses {{{{ params.{unknown[0]} }}}} but exercise.toml declares no [params.{unknown[0]}] "
+                f"(declared: {declared})",
             )
 
 

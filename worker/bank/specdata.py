@@ -36,7 +36,7 @@ DeviceMode = Literal["auto", "processes"]
 # file share it (the learner's module is imported once per file), for exercises whose set-up dominates.
 LearnerProcess = Literal["per-test", "per-file"]
 # When a learner may see a hidden test's outcome and message: at once, once their deadline passed, or never
-# (its name and worth only). Who decides from it is app.domain.visibility.
+# (its name and worth only). Who decides from it is app.domain.courses.visibility.
 Tier = Literal["now", "after_due", "never"]
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")

@@ -83,14 +83,16 @@ class Settings(BaseSettings):
     docker_api_timeout_s: float = Field(default=10.0, gt=0, le=120)
     gpu_ids: str = ""
     gpus_per_job: int = Field(default=1, ge=1, le=64)
-    # Health and metrics (app/web/routes/health.py, app/domain/metrics.py): /metrics answers only this bearer token when
+    # Health and metrics (app/web/routes/health.py, app/domain/operations/metrics.py): /metrics answers only this
+    # bearer token when
     # set, else only loopback clients that did not come through a proxy.
     metrics_token: str = ""
     # Example runs and checks as jobs (issue 10 item 2): in Celery mode an example-run request waits this long
-    # for a worker's answer (app/domain/example_runs.py), then answers 503 with Retry-After.
+    # for a worker's answer (app/domain/exercises/example_runs.py), then answers 503 with Retry-After.
     example_run_wait_s: float = Field(default=30.0, gt=0, le=300)
     # Shared state (issue 10 item 3): a live status stream re-reads the database at least this often; news
-    # (app/domain/news.py, across processes over Redis with a broker) wakes it sooner, so this is only a safety net.
+    # (app/domain/platform/news.py, across processes over Redis with a broker) wakes it sooner, so this is only a
+    # safety net.
     events_poll_s: float = Field(default=0.3, gt=0, le=60)
     # The address browsers and LTI platforms reach gpulab at (https://gpulab.example.edu, no trailing slash):
     # the LTI endpoints gpulab registers and checks links against. Empty: the address each request came to.
@@ -123,7 +125,9 @@ class Settings(BaseSettings):
         for origin in self.frame_origins:
             scheme, _, host = origin.partition("://")
             if scheme not in ("https", "http") or not host or any(c in host for c in "/;'\" *"):
-                raise ConfigError(f"GPULAB_FRAME_ANCESTORS holds {origin!r}: give origins, e.g. https://lms.example.edu")
+                raise ConfigError(
+                    f"GPULAB_FRAME_ANCESTORS holds {origin!r}: give origins, e.g. https://lms.example.edu"
+                )
         if self.frame_origins and not self.cookie_secure and not relaxed:
             raise ConfigError("GPULAB_FRAME_ANCESTORS needs GPULAB_COOKIE_SECURE=true: framed sessions need https")
         if not relaxed:

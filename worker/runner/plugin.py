@@ -320,9 +320,7 @@ def pytest_args(job: Job) -> list[str]:
     ]  # fmt: skip
 
 
-def run_tests(
-    job: Job, client: SubjectClient
-) -> tuple[list[dict[str, Any]], str | None, bool, list[dict[str, Any]]]:
+def run_tests(job: Job, client: SubjectClient) -> tuple[list[dict[str, Any]], str | None, bool, list[dict[str, Any]]]:
     """Run the job's tests; return the result test list, the collection error, whether time ran out, measurements."""
     _scrub_environment(job)
     plugin = GradingPlugin(job, client)

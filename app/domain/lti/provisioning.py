@@ -14,7 +14,7 @@ and signs the user in):
   a context (from outside any course) enrolls nowhere. The context keeps the NRPS memberships service URL
   (``context_memberships_url`` of the ``namesroleservice`` claim, an http(s) URL) of the newest launch that
   gave one, for roster sync (``app.domain.lti.roster``); a launch without it leaves the stored one.
-- Enrollment (``app.domain.courses.enroll``): the course role ``vocabulary.course_role`` reads from the roles
+- Enrollment (``app.domain.courses.membership.enroll``): the course role ``vocabulary.course_role`` reads from the roles
   claim, source ``lti``. A membership LTI made follows the platform's role at each launch (``update_role``),
   except that the course's last instructor is not demoted (``courses`` refuses it; the launch goes on with the
   role kept); a membership made here by hand only ever gains a role (``courses``' never-lower rule).
@@ -42,7 +42,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.domain import courses
+from app.domain.accounts.passwords import check_email, hash_password
+from app.domain.courses import membership
 from app.domain.lti.launch import Launch
 from app.domain.lti.toolconfig import ToolUrls, is_on_tool
 from app.domain.lti.vocabulary import NRPS_SERVICE, course_role
@@ -58,7 +59,6 @@ from app.domain.models import (
     Role,
     User,
 )
-from app.domain.security import check_email, hash_password
 from worker.core.errors import Conflict, Forbidden, InvalidInput
 
 MAX_NAME_CHARS = 200
@@ -195,11 +195,11 @@ def enroll_member(*, session: Session, course: Course, user: User, role: CourseR
     )
     follow = member is None or member.source == SOURCE
     try:
-        courses.enroll(session=session, course=course, user=user, role=role, source=SOURCE, update_role=follow)
+        membership.enroll(session=session, course=course, user=user, role=role, source=SOURCE, update_role=follow)
     except Conflict:
         # The platform demoted the course's last instructor: they stay instructor until it has another one,
         # rather than the launch being refused.
-        courses.enroll(session=session, course=course, user=user, role=role, source=SOURCE, update_role=False)
+        membership.enroll(session=session, course=course, user=user, role=role, source=SOURCE, update_role=False)
 
 
 def _exercise_id(*, session: Session, target: str, tool: ToolUrls) -> int | None:

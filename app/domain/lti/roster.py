@@ -2,7 +2,7 @@
 
 Contract: ``sync_roster(session=..., course=..., actor=..., http=...)`` returns a ``RosterReport``; the caller
 commits.
-- Who: course staff only (``courses.require_course_role`` with ``courses.STAFF``: ``NotFound`` for an outsider,
+- Who: course staff only (``membership.require_course_role`` with ``membership.STAFF``: ``NotFound`` for an outsider,
   ``Forbidden`` for a learner). A course none of whose LTI contexts has a memberships service URL (stored by
   ``provisioning`` from a launch's ``namesroleservice`` claim) is ``InvalidInput``.
 - Reading: for each such context (oldest first), an access token for ``MEMBERSHIPS_SCOPE`` from
@@ -42,7 +42,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain import courses
+from app.domain.courses import membership
 from app.domain.lti import tokens
 from app.domain.lti.launch import Launch
 from app.domain.lti.provisioning import MAX_NAME_CHARS, account_for, enroll_member
@@ -250,7 +250,7 @@ def roster_contexts(*, session: Session, course: Course) -> list[LtiContext]:
 
 def sync_roster(*, session: Session, course: Course, actor: User, http: httpx.Client) -> RosterReport:
     """Read the course's roster from its LMS contexts and enroll it (see the module contract); the caller commits."""
-    courses.require_course_role(session=session, course=course, user=actor, roles=courses.STAFF)
+    membership.require_course_role(session=session, course=course, user=actor, roles=membership.STAFF)
     contexts = roster_contexts(session=session, course=course)
     if not contexts:
         raise InvalidInput(

@@ -1,7 +1,8 @@
 """Assignment and Grade Services (AGS) scores: gpulab posts each learner's counted score to the platform's gradebook.
 
 Contract:
-- ``queue_score(session=..., submission=...)`` is called where a grading or quiz attempt settles, in the same
+- ``queue_score(session=..., submission=...)`` (and ``queue_learner_score`` for a gradebook cell changed without
+  a submission: an override, its revert) is called by ``app.domain.results.settle`` only, in the same
   transaction as the result (the caller commits both, so a score is queued exactly when the result is stored).
   For every ``LtiLink`` of the submission's assignment (``Submission.assignment_id``) that has a line item URL
   and whose platform knows the learner (an ``LtiUser`` on that platform), it computes the learner's counted
@@ -41,7 +42,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.domain import assignments
+from app.domain.courses import assignments
 from app.domain.lti import tokens
 from app.domain.models import (
     Assignment,
@@ -89,22 +90,27 @@ def _payload(*, pct: float, sub: str, at: datetime) -> dict[str, Any]:
 
 def queue_score(*, session: Session, submission: Submission) -> list[LtiScoreOutbox]:
     """Queue the learner's counted score for every platform link of the submission's assignment; return the rows."""
-    if submission.assignment_id is None:
+    if submission.assignment_id is None or submission.user_id is None:
         return []
+    return queue_learner_score(session=session, assignment_id=submission.assignment_id, user_id=submission.user_id)
+
+
+def queue_learner_score(*, session: Session, assignment_id: int, user_id: int) -> list[LtiScoreOutbox]:
+    """Queue ``user_id``'s counted score on ``assignment_id`` for every platform link of it; return the rows."""
     found = session.execute(
         select(LtiLink, LtiUser.sub)
         .join(LtiUser, LtiUser.platform_id == LtiLink.platform_id)
         .where(
-            LtiLink.assignment_id == submission.assignment_id,
+            LtiLink.assignment_id == assignment_id,
             LtiLink.lineitem_url.is_not(None),
-            LtiUser.user_id == submission.user_id,
+            LtiUser.user_id == user_id,
         )
         .order_by(LtiLink.id)
     ).all()
     if not found:
         return []
-    assignment = session.get(Assignment, submission.assignment_id)
-    user = session.get(User, submission.user_id)
+    assignment = session.get(Assignment, assignment_id)
+    user = session.get(User, user_id)
     if assignment is None or user is None:
         return []
     pct = assignments.assignment_pct(session=session, assignment=assignment, user=user)

@@ -1,7 +1,8 @@
 """``/api/admin``: the dashboard's numbers and worker liveness as JSON, and user management.
 
 Contract: admins only (``AdminDep``: 401 logged out, 403 for everyone else). State changes are JSON bodies, so
-the API's CSRF rule covers them; they follow ``app.domain.accounts`` (no changing one's own role, no disabling oneself).
+the API's CSRF rule covers them; they follow ``app.domain.accounts.people`` (no changing one's own role, no disabling
+oneself).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from app.domain import accounts, liveness
+from app.domain.accounts import people
 from app.domain.models import Role, User
-from app.domain.schemas import UtcDatetime
-from app.domain.stats import grade_matrix, histogram, timing
+from app.domain.operations import liveness
+from app.domain.operations.dashboard import grade_matrix, histogram, timing
+from app.domain.platform.clock import UtcDatetime
 from app.jobs.queue_state import queue_state
 from app.web.deps import AdminDep, SessionDep, SettingsDep, UserDep
 from app.web.errors import problem_responses
@@ -146,7 +148,7 @@ CHANGE_ERRORS = problem_responses(
 @router.post("/users", status_code=201, responses=CREATE_ERRORS)
 def create_user(body: UserIn, session: SessionDep, _admin: AdminDep) -> UserCreatedOut:
     """Create an account; without a password a random one is returned once."""
-    account = accounts.create_account(
+    account = people.create_account(
         session=session, email=body.email, name=body.name, role=body.role, password=body.password
     )
     session.commit()
@@ -158,8 +160,8 @@ def create_user(body: UserIn, session: SessionDep, _admin: AdminDep) -> UserCrea
 def change_user(body: UserChangeIn, target: UserDep, session: SessionDep, admin: AdminDep) -> UserOut:
     """Change an account's role and/or enable or disable it."""
     if body.role is not None:
-        accounts.set_role(session=session, actor=admin, user=target, role=body.role)
+        people.set_role(session=session, actor=admin, user=target, role=body.role)
     if body.active is not None:
-        accounts.set_active(session=session, actor=admin, user=target, active=body.active)
+        people.set_active(session=session, actor=admin, user=target, active=body.active)
     session.commit()
     return UserOut.of(target)

@@ -13,18 +13,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.domain.schemas import LoginIn, MeOut
-from app.domain.security import (
-    MAX_PASSWORD_CHARS,
-    MIN_PASSWORD_CHARS,
-    authenticate,
-    change_password,
-    client_ip,
-    end_session,
-    start_session,
-)
+from app.domain.accounts.passwords import MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS, authenticate, change_password
 from app.web.deps import LoggedInUser, LoginLimiterDep, SessionDep, SettingsDep
 from app.web.errors import problem_responses
+from app.web.schemas.auth import LoginIn, MeOut
+from app.web.sessions import client_ip, end_session, start_session
 from worker.core.errors import Unauthorized
 
 router = APIRouter(prefix="/api/auth", tags=["auth"])

@@ -3,7 +3,7 @@
 Contract: every route needs a login; what a user may not see answers 404, what they may see but not do 403
 (``app.web.deps``: ``CourseDep``, ``CourseStaffDep``, ``AssignmentDep``...). Dates are UTC (ISO 8601 with an
 offset; a naive date-time is refused). A learner's view of an assignment shows, per exercise, what the gate of
-``app.domain.assignments`` says now (the dates their extension gives them, attempts and submissions left, the
+``app.domain.courses.assignments`` says now (the dates their extension gives them, attempts and submissions left, the
 sentence the page shows) and the score that counts. Staff edit assignments (instructors) and grant extensions
 (instructors and TAs); every extension stays in the audit list, revoked or not. Routes commit; nothing here
 grades.
@@ -18,9 +18,11 @@ from fastapi.responses import PlainTextResponse
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from app.domain import accounts, assignments, courses, coursework, gradebook
+from app.domain.accounts import people
+from app.domain.courses import assignments, coursework, gradebook, membership
 from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Extension, User, utcnow
-from app.domain.schemas import UtcDatetime
+from app.domain.platform.clock import UtcDatetime
+from app.domain.results import settle
 from app.web.deps import (
     AssignmentDep,
     AssignmentStaffDep,
@@ -98,7 +100,7 @@ class AssignmentIn(BaseModel):
 
 
 class GateOut(BaseModel):
-    """What the learner may do on one exercise now (see ``app.domain.assignments.gate``)."""
+    """What the learner may do on one exercise now (see ``app.domain.courses.assignments.gate``)."""
 
     window: assignments.Window
     allowed: bool
@@ -155,7 +157,7 @@ class MemberOut(BaseModel):
 class EnrollRowOut(BaseModel):
     line: int
     email: str
-    outcome: courses.Outcome
+    outcome: membership.Outcome
     role: str = Field(description="the role the person has in the course after this row")
     reason: str
     password: str = Field(description="a new account's one-time password (hand it over; it is not stored)")
@@ -250,13 +252,13 @@ def assignment_out(*, session: SessionDep, assignment: Assignment, user: User, s
 @router.get("/api/courses")
 def my_courses(session: SessionDep, user: CurrentUser) -> list[CourseOut]:
     """List my courses and my role in each (the practice course first)."""
-    return [CourseOut.of(course, role) for course, role in courses.courses_of(session=session, user=user)]
+    return [CourseOut.of(course, role) for course, role in membership.courses_of(session=session, user=user)]
 
 
 @router.post("/api/courses", status_code=201, responses=problem_responses(409, 422))
 def create_course(body: CourseIn, session: SessionDep, user: InstructorDep) -> CourseOut:
     """Create a course; I become its instructor."""
-    course = courses.create_course(session=session, slug=body.slug, title=body.title, creator=user)
+    course = membership.create_course(session=session, slug=body.slug, title=body.title, creator=user)
     session.commit()
     return CourseOut.of(course, CourseRole.instructor)
 
@@ -264,7 +266,7 @@ def create_course(body: CourseIn, session: SessionDep, user: InstructorDep) -> C
 @router.get("/api/courses/{slug}")
 def course_detail(access: CourseDep, session: SessionDep) -> CourseDetailOut:
     """Return a course with the assignments I may see, each as it stands for me."""
-    shown = courses.visible_assignments(session=session, course=access.course, user=access.user)
+    shown = membership.visible_assignments(session=session, course=access.course, user=access.user)
     return CourseDetailOut(
         **CourseOut.of(access.course, access.role).model_dump(),
         assignments=[
@@ -278,14 +280,14 @@ def course_members(access: CourseStaffDep, session: SessionDep) -> list[MemberOu
     """List the course's members: instructors, then TAs, then learners (staff only)."""
     return [
         MemberOut(email=m.user.email, name=m.user.name, role=m.role, source=m.source)
-        for m in courses.members(session=session, course=access.course)
+        for m in membership.members(session=session, course=access.course)
     ]
 
 
 @router.post("/api/courses/{slug}/members", responses=problem_responses(413, 422))
 def enroll_members(body: CsvIn, access: CourseStaffDep, session: SessionDep) -> list[EnrollRowOut]:
     """Enroll the rows of a CSV (``email[,name[,role]]``, a header optional); each row says what happened."""
-    report = courses.enroll_csv(session=session, course=access.course, text=body.csv, actor=access.user)
+    report = membership.enroll_csv(session=session, course=access.course, text=body.csv, actor=access.user)
     session.commit()
     return [
         EnrollRowOut(line=r.line, email=r.email, outcome=r.outcome, role=r.role, reason=r.reason, password=r.password)
@@ -296,10 +298,10 @@ def enroll_members(body: CsvIn, access: CourseStaffDep, session: SessionDep) -> 
 @router.post("/api/courses/{slug}/invite", responses=problem_responses(403, 409))
 def course_invite(access: CourseStaffDep, session: SessionDep, body: InviteIn) -> InviteOut:
     """Return the course's invite link (``rotate``: a new one, which ends the old)."""
-    courses.require_course_role(
+    membership.require_course_role(
         session=session, course=access.course, user=access.user, roles=(CourseRole.instructor,)
     )
-    token = courses.invite_token_for(session=session, course=access.course, rotate=body.rotate)
+    token = membership.invite_token_for(session=session, course=access.course, rotate=body.rotate)
     session.commit()
     return InviteOut(token=token, path=f"/join/{token}")
 
@@ -310,8 +312,8 @@ INVITE_ERRORS = problem_responses(404, described={404: "No such invite link (or 
 @router.post("/api/invites/{token}", responses=INVITE_ERRORS)
 def join_course(token: str, session: SessionDep, user: CurrentUser) -> CourseOut:
     """Join the course of an invite link as a learner."""
-    course = courses.join_by_invite(session=session, token=token, user=user)
-    role = courses.course_role(session=session, course=course, user=user) or CourseRole.learner
+    course = membership.join_by_invite(session=session, token=token, user=user)
+    role = membership.course_role(session=session, course=course, user=user) or CourseRole.learner
     session.commit()
     return CourseOut.of(course, role)
 
@@ -350,13 +352,11 @@ def list_extensions(access: AssignmentStaffDep, session: SessionDep) -> list[Ext
     """Return the audit list of the assignment's extensions, newest first (staff)."""
     found = coursework.extensions_of(session=session, assignment=access.assignment)
     ids = {i for e in found for i in (e.granted_by_id, e.revoked_by_id) if i is not None}
-    emails = accounts.emails_of(session=session, ids=ids)  # one query for the whole list
+    emails = people.emails_of(session=session, ids=ids)  # one query for the whole list
     return [ExtensionOut.of(e, emails) for e in found]
 
 
-@router.post(
-    "/api/assignments/{assignment_id}/extensions", status_code=201, responses=problem_responses(403, 404, 422)
-)
+@router.post("/api/assignments/{assignment_id}/extensions", status_code=201, responses=problem_responses(403, 404, 422))
 def grant_extension(body: ExtensionIn, access: AssignmentStaffDep, session: SessionDep) -> ExtensionOut:
     """Give one learner new dates (and attempts) on this assignment, saying why (staff)."""
     learner = session.scalar(select(User).where(User.email == body.email.strip().lower()))
@@ -376,7 +376,7 @@ def revoke_extension(extension: ExtensionDep, session: SessionDep, user: Current
     coursework.revoke_extension(session=session, extension=extension, actor=user)
     session.commit()
     ids = {i for i in (extension.granted_by_id, extension.revoked_by_id) if i is not None}
-    return ExtensionOut.of(extension, accounts.emails_of(session=session, ids=ids))
+    return ExtensionOut.of(extension, people.emails_of(session=session, ids=ids))
 
 
 # --- the gradebook -------------------------------------------------------------------------------------------
@@ -430,7 +430,7 @@ def override_grade(body: OverrideIn, access: CourseStaffDep, session: SessionDep
     learner = session.scalar(select(User).where(User.email == body.email.strip().lower()))
     if item is None or learner is None:
         raise NotFound("no such item or learner in this course")
-    gradebook.override(
+    settle.override(
         session=session, course=access.course, item=item, learner=learner, score_pct=body.score_pct,
         comment=body.comment, actor=access.user,
     )  # fmt: skip
@@ -441,6 +441,6 @@ def override_grade(body: OverrideIn, access: CourseStaffDep, session: SessionDep
 @router.post("/api/overrides/{override_id}/revert", responses=problem_responses(404))
 def revert_grade_override(override_id: RowId, session: SessionDep, user: CurrentUser) -> dict[str, bool]:
     """Revert a grade override (it stays in the audit list) (staff of its course)."""
-    gradebook.revert_override(session=session, override_id=override_id, actor=user)
+    settle.revert_override(session=session, override_id=override_id, actor=user)
     session.commit()
     return {"reverted": True}

@@ -18,24 +18,17 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.domain import coursework
-from app.domain.example_runs import ExampleRunner, RunGate, run_examples_now
-from app.domain.exercises import list_published
+from app.domain.courses import coursework
+from app.domain.courses.visibility import shown_for
+from app.domain.exercises.bank import list_published
+from app.domain.exercises.example_runs import RunGate, run_examples_now
 from app.domain.models import Exercise, utcnow
-from app.domain.progress import attempts_for, progress_for
-from app.domain.schemas import (
-    ExerciseDetail,
-    ExerciseSummary,
-    ProgressOut,
-    SubmissionCreated,
-    SubmissionIn,
-    SubmissionOut,
-    example_run_out,
-)
-from app.domain.visibility import shown_for
+from app.domain.submissions.progress import attempts_for, progress_for
 from app.web.deps import CurrentUser, DispatcherDep, ExerciseDep, SessionDep, SettingsDep, SubmitDep
 from app.web.errors import problem_responses
 from app.web.routes.preload import with_current_versions, with_submission_details
+from app.web.schemas.exercises import ExerciseDetail, ExerciseSummary
+from app.web.schemas.submissions import ProgressOut, SubmissionCreated, SubmissionIn, SubmissionOut, example_run_out
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/exercises", tags=["exercises"])
@@ -106,7 +99,8 @@ async def exercise_detail(exercise: ExerciseDep, user: CurrentUser, session: Ses
     if not detail.params:  # no parameters: one answer for everyone, served from memory
         return detail
     # As the practice page shows it: the variant of the context a submission without an assignment counts under.
-    return await run_in_threadpool(coursework.learner_detail, session=session, exercise=exercise, user=user)
+    params = await run_in_threadpool(coursework.learner_params, session=session, exercise=exercise, user=user)
+    return ExerciseDetail.of(exercise, params=params)
 
 
 CODE_ERRORS = {
@@ -128,14 +122,6 @@ def submit(body: SubmissionIn, exercise: ExerciseDep, user: CurrentUser, submit:
     return SubmissionCreated(id=submission.id, status=submission.status)
 
 
-async def get_example_runner(dispatcher: DispatcherDep) -> ExampleRunner:
-    """Return the process dispatcher as what runs example tests (in this process, or on a worker's fast lane)."""
-    if not isinstance(dispatcher, ExampleRunner):
-        raise TypeError(f"{type(dispatcher).__name__} cannot run example tests")
-    return dispatcher
-
-
-ExampleRunnerDep = Annotated[ExampleRunner, Depends(get_example_runner)]
 RUN_ERRORS = problem_responses(
     404, 413, 422, 429, 503,
     described={
@@ -158,7 +144,7 @@ def run_examples(
     session: SessionDep,
     settings: SettingsDep,
     gate: RunGateDep,
-    runner: ExampleRunnerDep,
+    runner: DispatcherDep,
 ) -> SubmissionOut:
     """Grade the code against the visible example tests now, in my variant there; nothing is stored or counted.
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.domain import manual_grading as mg
 from app.domain.models import ManualGrade
-from app.domain.schemas import UtcDatetime
+from app.domain.platform.clock import UtcDatetime
+from app.domain.results import staff_grades as sg
+from app.domain.review import staff_grading as mg
 from app.web.deps import CurrentUser, InstructorDep, RowId, SessionDep, StaffExerciseDep
 from app.web.errors import problem_responses
 
@@ -45,7 +46,7 @@ class GradeOut(BaseModel):
         sub = grade.submission
         return cls(
             id=grade.id, submission_id=grade.submission_id, learner=sub.user.email if sub.user else None,
-            question=grade.question, answer=mg.answer_text(grade), checked=list(grade.checked), comment=grade.comment,
+            question=grade.question, answer=sg.answer_text(grade), checked=list(grade.checked), comment=grade.comment,
             line_comments=[LineComment.model_validate(c) for c in grade.line_comments or []],
             points=grade.points, max_points=grade.max_points, revision=grade.revision,
             graded_by=grade.graded_by.email if grade.graded_by else None, graded_at=grade.graded_at,

@@ -14,13 +14,13 @@ from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
-from app.domain import authoring
-from app.domain.insights import exercise_insights, learners_csv, tests_csv
-from app.domain.markdown import render_markdown
+from app.domain.exercises import authoring
 from app.domain.models import Exercise
-from app.domain.regrade import history, progress
-from app.domain.review import SubmissionFilter, filter_submissions
-from app.domain.schemas import StaffSubmissionOut, UtcDatetime
+from app.domain.platform.clock import UtcDatetime
+from app.domain.platform.markdown import render_markdown
+from app.domain.review.insights import exercise_insights, learners_csv, tests_csv
+from app.domain.review.listing import SubmissionFilter, filter_submissions
+from app.domain.submissions.regrade import history, progress
 from app.web.deps import (
     CheckDep,
     InstructorDep,
@@ -31,6 +31,7 @@ from app.web.deps import (
     StaffVersionDep,
 )
 from app.web.errors import problem_responses
+from app.web.schemas.submissions import StaffSubmissionOut
 
 router = APIRouter(prefix="/api/instructor", tags=["instructor"])
 MAX_PREVIEW_CHARS = 256 * 1024

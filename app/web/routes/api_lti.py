@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.lti import keys, platforms, scores
 from app.domain.models import LtiPlatform, LtiScoreOutbox, LtiToolKey
-from app.domain.schemas import UtcDatetime
+from app.domain.platform.clock import UtcDatetime
 from app.web.deps import AdminDep, RowId, SessionDep, SettingsDep
 from app.web.errors import problem_responses
 

@@ -1,7 +1,8 @@
 """``/api/exercises/{slug}/notebook``: a code exercise as a Jupyter notebook, and submitting a notebook.
 
 Contract: ``GET .../notebook`` answers the ``.ipynb`` file (``application/x-ipynb+json``, as an attachment named
-``{slug}.ipynb``) that ``app.domain.notebooks.exercise_notebook`` builds. ``POST .../notebook-submissions`` takes
+``{slug}.ipynb``) that ``app.domain.exercises.notebooks.exercise_notebook`` builds. ``POST .../notebook-submissions``
+takes
 the notebook's file text, extracts the code of its ``solution``-tagged cells and submits that code exactly as
 ``POST .../submissions`` does (the same assignment gate, size rule and dispatch after the commit): the stored
 submission's code is what was extracted. A notebook that cannot be read is refused (413 too large, 422 naming
@@ -14,11 +15,13 @@ from typing import Any
 
 from fastapi import APIRouter, Response
 
-from app.domain import coursework, notebooks
-from app.domain.schemas import NotebookIn, SubmissionCreated
+from app.domain.courses import coursework
+from app.domain.exercises import notebooks
 from app.web.deps import CurrentUser, ExerciseDep, SessionDep, SubmitDep
 from app.web.errors import problem_responses
 from app.web.routes.api_exercises import SUBMIT_ERRORS
+from app.web.schemas.exercises import ExerciseDetail
+from app.web.schemas.submissions import NotebookIn, SubmissionCreated
 
 router = APIRouter(prefix="/api/exercises", tags=["notebooks"])
 
@@ -47,7 +50,8 @@ NOTEBOOK_SUBMIT_ERRORS = {
 @router.get("/{slug}/notebook", response_class=Response, responses=NOTEBOOK_ANSWER)
 def download_notebook(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> Response:
     """Return the exercise as a Jupyter notebook to work on and submit (in the caller's variant, as on its page)."""
-    params = coursework.learner_detail(session=session, exercise=exercise, user=user).params
+    params = coursework.learner_params(session=session, exercise=exercise, user=user)
+    params = ExerciseDetail.of(exercise, params=params).params  # the default variant where there is none
     return Response(
         notebooks.notebook_text(exercise, params),
         media_type=notebooks.MEDIA_TYPE,

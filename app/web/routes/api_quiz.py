@@ -4,7 +4,7 @@ Contract: needs a login (and, with the session cookie, a JSON body: the CSRF rul
 the request, stored as a graded submission and committed before the answer is returned; malformed answers are
 422 with a message naming the question or option. Explanations come back only in this response, for the
 questions this attempt answered, and under an assignment only once no attempt is left or the window closed
-(``answers_withheld``; ``app.domain.visibility``). Retries are unlimited in practice. Under an assignment
+(``answers_withheld``; ``app.domain.courses.visibility``). Retries are unlimited in practice. Under an assignment
 (``assignment_id``, or practice that an assignment's ``counted`` policy puts under it:
 ``coursework.practice_under``) every question must be answered (422 naming how many are not, no attempt used)
 and its gate applies first (dates, attempt limit, rate: 403/429 with the sentence the page shows, 404 for an
@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.domain import coursework
-from app.domain.lti.scores import queue_score
+from app.domain.courses import coursework
+from app.domain.courses.visibility import shown_tests
 from app.domain.models import utcnow
-from app.domain.quiz import answer_quiz, progress
-from app.domain.schemas import QuizAnswersIn, QuizAttemptOut
-from app.domain.visibility import shown_tests
+from app.domain.results import settle
+from app.domain.submissions.quiz import answer_quiz, progress
 from app.web.deps import CurrentUser, ExerciseDep, SessionDep
 from app.web.errors import problem_responses
+from app.web.schemas.quiz import QuizAnswersIn, QuizAttemptOut
 
 router = APIRouter(prefix="/api/exercises", tags=["quiz"])
 
@@ -45,10 +45,14 @@ def answer(body: QuizAnswersIn, exercise: ExerciseDep, user: CurrentUser, sessio
     """Grade the answers, store the attempt and return the feedback for each question."""
     under = coursework.gate_submission(session=session, assignment_id=body.assignment_id, exercise=exercise, user=user)
     submission, result = answer_quiz(
-        session=session, user=user, exercise=exercise, answers=body.answers, assignment_id=under,
+        session=session,
+        user=user,
+        exercise=exercise,
+        answers=body.answers,
+        assignment_id=under,
         complete=under is not None,  # an attempt that counts answers every question
     )
-    queue_score(session=session, submission=submission)  # the LMS gradebook's score, committed with it
+    settle.quiz_answered(session=session, submission=submission, exercise=exercise, results=result.questions)
     standing = progress(session=session, user=user, exercise=exercise)
     shown = shown_tests(session=session, submission=submission, viewer=user, now=utcnow())  # answers after the last
     session.commit()

@@ -1,6 +1,6 @@
 """``/api/regrade-requests`` and ``/api/submissions/{id}/regrade-request``: ask for a regrade, answer, see the thread.
 
-Contract: any logged-in user; ``app.domain.regrade_requests`` decides who may see and answer what (an outsider
+Contract: any logged-in user; ``app.domain.review.regrade_requests`` decides who may see and answer what (an outsider
 gets 404). Staff's ``rerun`` is dispatched after the commit, as every grading is. JSON bodies, so the API's CSRF
 rule covers them.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from app.domain import regrade_requests as rr
 from app.domain.models import RegradeRequest
-from app.domain.schemas import UtcDatetime
+from app.domain.platform.clock import UtcDatetime
+from app.domain.review import regrade_requests as rr
 from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep, SubmissionDep, dispatch_committed
 from app.web.errors import problem_responses
 

@@ -17,10 +17,11 @@ from fastapi import APIRouter, Depends, Path
 from pydantic import BaseModel, Field
 from sqlalchemy import select
 
-from app.domain import similarity
+from app.domain.dispatcher import Dispatcher
 from app.domain.models import SimilarityPair, SimilarityRun, Submission
-from app.domain.schemas import UtcDatetime
-from app.domain.similarity_runs import SimilarityStarter, create_run, pairs_of, require_viewer, runs_of
+from app.domain.platform.clock import UtcDatetime
+from app.domain.review import similarity
+from app.domain.review.similarity_runs import create_run, pairs_of, require_viewer, runs_of
 from app.web.deps import (
     MAX_ROW_ID,
     AssignmentStaffDep,
@@ -37,16 +38,6 @@ from worker.core.errors import NotFound
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["similarity"])
 HINT = "A similarity is a hint for a person to read both submissions, never a verdict or a penalty."
-
-
-async def get_similarity_starter(dispatcher: DispatcherDep) -> SimilarityStarter:
-    """Return the process dispatcher as what starts similarity runs."""
-    if not isinstance(dispatcher, SimilarityStarter):
-        raise TypeError(f"{type(dispatcher).__name__} cannot start similarity runs")
-    return dispatcher
-
-
-SimilarityStarterDep = Annotated[SimilarityStarter, Depends(get_similarity_starter)]
 
 
 def get_run(run_id: RowId, session: SessionDep, user: CurrentUser) -> SimilarityRun:
@@ -164,7 +155,7 @@ START_ERRORS = problem_responses(
 )
 
 
-def _start(run: SimilarityRun, starter: SimilarityStarter) -> None:
+def _start(run: SimilarityRun, starter: Dispatcher) -> None:
     try:
         starter.start_similarity(run.id)
     except Exception:  # committed: it stays queued, and starting the check again sends a new one
@@ -173,7 +164,7 @@ def _start(run: SimilarityRun, starter: SimilarityStarter) -> None:
 
 @router.post("/api/instructor/exercises/{slug}/similarity", status_code=201, responses=START_ERRORS)
 def start_exercise_run(
-    body: RunIn, exercise: StaffExerciseDep, user: InstructorDep, session: SessionDep, starter: SimilarityStarterDep
+    body: RunIn, exercise: StaffExerciseDep, user: InstructorDep, session: SessionDep, starter: DispatcherDep
 ) -> RunOut:
     """Start a similarity check of the exercise's counted submissions (one per learner); it runs as a job."""
     run = create_run(session=session, user=user, params=body.params(), exercise=exercise)
@@ -190,7 +181,7 @@ def exercise_runs(exercise: StaffExerciseDep, session: SessionDep) -> list[RunOu
 
 @router.post("/api/assignments/{assignment_id}/similarity", status_code=201, responses=START_ERRORS)
 def start_assignment_run(
-    body: RunIn, access: AssignmentStaffDep, session: SessionDep, starter: SimilarityStarterDep
+    body: RunIn, access: AssignmentStaffDep, session: SessionDep, starter: DispatcherDep
 ) -> RunOut:
     """Start a similarity check of the submissions that count in the assignment, exercise by exercise."""
     run = create_run(session=session, user=access.user, params=body.params(), assignment=access.assignment)

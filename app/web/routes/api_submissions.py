@@ -1,12 +1,12 @@
 """``/api/submissions`` and ``/api/me``: a submission's result, its live status stream and diff, my list and progress.
 
 Contract: learners see only their own submissions (others' are 404); staff see all. The detail, my list and
-every event show of each test what its visibility tier lets the viewer see (``app.domain.visibility``), read
+every event show of each test what its visibility tier lets the viewer see (``app.domain.courses.visibility``), read
 anew at each event. A submission's diff is against its author's previous attempt on the same exercise
 (``previous_id`` null and no lines for the first).
 The events stream is ``text/event-stream``, framed by FastAPI (``fastapi.sse``): an ``event: status`` whose data
 is the ``SubmissionOut`` JSON, sent first and then at every change of status or verdict (at once on news, see
-``app.domain.news``: from this process, and from every process when a broker is set; else within
+``app.domain.platform.news``: from this process, and from every process when a broker is set; else within
 ``settings.events_poll_s``), a ``: keep-alive`` comment every ``KEEPALIVE_S`` without change (FastAPI adds its own
 ``: ping`` after 15 s of silence, which a poll shorter than 5 s never lets happen), and it ends after the first
 graded/error event, when the client goes away, after ``MAX_STREAM_S``, or (with a ``CLOSING_COMMENT``) when the
@@ -24,15 +24,15 @@ from fastapi import APIRouter, Depends, Request, Response
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from app.domain import news
-from app.domain.exercises import list_published
+from app.domain.courses.visibility import shown_for, shown_tests
+from app.domain.exercises.bank import list_published
 from app.domain.models import Submission, User, utcnow
-from app.domain.progress import Progress, diff_lines, previous_attempt, progress_by_exercise
-from app.domain.schemas import SETTLED, AttemptDiffOut, ProgressOut, SubmissionOut
-from app.domain.submissions import list_for_user
-from app.domain.visibility import shown_for, shown_tests
+from app.domain.platform import news
+from app.domain.submissions.lifecycle import list_for_user
+from app.domain.submissions.progress import Progress, diff_lines, previous_attempt, progress_by_exercise
 from app.web.deps import CurrentUser, SessionDep, SessionFactory, SessionFactoryDep, SubmissionDep
 from app.web.routes.preload import with_current_versions, with_submission_details
+from app.web.schemas.submissions import SETTLED, AttemptDiffOut, ProgressOut, SubmissionOut
 
 KEEPALIVE_S = 10.0  # under FastAPI's 15 s ping, so a polling stream sends only ours
 CLOSING_COMMENT = "server stopping; reconnect"

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.domain import tokens
-from app.domain.schemas import TokenCreated, TokenIn, TokenOut
+from app.domain.accounts import tokens
 from app.web.deps import CurrentUser, RowId, SessionDep
 from app.web.errors import problem_responses
+from app.web.schemas.auth import TokenCreated, TokenIn, TokenOut
 
 router = APIRouter(prefix="/api/me/tokens", tags=["tokens"])
 

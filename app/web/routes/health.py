@@ -7,11 +7,13 @@ Contract:
   probes read ``failed``.
 - ``/healthz``: the process serves requests; 200 ``{"status": "alive"}`` without touching the database.
 - ``/readyz``: 200 when every check passes, else 503; the body lists each check (``database``, then in Celery
-  mode ``broker`` and one ``queue:<name>`` per queue of ``app.domain.liveness.required_queues``, in the embedded
+  mode ``broker`` and one ``queue:<name>`` per queue of ``app.domain.operations.liveness.required_queues``, in the
+  embedded
   default ``dispatcher``) and names the failed ones. A queue passes when at least one live ``WorkerBeat``
   serves it. Every probe runs in a small pool of its own under ``PROBE_DEADLINE_S``: a hung database or
   broker makes the answer 503, never a hung probe, and never takes a request thread.
-- ``/metrics``: the Prometheus text of ``app.domain.metrics``, guarded by ``app.domain.metrics.check_access``
+- ``/metrics``: the Prometheus text of ``app.domain.operations.metrics``, guarded by
+``app.domain.operations.metrics.check_access``
   (401 without the right bearer token when ``GPULAB_METRICS_TOKEN`` is set, else 403 unless loopback and not proxied).
 """
 
@@ -30,7 +32,7 @@ from pydantic import BaseModel
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
-from app.domain import liveness, metrics
+from app.domain.operations import liveness, metrics
 from app.web.deps import SessionFactory, SessionFactoryDep, SettingsDep
 from app.web.errors import problem_responses
 from worker.core.config import Settings
@@ -160,7 +162,7 @@ async def readyz(request: Request, factory: SessionFactoryDep, settings: Setting
     response_class=Response,
     responses={
         200: {
-            "description": "Prometheus text exposition (see app/domain/metrics.py and README, Watch it)",
+            "description": "Prometheus text exposition (see app/domain/operations/metrics.py and README, Watch it)",
             "content": {metrics.CONTENT_TYPE: {"schema": {"type": "string"}}},
         },
         **problem_responses(

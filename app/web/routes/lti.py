@@ -17,7 +17,7 @@ Contract (the rules themselves live in ``app.domain.lti``; this is the HTTP side
   first-party and the launch opens there.
 - ``POST /lti/launch`` (``id_token``, ``state``, or the platform's ``error``): checks the state cookie, verifies
   the token and provisions (``launch.verify``, ``provisioning.provision``), commits, signs the user in
-  (``app.domain.security.start_session``) and redirects (303) to where the launch lands. The state cookie is
+  (``app.domain.accounts.passwords.start_session``) and redirects (303) to where the launch lands. The state cookie is
   deleted whatever the outcome: a state is good for one launch.
 - A deep linking request (``LtiDeepLinkingRequest``) posted to ``/lti/launch`` goes through the same checks,
   then ``deep_linking.begin`` (instructors only: anyone else gets the refusal page, 403); the instructor is
@@ -66,10 +66,10 @@ from app.domain.lti import vocabulary as v
 from app.domain.lti.platform_keys import PlatformKeys
 from app.domain.lti.toolconfig import ToolUrls, tool_urls
 from app.domain.models import Course, Role
-from app.domain.security import start_session
 from app.web.deps import OptionalUser, SessionDep, SettingsDep
 from app.web.middleware import origin_of, page_policy
 from app.web.pages import FORM_CSRF, render
+from app.web.sessions import start_session
 from worker.core.config import Settings
 from worker.core.errors import Conflict, Forbidden, GpulabError, InvalidInput, Unauthorized
 

@@ -7,8 +7,9 @@ Contract:
 - Every state-changing form on this router (log in, log out, the no-JavaScript submit) carries the session's
   form token (``csrf``, which ``render`` passes every template); the router-level dependency ``verify_form_csrf`` checks
   it on every unsafe method before the route runs (403 otherwise), as on every page router (``app.web.pages``).
-- Templates autoescape. Markup inserted unescaped is only the prompt HTML (sanitised by ``app.domain.markdown``) and
-  Pygments output (``app.domain.highlight``, which escapes the source). Learner text reaches the page through
+- Templates autoescape. Markup inserted unescaped is only the prompt HTML (sanitised by
+``app.domain.platform.markdown``) and
+  Pygments output (``app.domain.platform.highlight``, which escapes the source). Learner text reaches the page through
   autoescaped variables or through ``textContent`` in the static scripts.
 - Submitting without JavaScript posts the form to ``/exercises/{slug}/submissions`` and lands on the history
   page of that attempt; with JavaScript the exercise page submits through the JSON API and follows SSE.
@@ -28,13 +29,17 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from app.domain import courses, coursework
-from app.domain.assignments import gate, places_made
-from app.domain.exercises import list_published
-from app.domain.highlight import highlight_blocks, highlight_python
-from app.domain.markdown import render_markdown
+from app.domain.accounts.passwords import authenticate
+from app.domain.courses import coursework, membership
+from app.domain.courses.assignments import gate, places_made
+from app.domain.courses.visibility import shown_for
+from app.domain.exercises.bank import list_published
 from app.domain.models import Assignment, Exercise, Submission, User, utcnow
-from app.domain.progress import (
+from app.domain.platform.highlight import highlight_blocks, highlight_python
+from app.domain.platform.markdown import render_markdown
+from app.domain.review.regrade_requests import request_for_item
+from app.domain.submissions.lifecycle import get_for_user
+from app.domain.submissions.progress import (
     Progress,
     attempts_for,
     diff_lines,
@@ -43,12 +48,7 @@ from app.domain.progress import (
     progress_for,
     summarize,
 )
-from app.domain.quiz import quiz_of
-from app.domain.regrade_requests import request_for_item
-from app.domain.schemas import ExerciseDetail, ExerciseSummary, SubmissionOut, TestResultOut
-from app.domain.security import authenticate, client_ip, end_session, start_session
-from app.domain.submissions import get_for_user
-from app.domain.visibility import shown_for
+from app.domain.submissions.quiz import quiz_of
 from app.web.deps import (
     CurrentUser,
     ExerciseDep,
@@ -61,6 +61,9 @@ from app.web.deps import (
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, render, safe_next
 from app.web.routes.preload import with_current_versions, with_submission_details
+from app.web.schemas.exercises import ExerciseDetail, ExerciseSummary
+from app.web.schemas.submissions import SubmissionOut, TestResultOut
+from app.web.sessions import client_ip, end_session, start_session
 from worker.core.errors import NotFound, RateLimited, Unauthorized
 
 EDITOR_BUNDLE = Path(__file__).resolve().parents[2] / "static" / "build" / "editor.js"
@@ -181,7 +184,9 @@ def binding(*, session: Session, user: User, exercise: Exercise) -> list[dict[st
 
 @router.get("/exercises/{slug}")
 def exercise_page(request: Request, exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> Response:
-    detail = coursework.learner_detail(session=session, exercise=exercise, user=user)
+    detail = ExerciseDetail.of(
+        exercise, params=coursework.learner_params(session=session, exercise=exercise, user=user)
+    )
     bound = binding(session=session, user=user, exercise=exercise)
     if detail.kind == "quiz":  # answered through quiz.js and POST /api/exercises/{slug}/quiz
         progress = progress_for(session=session, user=user, exercise=exercise)
@@ -287,7 +292,7 @@ def quiz_answers(attempt: Submission, shown: SubmissionOut) -> list[QuizAnswer]:
 def _opened_from(session: Session, user: User, exercise: Exercise, assignment_id: int) -> dict[str, str] | None:
     """Return the assignment the history was opened from, if ``user`` is in its course and it holds ``exercise``."""
     assignment = session.get(Assignment, assignment_id)
-    if assignment is None or courses.course_role(session=session, course=assignment.course, user=user) is None:
+    if assignment is None or membership.course_role(session=session, course=assignment.course, user=user) is None:
         return None  # a link from elsewhere: the history stands without the course context
     if not any(item.exercise_id == exercise.id for item in assignment.items):
         return None

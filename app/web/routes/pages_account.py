@@ -17,12 +17,13 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
-from app.domain import tokens
+from app.domain.accounts import tokens
+from app.domain.accounts.passwords import change_password
 from app.domain.models import User
-from app.domain.security import change_password, start_session
 from app.web.deps import CurrentUser, LoggedInUser, RowId, SessionDep, SettingsDep
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render, safe_next
+from app.web.sessions import start_session
 from worker.core.errors import GpulabError, InvalidInput
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])

@@ -16,9 +16,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.domain import accounts, liveness
+from app.domain.accounts import people
 from app.domain.models import Role, User
-from app.domain.stats import grade_matrix, grades_csv, score_chart_svg, timing
+from app.domain.operations import liveness
+from app.domain.operations.dashboard import grade_matrix, grades_csv, score_chart_svg, timing
 from app.jobs.queue_state import queue_state
 from app.web.deps import AdminDep, SessionDep, SettingsDep, UserDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
@@ -73,7 +74,7 @@ def create_user(
     try:
         if role not in Role.__members__:
             raise InvalidInput(f"unknown role {role!r}")
-        account = accounts.create_account(session=session, email=email, name=name, role=Role(role), password=password)
+        account = people.create_account(session=session, email=email, name=name, role=Role(role), password=password)
         session.commit()
     except GpulabError as exc:
         session.rollback()
@@ -90,7 +91,7 @@ def change_role(
     try:
         if role not in Role.__members__:
             raise InvalidInput(f"unknown role {role!r}")
-        accounts.set_role(session=session, actor=user, user=target, role=Role(role))
+        people.set_role(session=session, actor=user, user=target, role=Role(role))
         session.commit()
         flash(request, f"{target.email} is now {role}.")
     except GpulabError as exc:
@@ -104,7 +105,7 @@ def change_active(
     request: Request, user: AdminDep, target: UserDep, session: SessionDep, active: Annotated[str, Form()]
 ) -> Response:
     try:
-        accounts.set_active(session=session, actor=user, user=target, active=active == "1")
+        people.set_active(session=session, actor=user, user=target, active=active == "1")
         session.commit()
         flash(request, f"{target.email} is {'enabled' if target.is_active else 'disabled'}.")
     except GpulabError as exc:
@@ -115,9 +116,9 @@ def change_active(
 
 @router.post("/users/{user_id}/password")
 def new_password(request: Request, user: AdminDep, target: UserDep, session: SessionDep) -> Response:
-    password = accounts.reset_password(session=session, user=target)
+    password = people.reset_password(session=session, user=target)
     session.commit()
-    account = accounts.NewAccount(email=target.email, name=target.name, role=target.role.value, password=password)
+    account = people.NewAccount(email=target.email, name=target.name, role=target.role.value, password=password)
     return _users_page(request, user, session, created=[account])
 
 
@@ -125,14 +126,14 @@ def new_password(request: Request, user: AdminDep, target: UserDep, session: Ses
 async def import_users(
     request: Request, user: AdminDep, session: SessionDep, file: Annotated[UploadFile, File()]
 ) -> Response:
-    data = await file.read(accounts.MAX_IMPORT_BYTES + 1)
+    data = await file.read(people.MAX_IMPORT_BYTES + 1)
     # Hashing a password per row and the database work block: off the event loop.
     return await run_in_threadpool(_import_users, request, user, session, data)
 
 
 def _import_users(request: Request, user: User, session: Session, data: bytes) -> Response:
     try:
-        report = accounts.import_csv(session=session, data=data)
+        report = people.import_csv(session=session, data=data)
     except GpulabError as exc:
         session.rollback()
         return _users_page(request, user, session, status_code=422, error=f"Nothing imported: {exc.message}")

@@ -3,7 +3,7 @@ own grades.
 
 Contract:
 - ``/courses/{slug}/gradebook`` is for the course's staff (``CourseStaffDep``: a learner gets the 403 page, an
-  outsider the 404 page): ``app.domain.gradebook.gradebook`` as a table with a ``<details>`` override form per
+  outsider the 404 page): ``app.domain.courses.gradebook.gradebook`` as a table with a ``<details>`` override form per
   cell, the CSV link (``/api/courses/{slug}/gradebook.csv``) and ``override_history`` as the audit list, with a
   Revert form on each override in force, and the scores of this course still owed to its LMS gradebook
   (``app.domain.lti.scores.outbox``: pending or failing, attempts, last error, next try), when there are any.
@@ -25,9 +25,11 @@ from fastapi.responses import Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session, joinedload
 
-from app.domain import accounts, gradebook
+from app.domain.accounts import people
+from app.domain.courses import gradebook
 from app.domain.lti import scores
 from app.domain.models import AssignmentItem, Exercise, ExerciseVersion, User
+from app.domain.results import settle
 from app.web.deps import CourseAccess, CourseDep, CourseStaffDep, RowId, SessionDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from worker.core import humane
@@ -85,7 +87,7 @@ def _page(
     book = gradebook.gradebook(session=session, course=access.course, viewer=access.user)
     history = gradebook.override_history(session=session, course=access.course, viewer=access.user)
     owed = scores.outbox(session=session, course_id=access.course.id)
-    emails = accounts.emails_of(session=session, ids={r.user_id for r in owed})
+    emails = people.emails_of(session=session, ids={r.user_id for r in owed})
     return render(
         request, "gradebook/gradebook.html", status_code=status_code, course=access.course, book=book,
         history=history, form=form or OverrideForm(), error=error, base_url=_url(access), owed=owed, emails=emails,
@@ -113,7 +115,7 @@ def override_form(
         learner = session.scalar(select(User).where(User.email == form.email.strip().lower()))
         if item is None or learner is None:
             raise NotFound("no such item or learner in this course")
-        gradebook.override(
+        settle.override(
             session=session, course=access.course, item=item, learner=learner, score_pct=form.score(),
             comment=form.comment, actor=access.user,
         )  # fmt: skip
@@ -131,7 +133,7 @@ def revert_form(request: Request, access: CourseStaffDep, session: SessionDep, o
     entry = next((e for e in history if e.id == override_id), None)
     if entry is None:
         raise NotFound(f"no grade override {override_id} in this course")
-    gradebook.revert_override(session=session, override_id=override_id, actor=access.user)
+    settle.revert_override(session=session, override_id=override_id, actor=access.user)
     session.commit()
     done = f"Override of {entry.learner} on {entry.exercise} reverted."
     flash(request, "It was already reverted." if entry.reverted else done)

@@ -19,9 +19,10 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from app.domain import manual_grading as mg
-from app.domain.markdown import render_markdown
 from app.domain.models import Assignment, Exercise, ManualGrade, User
+from app.domain.platform.markdown import render_markdown
+from app.domain.results import staff_grades as sg
+from app.domain.review import staff_grading as mg
 from app.web.deps import AssignmentStaffDep, CurrentUser, InstructorDep, RowId, SessionDep, StaffExerciseDep
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render
@@ -167,16 +168,18 @@ def _grade_page(
 ) -> Response:  # fmt: skip
     exercise = session.get(Exercise, grade.exercise_id)
     assert exercise is not None
-    question = mg.rubric_for(exercise, grade.question)
+    question = sg.rubric_for(exercise, grade.question)
     scope = _scope_of(session, grade, key)
-    checked, comment, lines = mine if mine is not None else (
-        list(grade.checked), grade.comment, [(int(c["line"]), str(c["text"])) for c in grade.line_comments or []]
+    checked, comment, lines = (
+        mine
+        if mine is not None
+        else (list(grade.checked), grade.comment, [(int(c["line"]), str(c["text"])) for c in grade.line_comments or []])
     )
     return render(
         request, "instructor/grade.html", status_code=status_code, user=user, exercise=exercise, grade=grade,
-        question=question, prompt_html=render_markdown(question.prompt), answer=mg.answer_text(grade),
+        question=question, prompt_html=render_markdown(question.prompt), answer=sg.answer_text(grade),
         checked=checked, comment=comment, error=error, conflict=status_code == 409, scope=scope,
-        code_lines=mg.answer_text(grade).split("\n") if question.kind == "code" else [],
+        code_lines=sg.answer_text(grade).split("\n") if question.kind == "code" else [],
         line_comments=dict(lines),
         counts=mg.counts(session=session, exercise=scope.exercise, assignment=scope.assignment),
     )  # fmt: skip

@@ -20,16 +20,15 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
-from app.domain import authoring
-from app.domain.assignments import places_made
-from app.domain.authoring import AuthoringForm, WrongForm
-from app.domain.checks import create_check
-from app.domain.insights import exercise_insights
+from app.domain.courses.assignments import places_made
+from app.domain.exercises import authoring
+from app.domain.exercises.authoring import AuthoringForm, WrongForm
+from app.domain.exercises.checks import create_check
 from app.domain.models import Exercise, GradingRecord, Submission, User
-from app.domain.regrade import history, settled_submissions, start_regrade
-from app.domain.review import VERDICT_CHOICES, SubmissionFilter, filter_submissions
+from app.domain.review.insights import exercise_insights
+from app.domain.review.listing import VERDICT_CHOICES, SubmissionFilter, filter_submissions
+from app.domain.submissions.regrade import history, settled_submissions, start_regrade
 from app.web.deps import (
-    CheckStarterDep,
     DispatcherDep,
     InstructorDep,
     RegradeDep,
@@ -39,6 +38,7 @@ from app.web.deps import (
     StaffVersionDep,
 )
 from app.web.pages import FORM_CSRF, flash, redirect, render
+from app.web.schemas.exercises import ExerciseDetail
 from worker.bank.folders import MAX_ZIP_BYTES, read_zip
 from worker.bank.spec import DIFFICULTIES, FRAMEWORKS, QUEUES
 from worker.core.errors import GpulabError, InvalidInput, NotFound
@@ -203,7 +203,7 @@ def version_page(
 
 @router.post("/exercises/{slug}/versions/{number}/check")
 def start_check(
-    request: Request, user: InstructorDep, version: StaffVersionDep, session: SessionDep, starter: CheckStarterDep
+    request: Request, user: InstructorDep, version: StaffVersionDep, session: SessionDep, starter: DispatcherDep
 ) -> Response:
     check = create_check(session=session, version=version, user=user)
     session.commit()
@@ -239,7 +239,7 @@ def unpublish(request: Request, _user: InstructorDep, exercise: StaffExerciseDep
 
 @router.get("/exercises/{slug}/versions/{number}/preview")
 def preview(request: Request, user: InstructorDep, exercise: StaffExerciseDep, version: StaffVersionDep) -> Response:
-    detail = authoring.learner_view(exercise, version)
+    detail = ExerciseDetail.of(exercise, version)  # exactly what a learner would receive
     return render(request, "instructor/preview.html", user=user, ex=detail, exercise=exercise, version=version)
 
 

@@ -19,7 +19,7 @@ from typing import Annotated
 from fastapi import APIRouter, Form, Request
 from fastapi.responses import Response
 
-from app.domain import accounts
+from app.domain.accounts import people
 from app.domain.lti import keys, platforms, scores
 from app.domain.lti.toolconfig import tool_urls
 from app.domain.models import User
@@ -52,7 +52,7 @@ def _page(
     error: str = "",
 ) -> Response:
     outbox = [outbox_row_out(row) for row in scores.outbox(session=session)]
-    emails = accounts.emails_of(session=session, ids={row.user_id for row in outbox})
+    emails = people.emails_of(session=session, ids={row.user_id for row in outbox})
     listed = platform_listing(session=session)
     context = {
         "tool": tool_urls(settings.public_url or str(request.base_url)),

@@ -1,6 +1,6 @@
 """Regrade request pages: the list (``/regrade-requests``), one thread with its forms, and asking from an attempt.
 
-Contract: any logged-in user; ``app.domain.regrade_requests`` decides who sees and answers what (an outsider gets
+Contract: any logged-in user; ``app.domain.review.regrade_requests`` decides who sees and answers what (an outsider gets
 the 404 page). Forms carry the session's CSRF token and answer with a redirect (POST-redirect-GET); refused input
 comes back as the thread page with the error and the text kept (422 or 409), and writes nothing.
 """
@@ -13,9 +13,9 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
-from app.domain import regrade_requests as rr
 from app.domain.models import RegradeRequest, User
-from app.domain.submissions import get_for_user
+from app.domain.review import regrade_requests as rr
+from app.domain.submissions.lifecycle import get_for_user
 from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep, dispatch_committed
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render

@@ -21,12 +21,13 @@ from fastapi.responses import Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.domain import similarity
+from app.domain.dispatcher import Dispatcher
 from app.domain.models import Assignment, Exercise, SimilarityPair, SimilarityRun, Submission, User
-from app.domain.similarity_runs import SimilarityStarter, create_run, pairs_of, runs_of, segments
+from app.domain.review import similarity
+from app.domain.review.similarity_runs import create_run, pairs_of, runs_of, segments
 from app.web.deps import AssignmentStaffDep, InstructorDep, SessionDep, StaffExerciseDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from app.web.routes.api_similarity import HINT, SimilarityPairDep, SimilarityRunDep, SimilarityStarterDep
+from app.web.routes.api_similarity import HINT, DispatcherDep, SimilarityPairDep, SimilarityRunDep
 from worker.core.errors import GpulabError, InvalidInput
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def _scope_page(request: Request, scope: Scope, session: Session, error: str = "
 
 
 def _start(
-    request: Request, scope: Scope, session: Session, starter: SimilarityStarter, user: User, form: tuple[str, ...]
+    request: Request, scope: Scope, session: Session, starter: Dispatcher, user: User, form: tuple[str, ...]
 ) -> Response:
     try:
         params = _params_form(*form)
@@ -118,7 +119,7 @@ def start_exercise_similarity(
     user: InstructorDep,
     exercise: StaffExerciseDep,
     session: SessionDep,
-    starter: SimilarityStarterDep,
+    starter: DispatcherDep,
     noise_t: FormText = str(similarity.NOISE_T),
     guarantee_t: FormText = str(similarity.GUARANTEE_T),
     display_t: FormText = str(similarity.DISPLAY_T),
@@ -138,7 +139,7 @@ def start_assignment_similarity(
     request: Request,
     access: AssignmentStaffDep,
     session: SessionDep,
-    starter: SimilarityStarterDep,
+    starter: DispatcherDep,
     noise_t: FormText = str(similarity.NOISE_T),
     guarantee_t: FormText = str(similarity.GUARANTEE_T),
     display_t: FormText = str(similarity.DISPLAY_T),

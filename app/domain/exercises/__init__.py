@@ -1,0 +1,10 @@
+"""Exercises: the bank in the database and how instructors change it.
+
+Contract, by module:
+- ``bank``: syncing the exercise folders into versions, the published catalogue.
+- ``authoring``: drafts made in the browser or uploaded, validated, published (a new current version re-scores
+  staff grades through ``app.domain.results.settle.version_changed``).
+- ``checks``: an instructor's check of a version (solutions pass, wrong variants fail), run as a leased job.
+- ``example_runs``: running a learner's code against the visible examples, at once and without a submission.
+- ``notebooks``: an exercise as a Jupyter notebook, and the tagged solution cells read back from one.
+"""

@@ -1,0 +1,204 @@
+"""Staff grading against rubrics, of quiz text answers and of code: the queue, one grade, release, re-scoring.
+
+Contract:
+- What a grade is, its rubric and how released points enter a submission: ``app.domain.results.staff_grades``;
+  grades are opened and released points land through ``app.domain.results.settle``.
+- Who grades: instructors and admins; for an attempt made under an assignment, the course's TAs too
+  (``may_grade``). Anyone else gets ``NotFound``.
+- ``queue``: an exercise's grades (or those of the work under an assignment, for its course's staff), oldest
+  attempt first; ``next_ungraded`` the first ungraded one after ``after`` (or from the start), so a grader can
+  skip one; ``counts`` how many are ungraded, graded, released.
+- ``save``: the checked rubric item ids (each must be an item of the question in the exercise's current quiz:
+  ``InvalidInput`` otherwise) and a comment (at most ``MAX_COMMENT_CHARS``). ``revision`` must be the one the
+  grader loaded, else ``Conflict``: another grader saved in between, and the caller shows their version instead
+  of silently overwriting it. Line comments (code only, at most ``MAX_LINE_COMMENTS``) name a line of the
+  submission. Each save records who and when and bumps the revision; a released grade saved again lands at once.
+- ``release`` (instructors and admins; an assignment's also by its course's instructors, not its TAs): every
+  graded, unreleased grade of the exercise (or assignment) becomes the learner's (``released_at``) and lands.
+- Functions take keyword-only arguments, flush, and never commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.orm import Session, selectinload
+
+from app.domain.courses import membership
+from app.domain.models import (
+    Assignment,
+    CourseRole,
+    Exercise,
+    ManualGrade,
+    Role,
+    Submission,
+    User,
+    utcnow,
+)
+from app.domain.results import settle
+from app.domain.results.staff_grades import CODE, MAX_ID, rubric_for
+from worker.core.errors import Conflict, InvalidInput, NotFound
+
+MAX_COMMENT_CHARS = 4000
+MAX_LINE_COMMENTS = 200
+
+
+@dataclass(frozen=True)
+class Counts:
+    ungraded: int
+    graded: int  # graded, not released yet
+    released: int
+
+
+def may_grade(*, session: Session, grade: ManualGrade, user: User) -> bool:
+    """Say whether ``user`` may grade ``grade``: instructors, admins, and the course staff of its assignment."""
+    if user.role in (Role.instructor, Role.admin):
+        return True
+    assignment_id = grade.submission.assignment_id
+    assignment = session.get(Assignment, assignment_id) if assignment_id is not None else None
+    if assignment is None:
+        return False
+    return membership.is_staff(membership.course_role(session=session, course=assignment.course, user=user))
+
+
+def get_grade(*, session: Session, grade_id: int, user: User) -> ManualGrade:
+    """Return grade ``grade_id`` if ``user`` may grade it; else ``NotFound``."""
+    grade = session.get(ManualGrade, grade_id) if 0 < grade_id <= MAX_ID else None
+    if grade is None or not may_grade(session=session, grade=grade, user=user):
+        raise NotFound(f"no grade {grade_id} to grade")
+    return grade
+
+
+def _scoped(*, exercise: Exercise | None = None, assignment: Assignment | None = None) -> Select[ManualGrade]:
+    stmt = select(ManualGrade).join(Submission, ManualGrade.submission_id == Submission.id)
+    if exercise is not None:
+        stmt = stmt.where(ManualGrade.exercise_id == exercise.id)
+    if assignment is not None:
+        stmt = stmt.where(Submission.assignment_id == assignment.id)
+    return stmt.order_by(Submission.created_at, ManualGrade.id)
+
+
+def queue(
+    *, session: Session, exercise: Exercise | None = None, assignment: Assignment | None = None, limit: int = 500
+) -> list[ManualGrade]:
+    """Return the grades of an exercise (or of the work under an assignment), oldest attempt first."""
+    stmt = _scoped(exercise=exercise, assignment=assignment).options(
+        selectinload(ManualGrade.submission).selectinload(Submission.user)
+    )
+    return list(session.scalars(stmt.limit(limit)))
+
+
+def next_ungraded(
+    *,
+    session: Session,
+    exercise: Exercise | None = None,
+    assignment: Assignment | None = None,
+    after: ManualGrade | None = None,
+) -> ManualGrade | None:
+    """Return the oldest ungraded grade of the exercise (or assignment), after ``after`` in the queue when given."""
+    stmt = _scoped(exercise=exercise, assignment=assignment).where(ManualGrade.graded_at.is_(None))
+    if after is not None:
+        at, key = after.submission.created_at, after.id
+        stmt = stmt.where((Submission.created_at > at) | ((Submission.created_at == at) & (ManualGrade.id > key)))
+    return session.scalars(stmt.limit(1)).first()
+
+
+def counts(*, session: Session, exercise: Exercise | None = None, assignment: Assignment | None = None) -> Counts:
+    """Count the grades of an exercise (or assignment): ungraded, graded but not released, released."""
+    graded, released = ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_not(None)
+    scoped = _scoped(exercise=exercise, assignment=assignment).order_by(None)
+    rows = session.execute(scoped.with_only_columns(graded, released, func.count()).group_by(graded, released))
+    tally = {(bool(g), bool(r)): int(n) for g, r, n in rows}
+    return Counts(ungraded=tally.get((False, False), 0), graded=tally.get((True, False), 0),
+                  released=tally.get((True, True), 0))  # fmt: skip
+
+
+def _comment(text: str) -> str:
+    comment = text.strip()
+    if len(comment) > MAX_COMMENT_CHARS:
+        raise InvalidInput(f"the comment is longer than {MAX_COMMENT_CHARS} characters; shorten it")
+    if "\x00" in comment:
+        raise InvalidInput("the comment holds a NUL character, which is not text")
+    return comment
+
+
+def _line_comments(grade: ManualGrade, lines: list[tuple[int, str]]) -> list[dict[str, object]]:
+    if lines and grade.question != CODE:
+        raise InvalidInput("line comments are for code submissions")
+    if len(lines) > MAX_LINE_COMMENTS:
+        raise InvalidInput(f"at most {MAX_LINE_COMMENTS} line comments")
+    count = grade.submission.code.count("\n") + 1
+    out: list[dict[str, object]] = []
+    for line, text in sorted(lines):
+        body = text.strip()
+        if not body:
+            continue
+        if not 1 <= line <= count:
+            raise InvalidInput(f"line {line} is not in the submission (it has {count} lines)")
+        out.append({"line": line, "text": _comment(body)})
+    return out
+
+
+def save(
+    *,
+    session: Session,
+    grade: ManualGrade,
+    user: User,
+    checked: list[str],
+    comment: str,
+    revision: int,
+    line_comments: list[tuple[int, str]] | None = None,
+) -> ManualGrade:
+    """Record ``user``'s grade: the ``checked`` rubric items and a comment, if ``revision`` is still current."""
+    if not may_grade(session=session, grade=grade, user=user):
+        raise NotFound(f"no grade {grade.id} to grade")
+    exercise = session.get(Exercise, grade.exercise_id)
+    assert exercise is not None  # the foreign key cascades
+    question = rubric_for(exercise, grade.question)
+    lines = _line_comments(grade, list(line_comments or []))
+    known = [r.id for r in question.rubric_items]
+    unknown = sorted(set(checked) - set(known))
+    if unknown:
+        raise InvalidInput(f"no rubric item {', '.join(map(repr, unknown))} in question {grade.question!r}")
+    text = _comment(comment)
+    if revision != grade.revision:
+        who = grade.graded_by.email if grade.graded_by else "someone"
+        raise Conflict(f"{who} saved this grade while you were grading it: look at their grade, then save again")
+    grade.checked = [i for i in known if i in set(checked)]
+    grade.comment = text
+    grade.line_comments = lines
+    grade.points = question.score(grade.checked)
+    grade.max_points = question.points
+    grade.graded_by_id, grade.graded_at = user.id, utcnow()
+    grade.revision += 1
+    session.flush()
+    if grade.released_at is not None:
+        settle.staff_grades_changed(session=session, submissions=[grade.submission])
+    return grade
+
+
+def may_release(*, session: Session, user: User, assignment: Assignment | None = None) -> bool:
+    """Say whether ``user`` may release grades: instructors and admins; for an assignment, its course's instructors."""
+    if user.role in (Role.instructor, Role.admin):
+        return True
+    if assignment is None:
+        return False
+    return membership.course_role(session=session, course=assignment.course, user=user) is CourseRole.instructor
+
+
+def release(
+    *, session: Session, user: User, exercise: Exercise | None = None, assignment: Assignment | None = None
+) -> int:
+    """Release every graded, unreleased grade of the exercise (or assignment) to its learner; return how many."""
+    if not may_release(session=session, user=user, assignment=assignment):
+        raise NotFound("no grades here that you may release")
+    stmt = _scoped(exercise=exercise, assignment=assignment)
+    chosen = list(session.scalars(stmt.where(ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_(None))))
+    now = utcnow()
+    for grade in chosen:
+        grade.released_at = now
+    session.flush()
+    found = (session.get(Submission, submission_id) for submission_id in sorted({g.submission_id for g in chosen}))
+    settle.staff_grades_changed(session=session, submissions=[s for s in found if s is not None])
+    return len(chosen)
