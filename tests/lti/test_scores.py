@@ -346,3 +346,46 @@ def test_the_course_gradebook_shows_the_scores_its_lms_still_owes(
     scores.deliver_due(session=db_session, now=utcnow() + timedelta(hours=2), http=http)
     db_session.commit()
     assert 'id="lms-owed"' not in client.get(f"/courses/{course.slug}/gradebook").text  # delivered: nothing owed
+
+
+def test_an_override_and_its_revert_reach_the_lms(
+    db_session: Session, linked: Linked, tiny_exercise: TinyExercise, platform: LoopbackPlatform, http: httpx.Client,
+    client: TestClient, instructor: User, login: Callable[..., None],
+) -> None:  # fmt: skip
+    """Issue 22: a gradebook override (API) and its revert (page) each queue the learner's score, and it arrives."""
+    import re
+
+    from app.domain.courses import membership
+    from app.domain.models import CourseRole
+
+    course = linked.assignment.course
+    membership.enroll(session=db_session, course=course, user=instructor, role=CourseRole.instructor, source="manual")
+    membership.enroll(session=db_session, course=course, user=linked.learner, role=CourseRole.learner, source="manual")
+    graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=1)
+    db_session.commit()
+    [item] = linked.assignment.items
+    login(client, instructor)
+
+    answer = client.post(
+        f"/api/courses/{course.slug}/overrides",
+        json={"item_id": item.id, "email": linked.learner.email, "score_pct": 90, "comment": "re-marked by hand"},
+    )
+    assert answer.status_code == 201, answer.text
+    override_id = answer.json()[0]["id"]
+    scores.deliver_due(session=db_session, now=utcnow(), http=http)
+    db_session.commit()
+    assert [p["body"]["scoreGiven"] for p in platform.scores] == [90.0]  # the override is what the LMS shows
+
+    page = client.get(f"/courses/{course.slug}/gradebook")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert token, "the gradebook page has no form token"
+    reverted = client.post(
+        f"/courses/{course.slug}/gradebook/overrides/{override_id}/revert",
+        data={"csrf_token": token.group(1)}, follow_redirects=False,
+    )  # fmt: skip
+    assert reverted.status_code == 303, reverted.text
+    scores.deliver_due(session=db_session, now=utcnow(), http=http)
+    db_session.commit()
+    # Back to the submission's own 1 of 5 points: 20 %.
+    assert [p["body"]["scoreGiven"] for p in platform.scores] == [90.0, 20.0]
+    assert all(p["body"]["userId"] == linked.sub for p in platform.scores)
