@@ -327,6 +327,9 @@ class CourseRole(enum.StrEnum):
     learner = "learner"
 
 
+COURSE_STAFF = frozenset({CourseRole.instructor, CourseRole.ta})  # the course roles that see and grade its work
+
+
 class Course(Base):
     """A course: staff, enrolled learners and dated assignments. ``is_practice`` is the open catalogue course."""
 

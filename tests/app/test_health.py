@@ -188,7 +188,9 @@ def test_readyz_answers_503_in_time_when_the_database_hangs(deploy: Callable[...
         started = time.monotonic()
         status = client_from(d.app).get("/readyz")
         assert status.status_code == 503 and status.json()["failed"] == ["database", "dispatcher"]
-        assert time.monotonic() - started < PROBE_DEADLINE_S + 2
+        # The detail below proves the deadline fired; this bound only catches a probe that waited for the hang
+        # itself (it never ends), with room for a loaded machine: no test here depends on the machine's speed.
+        assert time.monotonic() - started < PROBE_DEADLINE_S * 10
         database = next(c for c in status.json()["checks"] if c["name"] == "database")
         assert database["detail"] == f"no answer within {PROBE_DEADLINE_S:g} s"
         assert client_from(d.app).get("/healthz").status_code == 200  # alive all the same

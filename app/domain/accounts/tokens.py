@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.domain.models import ApiToken, CourseMember, CourseRole, Role, User, utcnow
+from app.domain.models import COURSE_STAFF, ApiToken, CourseMember, Role, User, utcnow
 from worker.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 
 TOKEN_PREFIX = "gpl_"  # noqa: S105  (what every token starts with, not a secret)
@@ -35,7 +35,6 @@ MAX_TOKEN_CHARS = 100  # anything longer is no token of ours: refused before it 
 MAX_ACTIVE_TOKENS = 20
 MAX_NAME_CHARS = 100
 LAST_USED_RESOLUTION_S = 60.0
-COURSE_STAFF = (CourseRole.instructor, CourseRole.ta)  # app.domain.courses.membership.STAFF (which imports the schemas)
 
 
 class Scope(enum.StrEnum):

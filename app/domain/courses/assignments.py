@@ -165,6 +165,25 @@ def current_extension(*, session: Session, assignment: Assignment, user: User) -
     return session.scalar(stmt)
 
 
+def extensions_in_force(
+    *, session: Session, assignment_ids: list[int], user_ids: list[int]
+) -> dict[tuple[int, int], Extension]:
+    """Return the extension in force per (assignment, learner): the newest unrevoked, as ``current_extension``."""
+    if not assignment_ids or not user_ids:
+        return {}
+    stmt = (
+        select(Extension)
+        .where(
+            Extension.assignment_id.in_(assignment_ids),
+            Extension.user_id.in_(user_ids),
+            Extension.revoked_at.is_(None),
+        )
+        .order_by(Extension.created_at, Extension.id)
+    )
+    # Oldest first: a newer extension overwrites an older one.
+    return {(e.assignment_id, e.user_id): e for e in session.scalars(stmt)}
+
+
 def dates_from(assignment: Assignment, extension: Extension | None) -> Dates:
     """Return a learner's dates on ``assignment`` given the extension in force (None: the assignment's own)."""
     opens_at = _utc(assignment.opens_at)

@@ -56,7 +56,6 @@ from app.domain.models import (
     CourseRole,
     Exercise,
     ExerciseVersion,
-    Extension,
     GradeOverride,
     Submission,
     User,
@@ -204,21 +203,6 @@ def _items(assignment: Assignment) -> list[AssignmentItem]:
     return sorted(assignment.items, key=lambda item: (item.position, item.id))
 
 
-def _extensions(session: Session, assignment_ids: list[int], user_ids: list[int]) -> dict[tuple[int, int], Extension]:
-    """Return the extension in force per (assignment, learner): the newest unrevoked one, as in ``assignments``."""
-    stmt = (
-        select(Extension)
-        .where(
-            Extension.assignment_id.in_(assignment_ids),
-            Extension.user_id.in_(user_ids),
-            Extension.revoked_at.is_(None),
-        )
-        .order_by(Extension.created_at, Extension.id)
-    )
-    # Oldest first: a newer extension overwrites an older one.
-    return {(e.assignment_id, e.user_id): e for e in session.scalars(stmt)}
-
-
 def _submissions(
     session: Session, assignment_ids: list[int], user_ids: list[int]
 ) -> dict[tuple[int, int, int], list[Submission]]:
@@ -287,7 +271,11 @@ def _rows(session: Session, chosen: list[Assignment], learners: list[User]) -> l
     assignment_ids = [a.id for a in chosen]
     user_ids = [u.id for u in learners]
     item_ids = [item.id for a in chosen for item in a.items]
-    extensions = _extensions(session, assignment_ids, user_ids) if chosen else {}
+    extensions = (
+        assignments.extensions_in_force(session=session, assignment_ids=assignment_ids, user_ids=user_ids)
+        if chosen
+        else {}
+    )
     submissions = _submissions(session, assignment_ids, user_ids) if chosen else {}
     overrides = _overrides(session, item_ids, user_ids) if item_ids else {}
     rows = []

@@ -53,7 +53,18 @@ from sqlalchemy.orm import Session, contains_eager
 
 from app.domain.accounts import people
 from app.domain.accounts.passwords import MAX_EMAIL_CHARS, check_email
-from app.domain.models import Assignment, AssignmentItem, Course, CourseMember, CourseRole, Exercise, Role, User, utcnow
+from app.domain.models import (
+    COURSE_STAFF,
+    Assignment,
+    AssignmentItem,
+    Course,
+    CourseMember,
+    CourseRole,
+    Exercise,
+    Role,
+    User,
+    utcnow,
+)
 from app.domain.platform.csvsafe import FORMULA_PREFIXES
 from worker.bank.spec import SLUG_RE
 from worker.core.errors import Conflict, Forbidden, GpulabError, InvalidInput, NotFound
@@ -62,7 +73,7 @@ PRACTICE_SLUG = "practice"
 PRACTICE_TITLE = "Practice"
 MAX_TITLE_CHARS = 200
 SOURCES = frozenset({"manual", "csv", "invite", "lti"})
-STAFF = frozenset({CourseRole.instructor, CourseRole.ta})
+STAFF = COURSE_STAFF  # the course roles that see and grade its work (``models.COURSE_STAFF``)
 ANY_ROLE = frozenset(CourseRole)
 RANK = {CourseRole.learner: 0, CourseRole.ta: 1, CourseRole.instructor: 2}
 CSV_COLUMNS = ("email", "name", "role")

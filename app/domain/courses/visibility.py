@@ -40,9 +40,9 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.domain.courses.assignments import Window, dates_from, not_platform_failure, window
+from app.domain.courses.assignments import Window, dates_from, extensions_in_force, not_platform_failure, window
 from app.domain.courses.membership import STAFF
-from app.domain.models import Assignment, CourseMember, ExerciseVersion, Extension, Role, Submission, User
+from app.domain.models import Assignment, CourseMember, ExerciseVersion, Role, Submission, User
 from worker.bank.spec import Visibility, read_meta
 from worker.core.errors import ExerciseFormatError
 
@@ -101,7 +101,7 @@ def shown_for(
     assignments = _assignments(session, under)
     staff_in = _staff_courses(session, viewer, {a.course_id for a in assignments.values()})
     owners = sorted({s.user_id for s in [*held, *quizzes] if s.user_id is not None})
-    extensions = _extensions(session, under, owners)
+    extensions = extensions_in_force(session=session, assignment_ids=under, user_ids=owners)
     limited = [s for s in quizzes if getattr(assignments.get(s.assignment_id or 0), "max_attempts", None) is not None]
     used = _attempts_used(session, limited)
     for submission in quizzes:
@@ -212,20 +212,3 @@ def _staff_courses(session: Session, viewer: User, course_ids: set[int]) -> set[
         CourseMember.user_id == viewer.id, CourseMember.course_id.in_(sorted(course_ids)), CourseMember.role.in_(STAFF)
     )
     return set(session.scalars(stmt))
-
-
-def _extensions(session: Session, assignment_ids: list[int], user_ids: list[int]) -> dict[tuple[int, int], Extension]:
-    """Return the extension in force per (assignment, learner): the newest unrevoked one, as in ``assignments``."""
-    if not assignment_ids or not user_ids:
-        return {}
-    stmt = (
-        select(Extension)
-        .where(
-            Extension.assignment_id.in_(assignment_ids),
-            Extension.user_id.in_(user_ids),
-            Extension.revoked_at.is_(None),
-        )
-        .order_by(Extension.created_at, Extension.id)
-    )
-    # Oldest first: a newer extension overwrites an older one.
-    return {(e.assignment_id, e.user_id): e for e in session.scalars(stmt)}
