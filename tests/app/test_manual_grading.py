@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy import select
@@ -13,10 +13,12 @@ from sqlalchemy.orm import Session
 from app.domain.courses import membership
 from app.domain.exercises.bank import upsert_exercise
 from app.domain.models import CourseRole, Exercise, ManualGrade, Role, Submission, TestResult, User
+from app.domain.results import settle
 from app.domain.review import staff_grading as mg
 from app.domain.submissions.quiz import answer_quiz
 from tests.app.test_gradebook import add_assignment
 from tests.app.test_instructor import token as csrf_token
+from worker.bank.quiz import QuizResult
 from worker.bank.spec import ExerciseSpec
 from worker.core.errors import Conflict, InvalidInput, NotFound
 from worker.core.outcome import Verdict
@@ -25,6 +27,13 @@ if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.postgres
+
+
+def answer_and_land(*, session: Session, exercise: Exercise, **kwargs: Any) -> tuple[Submission, QuizResult]:
+    """Answer as the quiz route does: the attempt, then its landing (``settle`` opens the staff grades)."""
+    submission, result = answer_quiz(session=session, exercise=exercise, **kwargs)
+    settle.quiz_answered(session=session, submission=submission, exercise=exercise, results=result.questions)
+    return submission, result
 
 
 def quiz_toml(*, names_points: float = 2, drop: str = "") -> str:
@@ -69,7 +78,7 @@ def quiz(db_session: Session) -> Exercise:
 
 
 def attempt(db: Session, exercise: Exercise, user: User, text: str = "Two replicas, averaged gradients.") -> Submission:
-    submission, _ = answer_quiz(session=db, user=user, exercise=exercise, answers={"pick": ["b"], "explain": text})
+    submission, _ = answer_and_land(session=db, user=user, exercise=exercise, answers={"pick": ["b"], "explain": text})
     db.commit()
     return submission
 
@@ -165,7 +174,7 @@ def test_who_may_grade(
     membership.enroll(session=db_session, course=course, user=ta, role=CourseRole.ta)
     db_session.commit()
     assignment = add_assignment(db_session, course, "W1", 0, [(quiz, 1.0)])
-    sub, _ = answer_quiz(session=db_session, user=learner, exercise=quiz, answers={"explain": "Two replicas."},
+    sub, _ = answer_and_land(session=db_session, user=learner, exercise=quiz, answers={"explain": "Two replicas."},
                          assignment_id=assignment.id)  # fmt: skip
     db_session.commit()
     in_course = grade_of(db_session, sub)
@@ -254,7 +263,7 @@ def test_a_ta_works_through_the_assignments_queue_but_only_instructors_release(
     db_session.commit()
     assignment = add_assignment(db_session, course, "Week 1", 0, [(quiz, 1.0)])
     attempt(db_session, quiz, learner)  # practice: not in the assignment's queue
-    sub, _ = answer_quiz(session=db_session, user=learner, exercise=quiz, answers={"explain": "Two replicas."},
+    sub, _ = answer_and_land(session=db_session, user=learner, exercise=quiz, answers={"explain": "Two replicas."},
                          assignment_id=assignment.id)  # fmt: skip
     db_session.commit()
     queue_url = f"/courses/{course.slug}/assignments/{assignment.id}/grading"
