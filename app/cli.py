@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from worker.core.config import Settings, get_settings
+from app.settings import Settings, get_settings
 from worker.core.errors import GpulabError
 
 if TYPE_CHECKING:

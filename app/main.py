@@ -45,6 +45,7 @@ from app.domain.exercises.notebooks import MAX_NOTEBOOK_BYTES
 from app.domain.platform import news
 from app.domain.platform.db import engine_for
 from app.domain.platform.ratelimit import limiter_for
+from app.settings import Settings, get_settings
 from app.web import deps
 from app.web.errors import document_problems, install_error_handlers
 from app.web.middleware import BodySizeLimitMiddleware, CSRFMiddleware, SecurityHeadersMiddleware
@@ -52,7 +53,6 @@ from app.web.pages import error_page, templates
 from app.web.routers import api_router, page_router
 from app.web.routes import api_lti
 from app.web.sessions import SESSION_COOKIE, UNSAFE_METHODS
-from worker.core.config import Settings, get_settings
 
 log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "static"

@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 
 from app.domain.models import Exercise, Role, User
 from app.domain.platform.db import Base, engine_for
-from worker.core.config import Settings, get_settings
+from app.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from app.domain.platform.db import engine_for
-from worker.core.config import REPO_ROOT, get_settings
+from app.settings import get_settings
+from worker.core.config import REPO_ROOT
 
 BANK = REPO_ROOT / "exercises"
 PG_ADMIN_URL = os.environ.get("GPULAB_TEST_PG_ADMIN", "postgresql://postgres@127.0.0.1:5432/postgres")

@@ -20,7 +20,7 @@ from celery import Celery
 from kombu import Queue
 
 from app.domain.platform.queues import QUEUES
-from worker.core.config import Settings, get_settings
+from app.settings import Settings, get_settings
 
 GRADE_TASK = "gpulab.grade_submission"
 # The longest a grading task may run before Celery kills it: above every exercise's own time limits, which

@@ -15,7 +15,7 @@ import logging
 
 from app.domain.platform.db import session_scope
 from app.jobs.celery_app import celery_app
-from worker.core.config import get_settings
+from app.settings import get_settings
 
 log = logging.getLogger(__name__)
 CHECK_TASK = "gpulab.run_check"

@@ -26,7 +26,7 @@ from app.domain.models import SubmissionStatus
 from app.domain.platform.db import session_scope
 from app.domain.platform.queues import ALL_QUEUES, QUEUES, grading_queue
 from app.domain.submissions.lifecycle import unfinished
-from worker.core.config import Settings, get_settings
+from app.settings import Settings, get_settings
 
 if TYPE_CHECKING:
     from celery import Celery

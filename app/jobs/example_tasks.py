@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.domain.platform.queues import lane_for
 from app.jobs.celery_app import celery_app
-from worker.core.config import get_settings
+from app.settings import get_settings
 from worker.core.errors import (
     GpulabError,
     InvalidInput,

@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.domain.models import WorkerBeat, utcnow
 from app.domain.platform.db import session_scope
-from worker.core.config import Settings
+from app.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from celery.signals import worker_ready, worker_shutdown
 
 from app.jobs.dispatch import CeleryDispatcher
 from app.jobs.sweeper import Duties
-from worker.core.config import get_settings
+from app.settings import get_settings
 
 log = logging.getLogger(__name__)
 _running: dict[str, Duties] = {}

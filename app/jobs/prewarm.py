@@ -23,8 +23,9 @@ import threading
 from app.domain.catalog.specs import spec_of
 from app.domain.exercises.bank import list_published
 from app.domain.platform.db import session_scope
+from app.settings import Settings
 from worker.bank.spec import ExerciseSpec
-from worker.core.config import SandboxKind, Settings
+from worker.core.config import SandboxKind
 
 log = logging.getLogger(__name__)
 WARMED = (SandboxKind.local, SandboxKind.docker)

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.models import ExerciseVersion, Submission, SubmissionStatus
-from worker.core.config import Settings
+from app.settings import Settings
 
 PROBE_TIMEOUT_S = 1.0
 

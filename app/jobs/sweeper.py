@@ -42,7 +42,7 @@ from app.domain.lti.scores import deliver_due
 from app.domain.models import ExerciseVersion, Submission, SubmissionStatus, utcnow
 from app.domain.platform.db import session_scope
 from app.jobs.heartbeat import ProcessBeat, count_redispatched
-from worker.core.config import Settings
+from app.settings import Settings
 from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:

@@ -41,8 +41,8 @@ from app.domain.results import settle
 from app.domain.submissions.lifecycle import claim, held, record_outcome, record_platform_failure
 from app.jobs.celery_app import GRADE_TASK, celery_app
 from app.jobs.heartbeat import grading_finished, grading_started
+from app.settings import Settings, get_settings
 from worker.bank.spec import ExerciseSpec
-from worker.core.config import Settings, get_settings
 from worker.core.errors import GpulabError
 from worker.core.outcome import GradeOutcome, Verdict
 from worker.grading.pipeline import grade

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from app.domain.exercises.checks import SessionFactory, fail_check, run_check
 from app.domain.review.similarity_runs import run_similarity
-from worker.core.config import Settings
+from app.settings import Settings
 from worker.grading.sandbox.base import Sandbox
 
 

@@ -76,10 +76,10 @@ from app.domain.models import (
     User,
 )
 from app.domain.submissions.lifecycle import create_submission, get_for_user
+from app.settings import Settings
 from app.web.schemas.auth import MeOut
 from app.web.sessions import SESSION_COOKIE, user_from_session
 from worker.bank.spec import SLUG_RE
-from worker.core.config import Settings
 from worker.core.errors import Forbidden, NotFound, PasswordChangeRequired, Unauthorized
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,10 @@ from sqlalchemy.orm import Session
 
 from app.domain.lti import keys, platforms
 from app.domain.models import LtiLink, LtiPlatform, LtiScoreOutbox, LtiToolKey, LtiUser, Role, User, utcnow
+from app.settings import Settings
 from tests.lti.conftest import Flow
 from tests.lti.platform import LaunchSpec, LoopbackPlatform
-from worker.core.config import Mode, Settings
+from worker.core.config import Mode
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient

@@ -22,11 +22,11 @@ from app.domain.models import Exercise, GradingRecord, Submission, SubmissionSta
 from app.domain.platform.db import Base, engine_for
 from app.jobs.dispatch import reset_dispatcher
 from app.main import create_app
+from app.settings import get_settings
 from app.web.routes.health import PROBE_DEADLINE_S
 from tests.conftest import tiny_files
 from tests.support import configure, free_port, fresh_postgres_db, require_service
 from worker.bank.spec import ExerciseSpec
-from worker.core.config import get_settings
 from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:

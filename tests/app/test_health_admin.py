@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.domain.models import Role, Submission, SubmissionStatus, User, WorkerBeat
+from app.settings import Settings
 from tests.conftest import TinyExercise
-from worker.core.config import Settings
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient

@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session
 from app.domain.exercises.bank import upsert_exercise
 from app.domain.platform.db import Base, engine_for
 from app.main import create_app
+from app.settings import get_settings
 from tests.app.test_health import HEALTH_REDIS_URL, client_from, parse, value
 from tests.conftest import tiny_files
 from tests.support import child_env, configure, fresh_postgres_db, require_service, wait_for
 from worker.bank.spec import ExerciseSpec
-from worker.core.config import get_settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 

@@ -6,8 +6,8 @@ import pytest
 
 import app.jobs.dispatch
 from app.main import SWAGGER_DIR, create_app
+from app.settings import Settings
 from tests.conftest import RecordingDispatcher, make_test_client
-from worker.core.config import Settings
 
 pytestmark = pytest.mark.postgres
 

@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from app.domain.lti import keys, platforms
 from app.domain.models import LtiPlatform, LtiScoreOutbox, LtiToolKey, Role, User, utcnow
+from app.settings import Settings
 from tests.app.test_api_lti_admin import make_outbox_row, platform_body, platform_count
 from tests.app.test_instructor import token
-from worker.core.config import Settings
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient

@@ -13,9 +13,9 @@ import redis
 
 from app.domain.platform import ratelimit
 from app.domain.platform.ratelimit import Limiter, Rule, limiter_for, make_limiter
+from app.settings import Settings
 from tests.redis_server import PrivateRedis
 from tests.support import free_port, require_service
-from worker.core.config import Settings
 
 REDIS_DB13 = "redis://127.0.0.1:6379/13"
 

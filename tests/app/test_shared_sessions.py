@@ -15,8 +15,8 @@ from app.domain.accounts.passwords import create_user
 from app.domain.models import RevokedSession, Role, utcnow
 from app.domain.platform.db import session_scope
 from app.domain.platform.migrate import upgrade
+from app.settings import get_settings
 from tests.support import configure, fresh_postgres_db, require_service
-from worker.core.config import get_settings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI

@@ -18,8 +18,8 @@ from app.domain.platform.db import engine_for, session_scope
 from app.domain.platform.migrate import upgrade
 from app.domain.submissions.lifecycle import claim, create_submission, held
 from app.jobs.sweeper import EXHAUSTED_MESSAGE, sweep_once
+from app.settings import get_settings
 from tests.support import BANK, configure, fresh_postgres_db, require_service
-from worker.core.config import get_settings
 from worker.core.outcome import Verdict
 
 SLUG = "python-split-batch"

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
     from app.domain.models import User
-    from worker.core.config import Settings
+    from app.settings import Settings
     from worker.grading.sandbox.local import LocalSandbox
 
 FILES = {

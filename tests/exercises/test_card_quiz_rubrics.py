@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.bank.quiz import TextQuestion, parse_quiz
+from worker.bank.quiz.format import TextQuestion, parse_quiz
 
 BANK = Path(__file__).resolve().parents[2] / "exercises"
 QUIZZES = sorted(p.parent.name for p in BANK.glob("quiz-*/quiz.toml"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from tests.support import BANK
-from worker.bank.quiz import parse_quiz
+from worker.bank.quiz.format import parse_quiz
 from worker.bank.spec import load_bank
 
 REF_RE = re.compile(r"`([a-z0-9-]+)(?:::([a-z0-9_-]+))?`")

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tests.support import BANK
-from worker.bank.quiz import Program, parse_quiz
+from worker.bank.quiz.format import Program, parse_quiz
 from worker.bank.spec import load_bank
 
 TIMEOUT_S = 300  # a TensorFlow import alone takes seconds on a busy 2-core machine

@@ -21,9 +21,9 @@ from app.domain.models import Role, Submission, SubmissionStatus, User, WorkerBe
 from app.domain.platform.db import session_scope
 from app.domain.submissions.lifecycle import create_submission
 from app.jobs.dispatch import CeleryDispatcher
+from app.settings import get_settings
 from tests.faults.conftest import Deployment, kill_group, settle_time
 from tests.support import bank_file, wait_for
-from worker.core.config import get_settings
 
 SLUG = "python-split-batch"
 SETTLE_LIMIT_S = 60

@@ -15,6 +15,7 @@ from app.domain.platform.db import session_scope
 from app.domain.platform.migrate import upgrade
 from app.domain.submissions.lifecycle import create_submission
 from app.jobs.dispatch import CeleryDispatcher, recover_unfinished
+from app.settings import get_settings
 from tests.support import (
     BANK,
     REDIS_URL,
@@ -28,7 +29,6 @@ from tests.support import (
     wait_for,
     wait_until_ready,
 )
-from worker.core.config import get_settings
 from worker.core.outcome import Verdict
 
 SLUG = "python-split-batch"

@@ -26,6 +26,7 @@ from app.domain.models import ExerciseCheck, ExerciseVersion, Role, Submission, 
 from app.domain.platform.db import session_scope
 from app.domain.platform.migrate import upgrade
 from app.jobs.dispatch import CeleryDispatcher
+from app.settings import get_settings
 from tests.support import (
     BANK,
     bank_file,
@@ -38,7 +39,6 @@ from tests.support import (
     wait_for,
     wait_until_ready,
 )
-from worker.core.config import get_settings
 from worker.core.outcome import GradeOutcome
 
 SLUG = "python-split-batch"

@@ -12,10 +12,10 @@ from app.domain.exercises.bank import sync_bank
 from app.domain.platform.db import session_scope
 from app.domain.platform.migrate import upgrade
 from app.jobs import prewarm
+from app.settings import Settings, get_settings
 from tests.support import BANK, configure
 from tests.worker.conftest import tiny_add_files
 from worker.bank.spec import ExerciseSpec, load_bank
-from worker.core.config import Settings, get_settings
 from worker.grading.jobdir import write_job_dir
 from worker.grading.sandbox.warm import JUDGE_KEY, RuntimeKey, Template, WarmPool, shared_pool
 

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from worker.bank.quiz import Quiz, canonical_json, check_answers, count_words, grade, parse_quiz
+from worker.bank.quiz.answers import canonical_json, check_answers
+from worker.bank.quiz.format import Quiz, parse_quiz
+from worker.bank.quiz.grading import count_words, grade
 from worker.bank.spec import ExerciseSpec
 from worker.core.errors import ExerciseFormatError, InvalidInput
 

@@ -33,7 +33,9 @@ from typing import Annotated, Any
 
 from pydantic import Field, StrictFloat, StrictInt, StringConstraints, ValidationError, field_validator, model_validator
 
-from worker.bank.quiz import FormatModel, Required, RubricItem, Text, parse_quiz, readable_problem
+from worker.bank.formatkit import FormatModel, Required, Text, readable_problem
+from worker.bank.quiz.format import parse_quiz
+from worker.bank.rubric import RubricItem
 from worker.bank.specdata import (
     DEVICE_MODES,
     DIFFICULTIES,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from worker.core.errors import ExerciseFormatError
 
 if TYPE_CHECKING:
-    from worker.bank.quiz import RubricItem
+    from worker.bank.rubric import RubricItem
 
 Kind = Literal["code", "quiz"]
 Queue = Literal["cpu", "gpu"]

@@ -23,8 +23,8 @@ from typing import Any
 
 from app.domain.catalog.specs import spec_of
 from app.domain.models import ExerciseVersion, Submission, User
+from app.settings import Settings, get_settings
 from worker.bank.specdata import ExerciseData, ParamValue
-from worker.core.config import Settings, get_settings
 
 Params = dict[str, ParamValue]
 

@@ -35,7 +35,7 @@ from app.domain.leases import LeaseKeeper
 from app.domain.dispatcher import Dispatcher
 from app.domain.models import ExerciseCheck, ExerciseVersion, User, utcnow
 from app.domain.catalog.specs import spec_of
-from worker.core.config import Settings, get_settings
+from app.settings import Settings, get_settings
 from worker.grading.sandbox.base import Sandbox
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from app.domain.models import ExerciseVersion
 from app.domain.platform.ratelimit import Limiter, Rule
 from app.domain.catalog.specs import spec_of
 from worker.core import humane
-from worker.core.config import Settings
+from app.settings import Settings
 from worker.core.errors import InvalidInput, PayloadTooLarge, RateLimited
 from worker.core.outcome import GradeOutcome
 
@@ -81,7 +81,7 @@ def check_code(code: str, max_bytes: int) -> None:
 
 def run_in_process(version: ExerciseVersion, code: str, params: dict[str, Any] | None = None) -> GradeOutcome:
     """Grade ``code`` against the version's example tests in this process's sandbox, in the variant ``params``."""
-    from worker.core.config import get_settings
+    from app.settings import get_settings
     from worker.grading.examples import run_examples  # the worker side is loaded only when a run happens
     from worker.grading.sandbox import get_sandbox
 

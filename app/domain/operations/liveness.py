@@ -30,7 +30,7 @@ from app.domain import leases
 from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, WorkerBeat
 from app.domain.platform.clock import UtcDatetime, as_utc
 from app.domain.platform.queues import ALL_QUEUES, DEFAULT_QUEUE, grading_queue, lane_for
-from worker.core.config import Settings
+from app.settings import Settings
 
 STRANDED_QUEUED_S = 60.0
 WORKERS_SHOWN = 50

@@ -46,7 +46,7 @@ from app.domain.models import ExerciseVersion, GradingRecord, Submission, Submis
 from app.domain.operations.liveness import live_per_queue, worker_state
 from app.domain.platform.clock import as_utc
 from app.domain.platform.queues import ALL_QUEUES, QUEUES
-from worker.core.config import Settings
+from app.settings import Settings
 from worker.core.errors import Forbidden, Unauthorized
 
 # The classic text format: every Prometheus reads it, and every name here is a classic one.

@@ -23,7 +23,7 @@ from sqlalchemy import MetaData, event
 from sqlalchemy.engine import Engine, create_engine
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 
-from worker.core.config import get_settings
+from app.settings import get_settings
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from alembic import command
 from alembic.config import Config
 
-from worker.core.config import REPO_ROOT, get_settings
+from app.settings import get_settings
+from worker.core.config import REPO_ROOT
 
 
 def alembic_config(database_url: str | None = None) -> Config:

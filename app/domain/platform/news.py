@@ -115,7 +115,7 @@ def closing() -> bool:
 def publish(submission_id: str) -> None:
     """Wake every stream of ``submission_id``, here and (with a broker) in every API process; call after the commit."""
     _wake_local(submission_id)
-    from worker.core.config import get_settings
+    from app.settings import get_settings
 
     broker_url = get_settings().broker_url
     if broker_url:

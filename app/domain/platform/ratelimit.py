@@ -31,7 +31,7 @@ from limits.strategies import MovingWindowRateLimiter
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from worker.core.config import Settings
+    from app.settings import Settings
 
 log = logging.getLogger(__name__)
 OUTAGE_RETRY_S = 5.0  # after a Redis failure, count in memory this long before trying Redis again

@@ -27,7 +27,7 @@ from app.domain.lti.scores import queue_learner_score, queue_score
 from app.domain.models import AssignmentItem, Course, Exercise, ExerciseVersion, GradeOverride, Submission, User
 from app.domain.platform import news
 from app.domain.results import staff_grades
-from worker.bank.quiz import QuestionResult
+from worker.bank.quiz.grading import QuestionResult
 
 
 def _land(*, session: Session, submission: Submission) -> None:

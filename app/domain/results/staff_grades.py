@@ -29,7 +29,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.models import Exercise, ExerciseVersion, ManualGrade, Submission, TestResult
-from worker.bank.quiz import QuestionResult, Quiz, RubricItem, TextQuestion, parse_quiz, score_items
+from worker.bank.quiz.format import Quiz, TextQuestion, parse_quiz
+from worker.bank.quiz.grading import QuestionResult
+from worker.bank.rubric import RubricItem, score_items
 from worker.bank.spec import read_meta
 from worker.core import humane
 from worker.core.errors import Conflict, InvalidInput

@@ -35,7 +35,7 @@ from app.domain.models import Course, CourseMember, CourseRole, Exercise, Role, 
 from app.domain.platform.clock import as_utc
 from app.domain.platform.csvsafe import csv_cell
 from app.domain.submissions.lifecycle import of_exercise
-from worker.bank.quiz import ChoiceQuestion, parse_quiz
+from worker.bank.quiz.format import ChoiceQuestion, parse_quiz
 from worker.core.outcome import Verdict
 
 MESSAGE_GROUPS = 5

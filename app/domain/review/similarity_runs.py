@@ -55,8 +55,8 @@ from app.domain.models import (
 )
 from app.domain.review import similarity
 from app.domain.review.similarity import Params
+from app.settings import Settings, get_settings
 from worker.bank.specdata import render_params
-from worker.core.config import Settings, get_settings
 from worker.core.errors import Forbidden, InvalidInput
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.domain.models import Exercise, ExerciseVersion, Submission, SubmissionStatus, TestResult, User, utcnow
-from worker.bank.quiz import QuestionResult, Quiz, QuizResult, canonical_json, check_answers, grade, parse_quiz
+from worker.bank.quiz.answers import canonical_json, check_answers
+from worker.bank.quiz.format import Quiz, parse_quiz
+from worker.bank.quiz.grading import QuestionResult, QuizResult, grade
 from worker.core import humane
 from worker.core.errors import InvalidInput
 from worker.core.outcome import Verdict

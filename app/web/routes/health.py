@@ -33,9 +33,9 @@ from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
 from app.domain.operations import liveness, metrics
+from app.settings import Settings
 from app.web.deps import SessionFactory, SessionFactoryDep, SettingsDep
 from app.web.errors import problem_responses
-from worker.core.config import Settings
 
 router = APIRouter(tags=["health"])
 

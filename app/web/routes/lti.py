@@ -66,11 +66,11 @@ from app.domain.lti import vocabulary as v
 from app.domain.lti.platform_keys import PlatformKeys
 from app.domain.lti.toolconfig import ToolUrls, tool_urls
 from app.domain.models import Course, Role
+from app.settings import Settings
 from app.web.deps import OptionalUser, SessionDep, SettingsDep
 from app.web.middleware import origin_of, page_policy
 from app.web.pages import FORM_CSRF, render
 from app.web.sessions import start_session
-from worker.core.config import Settings
 from worker.core.errors import Conflict, Forbidden, GpulabError, InvalidInput, Unauthorized
 
 router = APIRouter(prefix="/lti", include_in_schema=False)

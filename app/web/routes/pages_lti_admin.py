@@ -23,6 +23,7 @@ from app.domain.accounts import people
 from app.domain.lti import keys, platforms, scores
 from app.domain.lti.toolconfig import tool_urls
 from app.domain.models import User
+from app.settings import Settings
 from app.web.deps import AdminDep, SessionDep, SettingsDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from app.web.routes.api_lti import (
@@ -32,7 +33,6 @@ from app.web.routes.api_lti import (
     outbox_row_out,
     platform_listing,
 )
-from worker.core.config import Settings
 from worker.core.errors import GpulabError
 
 router = APIRouter(prefix="/admin/lti", include_in_schema=False, dependencies=[FORM_CSRF])

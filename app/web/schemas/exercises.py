@@ -2,8 +2,8 @@
 
 Contract: built from an explicit allow-list of a version's files (``prompt.md``, ``starter.py``, ``examples/*``):
 hidden tests, solutions and wrong/right variants are never read here, so they cannot leak through a new field. A
-quiz's questions come only from ``worker.bank.quiz.Quiz.public()``, which leaves out keys, explanations, hints and
-model answers.
+quiz's questions come only from ``worker.bank.quiz.format.Quiz.public()``, which leaves out keys, explanations,
+hints and model answers.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from app.domain.models import (
     ExerciseVersion,
 )
 from app.domain.platform.markdown import render_markdown
-from worker.bank.quiz import parse_quiz
+from worker.bank.quiz.format import parse_quiz
 
 
 class ExerciseSummary(BaseModel):

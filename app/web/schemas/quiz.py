@@ -10,7 +10,7 @@ from app.domain.models import (
     Submission,
 )
 from app.web.schemas.common import AssignmentRef, StrictIn
-from worker.bank.quiz import QuizResult
+from worker.bank.quiz.grading import QuizResult
 
 
 class QuizAnswersIn(StrictIn):
