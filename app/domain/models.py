@@ -465,6 +465,11 @@ class LtiPlatform(Base):
     jwks_url: Mapped[str] = mapped_column(String(1024))
     audience: Mapped[str | None] = mapped_column(String(1024), nullable=True)  # token aud, when not the token URL
     deployment_ids: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # Opt-in: a verified launch from a deployment not listed adds it (app.domain.lti.launch).
+    accept_new_deployments: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # Deployments whose verified launches were refused, for the admin to accept: [{"id", "first_at", "last_at",
+    # "launches"}], newest last (app.domain.lti.platforms.note_refused).
+    refused_deployments: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list, server_default="[]")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -571,6 +576,8 @@ class LtiScoreOutbox(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
     last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     sent_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
+    # Set when the platform refused the score for good (app.domain.lti.scores): no more tries until a retry.
+    given_up_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 # --- similarity checks (app.domain.review.similarity, app.domain.review.similarity_runs)

@@ -4,7 +4,9 @@ Covers: everyone but an admin is refused (and writes nothing); a platform regist
 and a loopback platform launches with it; a duplicate is 409 and a bad URL 422, both writing nothing; deployments
 added let launches in, removed keep them out; a platform is deleted only while nothing launched from it;
 rotating makes a new current key while the old kid stays in ``/lti/jwks`` (within the grace period); the outbox
-lists unsent rows and "retry" makes one due now.
+lists unsent rows (pending, retrying, failed) and "retry" makes one due now, a given-up one included. Verified
+launches from unknown deployments are listed per platform, accepted (then let in) or dismissed (still refused);
+a platform may accept its client's new deployments as they launch.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ def test_everyone_but_an_admin_is_refused_and_writes_nothing(
     if role is not None:
         login(client, make_user(role))
     expected = 401 if role is None else 403
+    platforms.note_refused(session=db_session, platform_id=moodle.id, deployment_id="9")
+    db_session.commit()
     kids = list(db_session.scalars(select(LtiToolKey.kid)))
     calls = [
         client.get(f"{API}/platforms"),
@@ -95,6 +99,9 @@ def test_everyone_but_an_admin_is_refused_and_writes_nothing(
         client.post(f"{API}/platforms/{moodle.id}/deployments", json={"deployment_id": "2"}),
         client.delete(f"{API}/platforms/{moodle.id}/deployments/1", headers=JSON),
         client.delete(f"{API}/platforms/{moodle.id}", headers=JSON),
+        client.patch(f"{API}/platforms/{moodle.id}", json={"accept_new_deployments": True}),
+        client.post(f"{API}/platforms/{moodle.id}/refused-deployments/accept", json={"deployment_id": "9"}),
+        client.delete(f"{API}/platforms/{moodle.id}/refused-deployments/9", headers=JSON),
         client.get(f"{API}/keys"),
         client.post(f"{API}/keys/rotate", headers=JSON),
         client.get(f"{API}/outbox"),
@@ -104,7 +111,9 @@ def test_everyone_but_an_admin_is_refused_and_writes_nothing(
     db_session.expire_all()
     assert platform_count(db_session) == 1
     assert db_session.get(LtiPlatform, moodle.id) is not None
-    assert db_session.get(LtiPlatform, moodle.id).deployment_ids == ["1"]  # type: ignore[union-attr]
+    stored = db_session.get(LtiPlatform, moodle.id)
+    assert stored is not None and stored.deployment_ids == ["1"] and not stored.accept_new_deployments
+    assert [r.deployment_id for r in platforms.refused_deployments(stored)] == ["9"]
     assert list(db_session.scalars(select(LtiToolKey.kid))) == kids
 
 
@@ -174,8 +183,9 @@ def test_http_urls_are_refused_outside_dev_mode(
 
 
 def test_deployments_added_let_launches_in_and_removed_keep_them_out(
-    admin_client: TestClient, db_session: Session, loopback: LoopbackPlatform
-) -> None:
+    admin_client: TestClient, db_session: Session, loopback: LoopbackPlatform, admin: User,
+    login: Callable[..., None],
+) -> None:  # fmt: skip
     body = {
         "issuer": loopback.issuer, "client_id": loopback.client_id, "auth_login_url": loopback.auth_url,
         "auth_token_url": loopback.token_url, "jwks_url": loopback.jwks_url,
@@ -183,7 +193,7 @@ def test_deployments_added_let_launches_in_and_removed_keep_them_out(
     platform_id = admin_client.post(f"{API}/platforms", json=body).json()["id"]
     flow = Flow(admin_client, loopback)
     spec = LaunchSpec()
-    assert admin_client.get("/lti/login", params=flow.login_params(spec), follow_redirects=False).status_code == 403
+    assert flow.launch(spec).status_code == 403
 
     deployments = f"{API}/platforms/{platform_id}/deployments"
     added = admin_client.post(deployments, json={"deployment_id": loopback.deployment_id})
@@ -193,7 +203,8 @@ def test_deployments_added_let_launches_in_and_removed_keep_them_out(
     assert again.json()["deployment_ids"] == [loopback.deployment_id, "canvas:42/x"]
     bad = admin_client.post(deployments, json={"deployment_id": " "})
     assert bad.status_code == 422
-    assert flow.login(spec).response.status_code == 302  # let in now
+    assert flow.launch(LaunchSpec()).status_code == 303  # let in now (and signed in as the platform's learner)
+    login(admin_client, admin)
 
     removed = admin_client.delete(f"{API}/platforms/{platform_id}/deployments/canvas:42/x", headers=JSON)
     assert removed.status_code == 200, removed.text
@@ -202,11 +213,87 @@ def test_deployments_added_let_launches_in_and_removed_keep_them_out(
     assert removed.json()["deployment_ids"] == []
     db_session.expire_all()
     assert db_session.get(LtiPlatform, platform_id).deployment_ids == []  # type: ignore[union-attr]
-    assert admin_client.get("/lti/login", params=flow.login_params(spec), follow_redirects=False).status_code == 403
+    admin_client.cookies.clear()
+    assert flow.launch(LaunchSpec()).status_code == 403
+    login(admin_client, admin)
 
     unknown = admin_client.delete(f"{API}/platforms/{platform_id}/deployments/nope", headers=JSON)
     assert unknown.status_code == 404 and "nope" in unknown.json()["detail"]
     assert admin_client.post(f"{API}/platforms/999999/deployments", json={"deployment_id": "1"}).status_code == 404
+
+
+def test_refused_deployments_are_listed_accepted_and_dismissed(
+    admin_client: TestClient, db_session: Session, loopback: LoopbackPlatform, admin: User,
+    login: Callable[..., None],
+) -> None:  # fmt: skip
+    body = {
+        "issuer": loopback.issuer, "client_id": loopback.client_id, "auth_login_url": loopback.auth_url,
+        "auth_token_url": loopback.token_url, "jwks_url": loopback.jwks_url,
+    }  # fmt: skip
+    created = admin_client.post(f"{API}/platforms", json=body).json()
+    assert (created["refused_deployments"], created["accept_new_deployments"]) == ([], False)
+    platform_id = created["id"]
+    flow = Flow(admin_client, loopback)
+    admin_client.cookies.clear()  # the platform's people launch from two installs gpulab does not know
+    for deployment in ("install-a", "install-b", "install-a"):
+        assert flow.launch(LaunchSpec(deployment_id=deployment)).status_code == 403
+    login(admin_client, admin)
+
+    shown = admin_client.get(f"{API}/platforms/{platform_id}").json()
+    refused = {r["deployment_id"]: r for r in shown["refused_deployments"]}
+    assert [r["deployment_id"] for r in shown["refused_deployments"]] == ["install-a", "install-b"]  # newest first
+    assert (refused["install-a"]["launches"], refused["install-b"]["launches"]) == (2, 1)
+    assert refused["install-a"]["first_at"] < refused["install-a"]["last_at"]
+    assert refused["install-a"]["last_at"].endswith("Z") or refused["install-a"]["last_at"].endswith("+00:00")
+
+    accept = f"{API}/platforms/{platform_id}/refused-deployments/accept"
+    accepted = admin_client.post(accept, json={"deployment_id": "install-a"})
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["deployment_ids"] == ["install-a"]
+    assert [r["deployment_id"] for r in accepted.json()["refused_deployments"]] == ["install-b"]
+    again = admin_client.post(accept, json={"deployment_id": "install-a"})  # no longer refused
+    assert again.status_code == 404 and "install-a" in again.json()["detail"]
+    assert admin_client.post(accept, json={"deployment_id": "install-a", "x": 1}).status_code == 422
+
+    dismissed = admin_client.delete(f"{API}/platforms/{platform_id}/refused-deployments/install-b", headers=JSON)
+    assert dismissed.status_code == 200, dismissed.text
+    assert (dismissed.json()["refused_deployments"], dismissed.json()["deployment_ids"]) == ([], ["install-a"])
+    gone = admin_client.delete(f"{API}/platforms/{platform_id}/refused-deployments/install-b", headers=JSON)
+    assert gone.status_code == 404
+
+    admin_client.cookies.clear()
+    assert flow.launch(LaunchSpec(deployment_id="install-a")).status_code == 303  # accepted: let in
+    assert flow.launch(LaunchSpec(deployment_id="install-b")).status_code == 403  # dismissed: still refused
+    login(admin_client, admin)
+    shown = admin_client.get(f"{API}/platforms/{platform_id}").json()
+    assert [(r["deployment_id"], r["launches"]) for r in shown["refused_deployments"]] == [("install-b", 1)]
+
+
+def test_a_platform_may_accept_new_deployments_of_its_client(
+    admin_client: TestClient, db_session: Session, loopback: LoopbackPlatform, admin: User,
+    login: Callable[..., None],
+) -> None:  # fmt: skip
+    body = {
+        "issuer": loopback.issuer, "client_id": loopback.client_id, "auth_login_url": loopback.auth_url,
+        "auth_token_url": loopback.token_url, "jwks_url": loopback.jwks_url, "accept_new_deployments": True,
+    }  # fmt: skip
+    created = admin_client.post(f"{API}/platforms", json=body)
+    assert created.status_code == 201 and created.json()["accept_new_deployments"] is True
+    platform_id = created.json()["id"]
+    admin_client.cookies.clear()
+    assert Flow(admin_client, loopback).launch(LaunchSpec(deployment_id="course-12")).status_code == 303
+    login(admin_client, admin)
+    shown = admin_client.get(f"{API}/platforms/{platform_id}").json()
+    assert (shown["deployment_ids"], shown["refused_deployments"]) == (["course-12"], [])
+
+    switched = admin_client.patch(f"{API}/platforms/{platform_id}", json={"accept_new_deployments": False})
+    assert switched.status_code == 200 and switched.json()["accept_new_deployments"] is False
+    db_session.expire_all()
+    assert db_session.get(LtiPlatform, platform_id).accept_new_deployments is False  # type: ignore[union-attr]
+    bad = admin_client.patch(f"{API}/platforms/{platform_id}", json={"accept_new_deployments": "maybe"})
+    assert bad.status_code == 422
+    assert admin_client.patch(f"{API}/platforms/{platform_id}", json={"name": "x"}).status_code == 422
+    assert admin_client.patch(f"{API}/platforms/999999", json={"accept_new_deployments": True}).status_code == 404
 
 
 def test_a_platform_is_deleted_only_while_nothing_launched_from_it(
@@ -271,7 +358,8 @@ def test_retry_makes_an_unsent_score_due_now(
     later = utcnow() + timedelta(minutes=30)
     row = make_outbox_row(db_session, moodle, learner, attempts=3, next_attempt_at=later, last_error="HTTP 503")
     [shown] = admin_client.get(f"{API}/outbox").json()
-    assert (shown["id"], shown["state"], shown["attempts"], shown["last_error"]) == (row.id, "failed", 3, "HTTP 503")
+    assert (shown["id"], shown["state"], shown["attempts"], shown["last_error"]) == (row.id, "retrying", 3, "HTTP 503")
+    assert shown["given_up_at"] is None
 
     before = utcnow()
     retried = admin_client.post(f"{API}/outbox/{row.id}/retry", headers=JSON)
@@ -287,3 +375,21 @@ def test_retry_makes_an_unsent_score_due_now(
     assert admin_client.post(f"{API}/outbox/{row.id}/retry", headers=JSON).status_code == 404  # sent: nothing owed
     assert admin_client.post(f"{API}/outbox/999999/retry", headers=JSON).status_code == 404
     assert admin_client.get(f"{API}/outbox").json() == []
+
+
+def test_a_given_up_score_is_failed_and_retry_takes_it_up_again(
+    admin_client: TestClient, db_session: Session, moodle: LtiPlatform, learner: User
+) -> None:
+    given_up = utcnow() - timedelta(minutes=5)
+    row = make_outbox_row(db_session, moodle, learner, attempts=1, given_up_at=given_up, last_error="HTTP 404")
+    fresh = make_outbox_row(db_session, moodle, learner)
+    states = {shown["id"]: (shown["state"], shown["given_up_at"]) for shown in admin_client.get(f"{API}/outbox").json()}
+    assert states[fresh.id] == ("pending", None)
+    assert states[row.id][0] == "failed" and states[row.id][1] is not None
+
+    retried = admin_client.post(f"{API}/outbox/{row.id}/retry", headers=JSON)
+    assert retried.status_code == 200, retried.text
+    assert (retried.json()["state"], retried.json()["given_up_at"]) == ("retrying", None)
+    db_session.expire_all()
+    stored = db_session.get(LtiScoreOutbox, row.id)
+    assert stored is not None and stored.given_up_at is None and stored.next_attempt_at <= utcnow()

@@ -4,8 +4,10 @@ Covers: only admins see it (others are sent to log in or refused), and the dashb
 endpoints under the public URL; a registration form stores the platform (POST-redirect-GET with a flash), a
 refused one is shown again with 422, the reason and the input kept, writing nothing; deployments are added and
 removed; an unused platform is deleted, a used one is kept; rotate makes a new key and keeps the old one
-published; the outbox lists what is owed (with its next try as a ``time`` element) and "Retry now" makes it due.
-Every form posts the CSRF token: without it the post is refused.
+published; the outbox lists what is owed (retrying with the attempt and its next try as a ``time`` element, or
+failed with when it was given up) and "Retry now" makes it due; refused deployments are listed per platform with
+Accept and Dismiss, and the "accept new deployments" switch flips. Every form posts the CSRF token: without it
+the post is refused.
 """
 
 from __future__ import annotations
@@ -198,7 +200,10 @@ def test_the_outbox_lists_what_is_owed_and_retry_makes_it_due(
     assert shown, "the row is not listed"
     assert learner.email in shown.group(1) and "Moodle" in shown.group(1) and "HTTP 503 &lt;x&gt;" in shown.group(1)
     assert f'<time datetime="{later.isoformat()}" data-format="long">' in shown.group(1)
-    assert "failed" in shown.group(1) and "40/100" in shown.group(1)
+    state = re.search(r'<span class="badge">retrying</span> <span class="outbox-state">\(attempt 2 failed, next at '
+                      r'<time datetime="([^"]+)" data-format="long">', shown.group(1))  # fmt: skip
+    assert state and state.group(1) == later.isoformat() and "40/100" in shown.group(1)
+    assert "failed</span>" not in shown.group(1)  # still retrying: not given up
 
     retried = admin_client.post(
         f"{PAGE}/outbox/{row.id}/retry", data={"csrf_token": token(admin_client, PAGE)}, follow_redirects=False
@@ -208,3 +213,85 @@ def test_the_outbox_lists_what_is_owed_and_retry_makes_it_due(
     stored = db_session.get(LtiScoreOutbox, row.id)
     assert stored is not None and stored.next_attempt_at <= utcnow() < later and stored.attempts == 2
     assert f"Score {row.id} is due now" in " ".join(flashes(admin_client.get(PAGE).text))
+
+
+def test_a_given_up_score_shows_failed_with_when_and_no_next_try(
+    admin_client: TestClient, db_session: Session, moodle: LtiPlatform, learner: User
+) -> None:
+    given_up = utcnow() - timedelta(minutes=3)
+    row = make_outbox_row(db_session, moodle, learner, attempts=1, given_up_at=given_up, last_error="HTTP 404")
+    shown = re.search(rf'<tr id="outbox-{row.id}">(.*?)</tr>', admin_client.get(PAGE).text, flags=re.S)
+    assert shown, "the row is not listed"
+    assert '<span class="badge check-failed">failed</span>' in shown.group(1)
+    assert f'given up <time datetime="{given_up.isoformat()}" data-format="long">' in shown.group(1)
+    assert "none: given up" in shown.group(1) and "retrying" not in shown.group(1)
+    admin_client.post(f"{PAGE}/outbox/{row.id}/retry", data={"csrf_token": token(admin_client, PAGE)})
+    db_session.expire_all()
+    assert db_session.get(LtiScoreOutbox, row.id).given_up_at is None  # type: ignore[union-attr]
+
+
+def _refused_block(page: str, platform_id: int) -> str:
+    start = page.index(f'id="refused-{platform_id}"')
+    return page[start : page.index("</div>", start)]
+
+
+def test_refused_deployments_are_shown_with_a_one_click_accept_and_a_dismiss(
+    admin_client: TestClient, db_session: Session, moodle: LtiPlatform, make_user: Callable[..., User],
+    login: Callable[..., None], admin: User,
+) -> None:  # fmt: skip
+    assert 'id="refused-' not in admin_client.get(PAGE).text
+    for deployment in ("5", "6", "5"):
+        platforms.note_refused(session=db_session, platform_id=moodle.id, deployment_id=deployment)
+    db_session.commit()
+    block = _refused_block(admin_client.get(PAGE).text, moodle.id)
+    assert block.index('<span class="mono">5</span>') < block.index('<span class="mono">6</span>')  # newest first
+    assert "2 launches refused" in block and "1 launch refused" in block and 'data-format="long"' in block
+    assert block.count(f'action="/admin/lti/platforms/{moodle.id}/refused/accept"') == 2
+
+    accept = f"{PAGE}/platforms/{moodle.id}/refused/accept"
+    assert admin_client.post(accept, data={"deployment_id": "5"}).status_code == 403  # no CSRF token
+    login(admin_client, make_user(Role.instructor))
+    theirs = token(admin_client, "/instructor")  # a valid session and CSRF token, but no admin
+    refused = admin_client.post(accept, data={"csrf_token": theirs, "deployment_id": "5"})
+    assert refused.status_code == 403 and "admin" in refused.text
+    db_session.expire_all()
+    assert db_session.get(LtiPlatform, moodle.id).deployment_ids == ["1"]  # type: ignore[union-attr]
+
+    login(admin_client, admin)
+    csrf = token(admin_client, PAGE)
+    accepted = admin_client.post(accept, data={"csrf_token": csrf, "deployment_id": "5"}, follow_redirects=False)
+    assert accepted.status_code == 303 and accepted.headers["location"] == PAGE
+    page = admin_client.get(PAGE).text
+    assert "Moodle: deployment 5 is accepted: its launches are let in." in flashes(page)
+    assert '<span class="mono">5</span>' not in _refused_block(page, moodle.id)
+    db_session.expire_all()
+    assert db_session.get(LtiPlatform, moodle.id).deployment_ids == ["1", "5"]  # type: ignore[union-attr]
+
+    dismiss = f"{PAGE}/platforms/{moodle.id}/refused/dismiss"
+    dismissed = admin_client.post(dismiss, data={"csrf_token": csrf, "deployment_id": "6"})
+    assert any("deployment 6 is dismissed" in text for text in flashes(dismissed.text))
+    assert 'id="refused-' not in dismissed.text
+    again = admin_client.post(accept, data={"csrf_token": csrf, "deployment_id": "6"})
+    assert any("has refused no deployment '6'" in text for text in flashes(again.text))
+    db_session.expire_all()
+    assert db_session.get(LtiPlatform, moodle.id).deployment_ids == ["1", "5"]  # type: ignore[union-attr]
+
+
+def test_the_accept_new_deployments_switch(admin_client: TestClient, db_session: Session, moodle: LtiPlatform) -> None:
+    switch = f"{PAGE}/platforms/{moodle.id}/accept-new-deployments"
+    page = admin_client.get(PAGE).text
+    assert f'action="{switch}"' in page and "Accept new deployments of this client" in page
+    assert admin_client.post(switch, data={"accept": "true"}).status_code == 403  # no CSRF token
+    db_session.expire_all()
+    assert db_session.get(LtiPlatform, moodle.id).accept_new_deployments is False  # type: ignore[union-attr]
+
+    csrf = token(admin_client, PAGE)
+    on = admin_client.post(switch, data={"csrf_token": csrf, "accept": "true"})
+    assert any("new deployments of client abc123 are let in" in text for text in flashes(on.text))
+    assert "accepts new deployments</span>" in on.text and "Stop accepting new deployments" in on.text
+    db_session.expire_all()
+    assert db_session.get(LtiPlatform, moodle.id).accept_new_deployments is True  # type: ignore[union-attr]
+    off = admin_client.post(switch, data={"csrf_token": csrf, "accept": "false"})
+    assert any("are refused and listed for you to accept" in text for text in flashes(off.text))
+    db_session.expire_all()
+    assert db_session.get(LtiPlatform, moodle.id).accept_new_deployments is False  # type: ignore[union-attr]

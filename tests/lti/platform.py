@@ -4,7 +4,8 @@ Contract:
 - ``LoopbackPlatform.start()`` serves on ``127.0.0.1`` (a free port); ``issuer`` is ``http://127.0.0.1:<port>``.
   Endpoints: ``/.well-known/openid-configuration`` (``config_overrides`` change or, set to None, drop members),
   ``/register`` (Dynamic Registration: records each call in ``registrations`` with its Authorization header,
-  answers the body with ``client_id`` and the ``deployment_id``; refuses a wrong ``registration_token``),
+  answers the body with ``client_id`` and the ``deployment_id``, or the client id only when
+  ``registration_gives_deployment`` is off, as Canvas does; refuses a wrong ``registration_token``),
   ``/jwks`` (the published keys; ``jwks_fetches`` counts calls), ``/auth`` (the OIDC authorisation endpoint:
   checks the request as a platform would and answers an auto-posting form with a signed id_token for the
   launch ``prepare(spec)`` registered under the login hint), ``/token`` (the OAuth 2 client-credentials grant
@@ -12,8 +13,9 @@ Contract:
   ``sub`` = the client id, ``aud`` the token URL, unexpired, ``jti`` never seen; each call is recorded in
   ``token_requests`` with its verdict; a good one answers a fresh bearer token for the asked scopes) and
   ``POST /ags/lineitems/{item}/scores`` (AGS scores: needs a bearer token this platform issued with the score
-  scope and the score media type; answers 503 while ``scores_down``; every call lands in ``score_calls``, the
-  accepted ones in ``scores`` with their line item and query string), and
+  scope and the score media type; answers 503 while ``scores_down``, ``scores_status`` when set, and 404 for
+  a line item in ``deleted_lineitems``; every call lands in ``score_calls``, the accepted ones in ``scores``
+  with their line item and query string), and
   ``GET /nrps/contexts/{context}/memberships`` (NRPS 2.0: needs a bearer token this platform issued with the
   context membership scope; pages from number ``roster_down_from`` on answer 503 (None: none do); serves
   ``roster_pages`` (a list of member lists) as membership containers, one page per ``?page=N``, each but the
@@ -96,6 +98,7 @@ class LoopbackPlatform:
         self.client_id = "client-" + secrets.token_hex(4)
         self.deployment_id = "deployment-" + secrets.token_hex(4)
         self.registration_token: str | None = None
+        self.registration_gives_deployment = True  # Canvas answers a registration with the client id only
         self.registrations: list[dict[str, Any]] = []
         self.config_requests: list[dict[str, str]] = []
         self.config_overrides: dict[str, Any] = {}
@@ -108,6 +111,8 @@ class LoopbackPlatform:
         self.issued_tokens: dict[str, list[str]] = {}  # access token -> its scopes
         self._seen_jti: set[str] = set()
         self.scores_down = False
+        self.deleted_lineitems: set[str] = set()  # deleted in the platform: their scores are refused for good
+        self.scores_status: int | None = None  # set: every score call gets this status
         self.score_calls: list[dict[str, Any]] = []
         self.scores: list[dict[str, Any]] = []
         self.roster_pages: list[list[dict[str, Any]]] = [[]]
@@ -273,7 +278,9 @@ class LoopbackPlatform:
         if self.registration_token and authorization != f"Bearer {self.registration_token}":
             return JSONResponse({"error": "invalid_token"}, status_code=401)
         self.redirect_uris = list(body.get("redirect_uris", []))
-        tool = {**body.get(TOOL_CONFIGURATION, {}), "deployment_id": self.deployment_id}
+        tool = dict(body.get(TOOL_CONFIGURATION, {}))
+        if self.registration_gives_deployment:
+            tool["deployment_id"] = self.deployment_id
         return JSONResponse({**body, "client_id": self.client_id, TOOL_CONFIGURATION: tool})
 
     async def _jwks(self, request: Request) -> Response:
@@ -377,6 +384,10 @@ class LoopbackPlatform:
             return JSONResponse({"error": "invalid_token"}, status_code=401)
         if call["content_type"] != "application/vnd.ims.lis.v1.score+json":
             return JSONResponse({"error": "unsupported media type"}, status_code=415)
+        if self.scores_status is not None:
+            return JSONResponse({"error": f"status {self.scores_status}"}, status_code=self.scores_status)
+        if call["item"] in self.deleted_lineitems:
+            return JSONResponse({"error": "no such line item"}, status_code=404)
         self.scores.append(call)
         return Response(status_code=204)
 

@@ -210,6 +210,49 @@ def test_platform_key_rotation_is_followed_by_one_refetch(flow: Flow, registered
     assert platform.jwks_fetches == 2
 
 
+def test_a_made_up_kid_just_before_a_rotation_leaves_the_rotated_launch_alone(
+    flow: Flow, registered, platform: LoopbackPlatform
+) -> None:
+    assert flow.launch(LaunchSpec()).status_code == 303
+    flow.client.cookies.clear()
+    spec = LaunchSpec()
+    started = flow.login(spec)
+    made_up = platform.id_token(nonce=started.nonce, spec=spec, header={"kid": "made-up"})
+    refused = flow.post({"id_token": made_up, "state": started.state})
+    assert refused.status_code == 401 and "does not publish" in html.unescape(refused.text)
+    assert platform.jwks_fetches == 2
+
+    platform.rotate()  # right after: a launch signed with the new key gets its own refetch
+    assert flow.launch(LaunchSpec()).status_code == 303
+    assert platform.jwks_fetches == 3
+
+
+def test_a_client_that_accepts_new_deployments_adds_each_at_its_first_launch(
+    flow: Flow, registered, db_session: Session
+) -> None:
+    from app.domain.lti import platforms
+
+    platforms.set_accept_new_deployments(platform=registered, accept=True)
+    db_session.commit()
+    spec = LaunchSpec(deployment_id="course-7-install")
+    assert flow.launch(spec).status_code == 303
+    assert flow.launch(spec).status_code == 303
+    db_session.expire_all()
+    assert registered.deployment_ids == [flow.platform.deployment_id, "course-7-install"]
+    context = db_session.scalar(select(LtiContext).where(LtiContext.platform_id == registered.id))
+    assert context is not None and context.deployment_id == "course-7-install"
+
+    platforms.set_accept_new_deployments(platform=registered, accept=False)
+    db_session.commit()
+    flow.client.cookies.clear()
+    refused = flow.launch(LaunchSpec(deployment_id="course-8-install"))
+    assert refused.status_code == 403 and "course-8-install" in html.unescape(refused.text)
+    assert flow.launch(LaunchSpec(deployment_id="course-7-install")).status_code == 303  # added for good
+    db_session.expire_all()
+    assert [r.deployment_id for r in platforms.refused_deployments(registered)] == ["course-8-install"]
+    assert "course-8-install" not in registered.deployment_ids
+
+
 def test_over_https_the_state_cookie_is_samesite_none_and_secure(
     flow: Flow, registered, settings, platform: LoopbackPlatform
 ) -> None:

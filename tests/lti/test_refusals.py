@@ -16,7 +16,8 @@ from itsdangerous.timed import TimestampSigner
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.domain.models import Course, CourseMember, LtiLink, LtiNonce, LtiUser, User
+from app.domain.lti import platforms
+from app.domain.models import Course, CourseMember, LtiLink, LtiNonce, LtiPlatform, LtiUser, User
 from tests.lti.conftest import Flow, Started
 from tests.lti.platform import LaunchSpec, LoopbackPlatform, b64, new_key
 
@@ -35,11 +36,12 @@ class Checked:
     session: Session
     before: dict[str, int]
 
-    def refused(self, response: httpx.Response, status: int, *words: str) -> None:
+    def refused(self, response: httpx.Response, status: int, *words: str, noted: bool = False) -> None:
         assert response.status_code == status, response.text
         assert response.headers["content-type"].startswith("text/html")
         text = html.unescape(response.text)
-        assert "Nothing was changed in gpulab" in text
+        said = "gpulab listed the refused deployment for its admins; nothing else was changed"
+        assert (said if noted else "Nothing was changed in gpulab") in text
         for word in words:
             assert word in text, text
         assert _counts(self.session) == self.before
@@ -70,10 +72,34 @@ def test_unknown_platform_at_login(checked: Checked) -> None:
     checked.refused(response, 403, "is not registered with gpulab")
 
 
-def test_unknown_deployment_at_login(checked: Checked) -> None:
-    params = checked.flow.login_params(LaunchSpec(), lti_deployment_id="somewhere-else")
-    response = checked.flow.client.get("/lti/login", params=params, follow_redirects=False)
-    checked.refused(response, 403, "deployment", "somewhere-else")
+def _refused_deployments(session: Session, platform: LtiPlatform) -> list[tuple[str, int]]:
+    session.expire_all()
+    stored = session.get(LtiPlatform, platform.id)
+    assert stored is not None
+    return [(r.deployment_id, r.launches) for r in platforms.refused_deployments(stored)]
+
+
+def test_an_unknown_deployment_is_judged_on_the_signed_launch_and_listed_for_the_admins(
+    checked: Checked, registered: LtiPlatform
+) -> None:
+    spec = LaunchSpec(deployment_id="somewhere-else")
+    started = checked.flow.login(spec)  # anyone can send a login initiation: it decides nothing
+    assert started.params["client_id"] == registered.client_id
+    assert _refused_deployments(checked.session, registered) == []
+    checked.refused(checked.flow.post(checked.flow.authorise(started)), 403, "somewhere-else", "listed", noted=True)
+    assert _refused_deployments(checked.session, registered) == [("somewhere-else", 1)]
+    checked.refused(checked.flow.launch(spec), 403, "somewhere-else", noted=True)
+    assert _refused_deployments(checked.session, registered) == [("somewhere-else", 2)]
+    assert checked.session.get(LtiPlatform, registered.id).deployment_ids == [checked.flow.platform.deployment_id]  # type: ignore[union-attr]
+
+
+def test_an_unverified_token_from_an_unknown_deployment_is_not_listed(
+    checked: Checked, registered: LtiPlatform
+) -> None:
+    claims = {"https://purl.imsglobal.org/spec/lti/claim/deployment_id": "made-up", "aud": "another-tool"}
+    checked.refused(_forged(checked, LaunchSpec(), claims=claims), 401, "another tool")
+    checked.refused(_forged(checked, LaunchSpec(deployment_id="made-up"), key=new_key()), 401, "does not publish")
+    assert _refused_deployments(checked.session, registered) == []
 
 
 def test_target_off_gpulab_at_login(checked: Checked) -> None:
@@ -240,9 +266,19 @@ def test_a_replayed_token(checked: Checked) -> None:
     checked.refused(checked.flow.post(form), 401, "used before")
 
 
-def test_a_deployment_the_platform_did_not_register(checked: Checked) -> None:
+def test_a_deployment_the_platform_did_not_register(checked: Checked, registered: LtiPlatform) -> None:
     claims = {"https://purl.imsglobal.org/spec/lti/claim/deployment_id": "rogue-deployment"}
-    checked.refused(_forged(checked, LaunchSpec(), claims=claims), 403, "rogue-deployment")
+    checked.refused(_forged(checked, LaunchSpec(), claims=claims), 403, "rogue-deployment", noted=True)
+    assert _refused_deployments(checked.session, registered) == [("rogue-deployment", 1)]
+
+
+@pytest.mark.parametrize("deployment", [None, 42, ["1"], "", " padded ", "x" * 256, "tab\there"])
+def test_a_launch_without_a_usable_deployment_is_refused_and_not_listed(
+    checked: Checked, registered: LtiPlatform, deployment: object
+) -> None:
+    claims = {"https://purl.imsglobal.org/spec/lti/claim/deployment_id": deployment}  # None: no such claim
+    checked.refused(_forged(checked, LaunchSpec(), claims=claims), 403, "no usable deployment")
+    assert _refused_deployments(checked.session, registered) == []
 
 
 def test_a_deep_linking_request_without_its_settings_claim(checked: Checked) -> None:

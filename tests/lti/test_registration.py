@@ -91,6 +91,44 @@ def test_registering_the_same_client_again_adds_the_deployment(
     assert _platforms(db_session) == 1
 
 
+def test_a_registration_answered_with_a_client_id_only_shows_the_first_launch_for_a_one_click_accept(
+    admin_client: TestClient, platform: LoopbackPlatform, db_session: Session, admin: User,
+    login: Callable[..., None],
+) -> None:  # fmt: skip
+    from tests.app.test_instructor import token
+
+    platform.registration_gives_deployment = False  # as Canvas answers
+    registered = _register(admin_client, platform)
+    assert registered.status_code == 200, registered.text
+    assert 'id="lti-no-deployment"' in registered.text and "one click accepts it" in registered.text
+    stored = db_session.scalar(select(LtiPlatform).where(LtiPlatform.issuer == platform.issuer))
+    assert stored is not None and stored.deployment_ids == [] and not stored.accept_new_deployments
+
+    admin_client.cookies.clear()  # a learner's browser, launched from the course the app was installed in
+    flow = Flow(admin_client, platform)
+    refused = flow.launch(LaunchSpec())
+    assert refused.status_code == 403 and platform.deployment_id in html.unescape(refused.text)
+    assert "listed the refused deployment" in refused.text
+
+    login(admin_client, admin)
+    page = admin_client.get("/admin/lti").text
+    listed = page[page.index(f'id="refused-{stored.id}"') :]
+    assert platform.deployment_id in listed[: listed.index("</div>")]
+    assert "1 launch refused" in listed and 'data-format="long"' in listed
+    accepted = admin_client.post(
+        f"/admin/lti/platforms/{stored.id}/refused/accept",
+        data={"csrf_token": token(admin_client, "/admin/lti"), "deployment_id": platform.deployment_id},
+        follow_redirects=False,
+    )
+    assert accepted.status_code == 303 and accepted.headers["location"] == "/admin/lti"
+    db_session.expire_all()
+    assert stored.deployment_ids == [platform.deployment_id] and platforms.refused_deployments(stored) == []
+    assert f'id="refused-{stored.id}"' not in admin_client.get("/admin/lti").text
+
+    admin_client.cookies.clear()
+    assert flow.launch(LaunchSpec()).status_code == 303  # let in from now on
+
+
 def test_the_close_script_posts_the_close_message(client: TestClient) -> None:
     response = client.get("/lti/close.js")
     assert response.status_code == 200

@@ -154,8 +154,10 @@ def test_platform_down_keeps_the_row_then_sends_it_exactly_once(
     listed = client.get("/api/admin/lti/outbox")
     assert listed.status_code == 200, listed.text
     [shown] = listed.json()
-    assert shown["id"] == row.id and shown["attempts"] == 1 and shown["state"] == "failed"
-    assert "503" in shown["last_error"]
+    assert shown["id"] == row.id and shown["attempts"] == 1 and shown["state"] == "retrying"
+    assert "503" in shown["last_error"] and shown["given_up_at"] is None
+    page = client.get("/admin/lti").text
+    assert f'(attempt 1 failed, next at <time datetime="{row.next_attempt_at.isoformat()}" data-format="long">' in page
 
     assert scores.deliver_due(session=db_session, now=now + timedelta(seconds=5), http=http).failed == []  # not due
     platform.scores_down = False
@@ -165,6 +167,74 @@ def test_platform_down_keeps_the_row_then_sends_it_exactly_once(
     assert scores.deliver_due(session=db_session, now=later + timedelta(hours=2), http=http).sent == []
     assert [call["body"]["scoreGiven"] for call in platform.scores] == [40.0]
     assert client.get("/api/admin/lti/outbox").json() == []
+
+
+def test_a_score_the_platform_refuses_for_good_is_given_up_until_retried(
+    db_session: Session, linked: Linked, tiny_exercise: TinyExercise, platform: LoopbackPlatform, http: httpx.Client,
+    admin: User, instructor: User, client: TestClient, login: Callable[..., None],
+) -> None:  # fmt: skip
+    from app.domain import courses
+    from app.domain.models import CourseRole
+
+    submission = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=2)
+    scores.queue_score(session=db_session, submission=submission)
+    db_session.commit()
+    platform.deleted_lineitems.add("rl-week1")  # the teacher deleted the gradebook column
+    now = utcnow()
+    delivery = scores.deliver_due(session=db_session, now=now, http=http)
+    db_session.commit()
+    [row] = rows(db_session)
+    assert (delivery.given_up, delivery.failed, delivery.sent) == ([row.id], [], [])
+    assert row.given_up_at == now and row.attempts == 1 and "404" in (row.last_error or "")
+    assert scores.state_of(row) == "failed"
+    calls = len(platform.score_calls)
+    assert scores.deliver_due(session=db_session, now=now + timedelta(days=2), http=http) == scores.Delivery()
+    assert len(platform.score_calls) == calls  # given up: not posted again, however long we wait
+
+    login(client, admin)
+    [shown] = client.get("/api/admin/lti/outbox").json()
+    assert (shown["state"], shown["attempts"]) == ("failed", 1) and shown["given_up_at"] is not None
+    courses.enroll(session=db_session, course=linked.assignment.course, user=instructor, role=CourseRole.instructor,
+                   source="manual")  # fmt: skip
+    db_session.commit()
+    login(client, instructor)
+    book = client.get(f"/courses/{linked.assignment.course.slug}/gradebook").text
+    assert '<tr class="owed-failed">' in book and '<span class="badge check-failed">failed</span>' in book
+    assert "given up <time " in book and "none: given up" in book
+
+    # A newer score of the pair is worth one more try: the platform may take it (here it still refuses).
+    better = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=4)
+    [again] = scores.queue_score(session=db_session, submission=better)
+    db_session.commit()
+    assert again.id == row.id and again.given_up_at is None and scores.state_of(again) == "retrying"
+    later = utcnow()
+    assert scores.deliver_due(session=db_session, now=later, http=http).given_up == [row.id]
+    db_session.commit()
+
+    platform.deleted_lineitems.clear()  # fixed in the platform; an admin retries
+    login(client, admin)
+    retried = client.post(f"/api/admin/lti/outbox/{row.id}/retry", headers={"Content-Type": "application/json"})
+    assert retried.status_code == 200 and retried.json()["state"] == "retrying"
+    db_session.expire_all()
+    assert scores.deliver_due(session=db_session, now=utcnow(), http=http).sent == [row.id]
+    db_session.commit()
+    assert [call["body"]["scoreGiven"] for call in platform.scores] == [80.0]
+    assert client.get("/api/admin/lti/outbox").json() == []
+
+
+@pytest.mark.parametrize(("status", "given_up"), [(429, False), (408, False), (400, True), (403, True)])
+def test_a_4xx_gives_up_unless_it_may_pass_later(
+    db_session: Session, linked: Linked, tiny_exercise: TinyExercise, platform: LoopbackPlatform, http: httpx.Client,
+    status: int, given_up: bool,
+) -> None:  # fmt: skip
+    submission = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=2)
+    scores.queue_score(session=db_session, submission=submission)
+    db_session.commit()
+    platform.scores_status = status
+    delivery = scores.deliver_due(session=db_session, now=utcnow(), http=http)
+    [row] = rows(db_session)
+    assert (delivery.given_up, delivery.failed) == (([row.id], []) if given_up else ([], [row.id]))
+    assert scores.state_of(row) == ("failed" if given_up else "retrying") and str(status) in (row.last_error or "")
 
 
 def test_a_newer_score_replaces_the_unsent_payload(
@@ -339,7 +409,8 @@ def test_the_course_gradebook_shows_the_scores_its_lms_still_owes(
     assert page.status_code == 200 and 'id="lms-owed"' in page.text
     assert 'Scores waiting for the LMS <span class="meta">(1)</span>' in page.text
     assert f'<td>{linked.learner.email}</td><td class="num">40%</td>' in page.text
-    assert "failed, will retry" in page.text and "503" in page.text
+    assert '<span class="badge">retrying</span>' in page.text and "(attempt 1 failed, next at <time " in page.text
+    assert "503" in page.text and "check-failed" not in page.text
     assert 'id="lms-owed"' not in client.get(f"/courses/{other.slug}/gradebook").text  # not another course's
 
     platform.scores_down = False

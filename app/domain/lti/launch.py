@@ -9,7 +9,12 @@ raises, in this order:
   gpulab's client id, or several audiences without ``azp`` (an ``azp`` must be gpulab's client id); ``exp``
   passed or ``iat`` in the future (beyond ``leeway_s`` either way; both are required); ``nonce`` not the one
   this browser's login made.
-- ``Forbidden``: the ``deployment_id`` is not one registered for the platform.
+- ``DeploymentRefused`` (a ``Forbidden``): the ``deployment_id`` is not one registered for the platform. It
+  carries the platform and the deployment id, so the caller can note the refusal for the admins
+  (``platforms.note_refused``, after rolling back): only a token that passed every check above gets here, so
+  only deployments the platform itself vouched for are noted. With the platform's ``accept_new_deployments``
+  on, a new deployment id (usable as one: ``platforms.usable_deployment_id``) is added instead and the launch
+  goes on (the caller's commit keeps it).
 - ``InvalidInput``: not an ``LtiResourceLinkRequest`` or ``LtiDeepLinkingRequest`` of version 1.3.0, no ``sub``
   (anonymous launch), no resource link id or no target link (resource link launches; a deep linking request
   has neither, ``resource_link_id`` is then empty), malformed roles or context claims. ``Launch.message_type``
@@ -33,6 +38,7 @@ from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.domain.lti import platforms
 from app.domain.lti import vocabulary as v
 from app.domain.lti.keys import ALGORITHM
 from app.domain.lti.oidc import Pending
@@ -43,6 +49,15 @@ from worker.core.errors import Forbidden, InvalidInput, Unauthorized
 MAX_ID_CHARS = 255
 MAX_TOKEN_CHARS = 64 * 1024
 MAX_NONCE_KEPT_S = 24 * 3600.0
+
+
+class DeploymentRefused(Forbidden):
+    """A verified launch from a deployment the platform has not registered here."""
+
+    def __init__(self, message: str, *, platform_id: int, deployment_id: str) -> None:
+        super().__init__(message)
+        self.platform_id = platform_id
+        self.deployment_id = deployment_id
 
 
 @dataclass(frozen=True)
@@ -142,11 +157,17 @@ def _check_token(
 def _launch(claims: dict[str, Any], platform: LtiPlatform) -> Launch:
     """Return the launch ``claims`` describe, or raise ``Forbidden``/``InvalidInput`` (see the module contract)."""
     deployment_id = claims.get(v.DEPLOYMENT_ID)
-    if not isinstance(deployment_id, str) or deployment_id not in platform.deployment_ids:
-        raise Forbidden(
-            f"the deployment {deployment_id!r} of {platform.name} is not registered with gpulab; "
-            "ask a gpulab admin to add it"
-        )
+    if not platforms.usable_deployment_id(deployment_id):
+        raise Forbidden(f"the launch names no usable deployment (1 to {MAX_ID_CHARS} characters, no control ones)")
+    if deployment_id not in platform.deployment_ids:
+        if not platform.accept_new_deployments:
+            raise DeploymentRefused(
+                f"the deployment {deployment_id!r} of {platform.name} is not registered with gpulab; a gpulab admin "
+                "can accept it on the LTI platforms page, where it is listed now",
+                platform_id=platform.id,
+                deployment_id=deployment_id,
+            )
+        platforms.add_deployment(platform=platform, deployment_id=deployment_id)
     message_type = claims.get(v.MESSAGE_TYPE)
     deep_linking = message_type == v.DEEP_LINKING_REQUEST
     if message_type != v.RESOURCE_LINK_REQUEST and not deep_linking:

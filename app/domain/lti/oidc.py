@@ -5,11 +5,13 @@ Contract:
   optional ``lti_message_hint``, ``client_id``, ``lti_deployment_id``), from the query or the form alike;
   a missing one is ``InvalidInput``.
 - ``begin(session=..., login=..., tool=...)`` finds the registered platform (``platforms.find``: unknown is
-  ``Forbidden``), refuses a deployment id it does not know (``Forbidden``) and a target link that is not on gpulab
-  (``InvalidInput``: no open redirect), and returns the ``Pending`` launch (fresh random ``state`` and ``nonce``)
-  with the URL of the authentication request to send the browser to: the platform's authorisation endpoint with
-  ``scope=openid``, ``response_type=id_token``, ``response_mode=form_post``, ``prompt=none``, gpulab's
-  ``client_id`` and ``redirect_uri`` (the launch endpoint), the hints, state and nonce.
+  ``Forbidden``), refuses a target link that is not on gpulab (``InvalidInput``: no open redirect), and returns
+  the ``Pending`` launch (fresh random ``state`` and ``nonce``) with the URL of the authentication request to
+  send the browser to: the platform's authorisation endpoint with ``scope=openid``, ``response_type=id_token``,
+  ``response_mode=form_post``, ``prompt=none``, gpulab's ``client_id`` and ``redirect_uri`` (the launch
+  endpoint), the hints, state and nonce. The login's ``lti_deployment_id`` is not checked here: anyone can send
+  a login initiation, so the deployment is judged on the signed launch (``app.domain.lti.launch``), which
+  refuses an unknown one and lets the admins see it.
 - The state is bound to the browser by a cookie (``cookie_name(state)``: one per login, so several tabs can
   launch at once) holding ``seal(pending)``: signed with the app's secret (itsdangerous), stamped, so
   ``unseal`` refuses it (``Forbidden``) when forged, older than the allowed age, or for another state. The
@@ -98,11 +100,6 @@ def _authentication_url(platform: LtiPlatform, login: LoginRequest, pending: Pen
 def begin(*, session: Session, login: LoginRequest, tool: ToolUrls) -> tuple[Pending, str]:
     """Start a launch: return it pending, and the platform URL to send the browser to."""
     platform = platforms.find(session=session, issuer=login.iss, client_id=login.client_id)
-    if login.lti_deployment_id is not None and login.lti_deployment_id not in platform.deployment_ids:
-        raise Forbidden(
-            f"the deployment {login.lti_deployment_id!r} of {platform.name} is not registered with gpulab; "
-            "ask a gpulab admin to add it"
-        )
     if not is_on_tool(login.target_link_uri, tool):
         raise InvalidInput(f"the launch's target {login.target_link_uri!r} is not on gpulab ({tool.base})")
     pending = Pending(state=secrets.token_urlsafe(32), nonce=secrets.token_urlsafe(32), platform_id=platform.id)

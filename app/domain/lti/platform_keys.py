@@ -4,8 +4,17 @@ Contract:
 - ``PlatformKeys.key_for(jwks_url, kid)`` returns the platform's RSA verification key with that ``kid``. A set is
   fetched when first needed and again once it is older than ``max_age_s``; a ``kid`` the cached set lacks makes
   one fresh fetch right away (the platform rotated its keys), after which an unknown ``kid`` is ``Unauthorized``.
-  Such forced fetches happen at most once per ``refetch_gap_s`` per URL, so tokens with made-up kids cannot
-  make gpulab hammer a platform. A token without ``kid`` is accepted only when the set has exactly one key.
+  A token without ``kid`` is accepted only when the set has exactly one key.
+- Forced fetches are bounded twice, per URL, so tokens with made-up kids (anyone can post one: the kid is read
+  before any signature can be checked) cannot make gpulab hammer a platform, nor crowd out a real rotation:
+  - per kid: a kid refetched for is not refetched for again within ``refetch_gap_s`` (the same made-up kid
+    costs one fetch; a real key the platform publishes a little late is found by a launch after the gap);
+  - overall: at most ``max_forced`` forced fetches in any ``forced_window_s``; beyond that an unknown kid is
+    refused from the cached set until the window moves on. A made-up kid sent just before a launch signed
+    with a freshly rotated key therefore no longer gets that launch refused: only ``max_forced`` distinct
+    made-up kids within the window do.
+  The kids remembered are only those that made a fetch within ``refetch_gap_s`` (at most ``max_forced`` per URL,
+  and none longer than ``MAX_KID_CHARS``: such a kid is refused from the cache without a fetch).
 - Keys that are not RSA signing keys, or that do not import, are left out of the set (a platform's set may
   also hold encryption keys). A set that cannot be fetched is ``Unauthorized``: the launch cannot be checked.
 - One instance per app (``app.state``), shared by its request threads: it is locked; fetches happen outside the
@@ -16,6 +25,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +38,9 @@ from worker.core.errors import InvalidInput, Unauthorized
 
 MAX_AGE_S = 3600.0
 REFETCH_GAP_S = 10.0
+MAX_FORCED = 5
+FORCED_WINDOW_S = 60.0
+MAX_KID_CHARS = 255
 
 
 @dataclass
@@ -64,9 +77,12 @@ class PlatformKeys:
     timeout_s: float
     max_age_s: float = MAX_AGE_S
     refetch_gap_s: float = REFETCH_GAP_S
+    max_forced: int = MAX_FORCED
+    forced_window_s: float = FORCED_WINDOW_S
     now: Callable[[], float] = time.monotonic
     _sets: dict[str, _Fetched] = field(default_factory=dict)
-    _forced_at: dict[str, float] = field(default_factory=dict)
+    _tried: dict[str, dict[str | None, float]] = field(default_factory=dict)  # URL -> kid -> its forced fetch
+    _forced: dict[str, deque[float]] = field(default_factory=dict)  # URL -> its forced fetches in the window
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _fetch(self, jwks_url: str) -> _Fetched:
@@ -87,12 +103,22 @@ class PlatformKeys:
             return None
         return found
 
-    def _may_force(self, jwks_url: str) -> bool:
+    def _may_force(self, jwks_url: str, kid: str | None) -> bool:
+        """Say whether an unknown ``kid`` may make a fresh fetch now, and count it if so (see the contract)."""
+        if kid is not None and len(kid) > MAX_KID_CHARS:
+            return False
         with self._lock:
-            last = self._forced_at.get(jwks_url)
-            if last is not None and self.now() - last < self.refetch_gap_s:
+            now = self.now()
+            tried = self._tried.setdefault(jwks_url, {})
+            for old in [known for known, at in tried.items() if now - at >= self.refetch_gap_s]:
+                del tried[old]
+            forced = self._forced.setdefault(jwks_url, deque())
+            while forced and now - forced[0] >= self.forced_window_s:
+                forced.popleft()
+            if kid in tried or len(forced) >= self.max_forced:
                 return False
-            self._forced_at[jwks_url] = self.now()
+            tried[kid] = now
+            forced.append(now)
             return True
 
     def key_for(self, jwks_url: str, kid: str | None) -> RSAKey:
@@ -102,7 +128,7 @@ class PlatformKeys:
         if fetched is None:
             fetched = self._fetch(jwks_url)
         key = _pick(fetched, kid)
-        if key is None and not fresh and self._may_force(jwks_url):
+        if key is None and not fresh and self._may_force(jwks_url, kid):
             key = _pick(self._fetch(jwks_url), kid)  # the platform may have rotated its keys
         if key is None:
             if kid is None:

@@ -5,8 +5,17 @@ Contract:
   that Dynamic Registration got (``app.domain.lti.registration``): every URL passes ``outbound.check_url``, the
   issuer has no query either, and an (issuer, client id) already registered is a ``Conflict``. An empty name
   is the issuer's host; an empty audience is none (the token URL is the audience).
-- ``add_deployment`` adds a deployment id the platform gave (idempotent). Launches from a deployment that is
-  not listed are refused (``app.domain.lti.launch``).
+- ``add_deployment`` adds a deployment id the platform gave (idempotent) and takes it off the refused ones.
+  Launches from a deployment that is not listed are refused (``app.domain.lti.launch``), unless the platform's
+  ``accept_new_deployments`` is on (``set_accept_new_deployments``; off by default): then a verified launch from
+  a new deployment of this registered client adds it.
+- Refused deployments: ``note_refused`` records a deployment id a verified launch (a token the platform signed
+  for gpulab's client id, with this browser's nonce) named and that was refused, with when it was first and
+  last seen and how many launches it refused; ``refused_deployments`` lists them, newest first. At most
+  ``MAX_REFUSED_KEPT`` are kept per platform (the longest unseen go first); ids unusable as deployment ids are
+  not recorded. ``accept_refused`` lets one in (``add_deployment``, which ends the refusal of any id it adds);
+  ``dismiss_refused`` forgets one without letting it in (both ``NotFound`` if it is not listed). Login
+  initiations are unauthenticated, so only launches record refusals.
 - ``remove_deployment`` takes a deployment id off the list (``NotFound`` if it is not listed); launches from it
   are refused from then on, and the courses and links it made stay (adding it again lets them in again).
 - ``find(issuer, client_id)`` is the platform a login names: by both, or by the issuer alone when it has only
@@ -26,6 +35,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 from sqlalchemy import func, select
@@ -33,11 +44,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.domain.lti.outbound import check_url
-from app.domain.models import LtiContext, LtiLink, LtiPlatform, LtiUser
+from app.domain.models import LtiContext, LtiLink, LtiPlatform, LtiUser, utcnow
 from worker.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 
 MAX_ID_CHARS = 255
 MAX_NAME_CHARS = 200
+MAX_REFUSED_KEPT = 20
 
 
 def _check_text(value: str, *, what: str) -> str:
@@ -81,6 +93,7 @@ def register(
     deployment_ids: Sequence[str] = (),
     audience: str | None = None,
     allow_http: bool = False,
+    accept_new_deployments: bool = False,
 ) -> LtiPlatform:
     """Store a platform; raise ``InvalidInput`` for a malformed field, ``Conflict`` if it is registered already."""
     issuer = check_issuer(issuer, allow_http=allow_http)
@@ -102,6 +115,8 @@ def register(
         jwks_url=jwks_url,
         audience=audience,
         deployment_ids=deployments,
+        accept_new_deployments=accept_new_deployments,
+        refused_deployments=[],
     )
     try:
         with session.begin_nested():  # a concurrent registration of the same client loses cleanly
@@ -112,11 +127,88 @@ def register(
 
 
 def add_deployment(*, platform: LtiPlatform, deployment_id: str) -> None:
-    """Let launches from ``deployment_id`` of ``platform`` in (no change if it is known)."""
+    """Let launches from ``deployment_id`` of ``platform`` in (no change if it is known); it is no longer refused."""
     deployment_id = _check_id(deployment_id, what="deployment id")
     if deployment_id not in platform.deployment_ids:
         # A new list, not an in-place append: the JSON column only notices assignment.
         platform.deployment_ids = [*platform.deployment_ids, deployment_id]
+    if any(entry.get("id") == deployment_id for entry in platform.refused_deployments):
+        platform.refused_deployments = [e for e in platform.refused_deployments if e.get("id") != deployment_id]
+
+
+def set_accept_new_deployments(*, platform: LtiPlatform, accept: bool) -> None:
+    """Let verified launches from new deployments of ``platform``'s client in (and add them), or stop doing so."""
+    platform.accept_new_deployments = accept
+
+
+def usable_deployment_id(value: object) -> TypeGuard[str]:
+    """Say whether ``value`` can be stored as a deployment id as it is (a launch's claim is compared verbatim)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        return _check_id(value, what="deployment id") == value
+    except InvalidInput:
+        return False
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A deployment whose verified launches were refused: when first and last, and how many."""
+
+    deployment_id: str
+    first_at: datetime
+    last_at: datetime
+    launches: int
+
+
+def note_refused(*, session: Session, platform_id: int, deployment_id: str, at: datetime | None = None) -> None:
+    """Record that a verified launch from ``deployment_id`` of the platform was refused (see the contract)."""
+    platform = session.get(LtiPlatform, platform_id, with_for_update=True)  # two refusals at once both count
+    if platform is None or not usable_deployment_id(deployment_id) or deployment_id in platform.deployment_ids:
+        return
+    stamp = (at or utcnow()).isoformat()
+    entries: list[dict[str, Any]] = [dict(entry) for entry in platform.refused_deployments]
+    found = next((entry for entry in entries if entry.get("id") == deployment_id), None)
+    if found is None:
+        found = {"id": deployment_id, "first_at": stamp, "launches": 0}
+    else:
+        entries.remove(found)
+    found.update(last_at=stamp, launches=int(found.get("launches", 0)) + 1)
+    # Newest last; beyond the cap the longest unseen ones go.
+    platform.refused_deployments = [*entries, found][-MAX_REFUSED_KEPT:]
+
+
+def refused_deployments(platform: LtiPlatform) -> list[Refused]:
+    """Return the deployments of ``platform`` whose launches were refused (and still are), newest first."""
+    found = [
+        Refused(
+            deployment_id=str(entry["id"]),
+            first_at=datetime.fromisoformat(str(entry["first_at"])),
+            last_at=datetime.fromisoformat(str(entry["last_at"])),
+            launches=int(entry.get("launches", 1)),
+        )
+        for entry in platform.refused_deployments
+        if entry.get("id") not in platform.deployment_ids
+    ]
+    return sorted(found, key=lambda refused: refused.last_at, reverse=True)
+
+
+def _refused_entry(platform: LtiPlatform, deployment_id: str) -> str:
+    deployment_id = deployment_id.strip()
+    if not any(entry.get("id") == deployment_id for entry in platform.refused_deployments):
+        raise NotFound(f"{platform.name or platform.issuer} has refused no deployment {deployment_id!r}")
+    return deployment_id
+
+
+def accept_refused(*, platform: LtiPlatform, deployment_id: str) -> None:
+    """Let a refused deployment in (``add_deployment``); ``NotFound`` if it is not listed as refused."""
+    add_deployment(platform=platform, deployment_id=_refused_entry(platform, deployment_id))
+
+
+def dismiss_refused(*, platform: LtiPlatform, deployment_id: str) -> None:
+    """Forget a refused deployment without letting it in; ``NotFound`` if it is not listed as refused."""
+    deployment_id = _refused_entry(platform, deployment_id)
+    platform.refused_deployments = [e for e in platform.refused_deployments if e.get("id") != deployment_id]
 
 
 def find(*, session: Session, issuer: str, client_id: str | None) -> LtiPlatform:

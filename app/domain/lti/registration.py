@@ -12,7 +12,9 @@ Contract:
   ``lti-platform-configuration`` claim; the issuer is on the same scheme and host as the configuration URL
   (so a configuration cannot speak for another site); RS256 is among its id_token algorithms when it lists them.
 - Registering the same client again (the platform answered a client id it already has here) adds the
-  deployment to it instead of failing.
+  deployment to it instead of failing. An answer with a client id only (Canvas gives no ``deployment_id``)
+  stores the platform without deployments: its launches are refused and listed for the admins to accept
+  (``platforms``: refused deployments, ``accept_new_deployments``).
 """
 
 from __future__ import annotations

@@ -22,19 +22,27 @@ Contract:
   by gpulab's key, cached per process until shortly before it expires; a 401 from the scores endpoint drops
   it). The score is posted as ``application/vnd.ims.lis.v1.score+json`` to
   ``{lineitem}/scores`` (``/scores`` goes before the line item URL's query string, which is kept). A 2xx marks
-  the row sent (``sent_at``); anything else (a refused token, an unreachable platform, a non-2xx) adds one to
-  ``attempts``, keeps the reason in ``last_error`` and postpones ``next_attempt_at`` by
-  ``BACKOFF_BASE_S * 2**(attempts-1)``, at most ``BACKOFF_MAX_S``. Rows are never deleted: sent ones are the
-  record of what the platform got, unsent ones wait however long the platform is down (``outbox``
+  the row sent (``sent_at``). Anything else adds one to ``attempts`` and keeps the reason in ``last_error``:
+  - the scores endpoint refused this score for good (a 4xx other than ``RETRIED_STATUSES``: 401, whose token
+    is dropped and asked for again, 408, 425 and 429; say 404 for a line item deleted in the platform, 400 or
+    422 for a learner it no longer has, 403 for a scope the tool was not granted) gives the row up
+    (``given_up_at``): the sweeper stops posting it, and retrying it after a fix there (``retry_now``) or a
+    newer score of the pair (``queue_score``) makes it due again;
+  - any other failure (a refused or unreachable token endpoint, an unreachable platform, a 5xx, the statuses
+    above) postpones ``next_attempt_at`` by ``BACKOFF_BASE_S * 2**(attempts-1)``, at most ``BACKOFF_MAX_S``,
+    and is retried however long the platform is down.
+  Rows are never deleted: sent ones are the record of what the platform got, unsent ones wait (``outbox``
   lists them for staff: all for admins, one course's for its gradebook; ``unsent`` finds one, ``retry_now``
-  makes it due at once). The caller commits; ``http`` is the ``httpx.Client`` to post with (its timeout).
+  makes it due at once). ``state_of(row)`` names where an unsent row stands: ``pending`` (never tried),
+  ``retrying`` (tried, waits for ``next_attempt_at``), ``failed`` (given up). The caller commits; ``http`` is
+  the ``httpx.Client`` to post with (its timeout).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -63,14 +71,29 @@ BACKOFF_BASE_S = 30
 BACKOFF_MAX_S = 3600
 DELIVERY_BATCH = 50
 MAX_ERROR_CHARS = 500
+RETRIED_STATUSES = frozenset({401, 408, 425, 429})  # 4xx that may pass later: the score is not given up
+
+OutboxState = Literal["pending", "retrying", "failed"]
+
+
+class _Refused(InvalidInput):
+    """The scores endpoint refused this score for good (see the module contract)."""
 
 
 @dataclass
 class Delivery:
-    """What one ``deliver_due`` did: the ids of the rows sent and of those that failed (and wait)."""
+    """What one ``deliver_due`` did: the ids of the rows sent, of those that failed and wait, and of those given up."""
 
     sent: list[int] = field(default_factory=list)
     failed: list[int] = field(default_factory=list)
+    given_up: list[int] = field(default_factory=list)
+
+
+def state_of(row: LtiScoreOutbox) -> OutboxState:
+    """Return where the unsent ``row`` stands: never tried, tried and waiting, or given up."""
+    if row.given_up_at is not None:
+        return "failed"
+    return "retrying" if row.attempts else "pending"
 
 
 def _timestamp(at: datetime) -> str:
@@ -163,6 +186,8 @@ def _newest(*, session: Session, link_id: int, user_id: int) -> LtiScoreOutbox |
 def _refresh(row: LtiScoreOutbox, *, payload: dict[str, Any], link: LtiLink) -> LtiScoreOutbox:
     row.payload = payload  # a new dict: the JSON column notices assignment only
     row.lineitem_url = str(link.lineitem_url)
+    if row.given_up_at is not None:  # a new score is worth one more try (the platform may take this one)
+        retry_now(row)
     return row
 
 
@@ -191,6 +216,8 @@ def _post(*, session: Session, row: LtiScoreOutbox, platform: LtiPlatform, http:
         raise InvalidInput(f"could not reach {url}: {exc.__class__.__name__}: {exc}") from exc
     if response.status_code == 401:
         tokens.forget(platform=platform, scope=SCORE_SCOPE)
+    if 400 <= response.status_code < 500 and response.status_code not in RETRIED_STATUSES:
+        raise _Refused(f"{url} refused the score: HTTP {response.status_code}")
     if not 200 <= response.status_code < 300:
         raise InvalidInput(f"{url} answered HTTP {response.status_code}")
 
@@ -204,7 +231,11 @@ def deliver_due(*, session: Session, now: datetime, http: httpx.Client) -> Deliv
     """Post the due unsent scores; mark each sent or postpone it with back-off (the caller commits)."""
     rows = session.scalars(
         select(LtiScoreOutbox)
-        .where(LtiScoreOutbox.sent_at.is_(None), LtiScoreOutbox.next_attempt_at <= now)
+        .where(
+            LtiScoreOutbox.sent_at.is_(None),
+            LtiScoreOutbox.given_up_at.is_(None),
+            LtiScoreOutbox.next_attempt_at <= now,
+        )
         .order_by(LtiScoreOutbox.id)
         .limit(DELIVERY_BATCH)
         .with_for_update(skip_locked=True)
@@ -224,6 +255,11 @@ def deliver_due(*, session: Session, now: datetime, http: httpx.Client) -> Deliv
                 refused[platform.id] = exc.message
                 raise
             _post(session=session, row=row, platform=platform, http=http)
+        except _Refused as exc:
+            row.attempts += 1
+            row.last_error = exc.message[:MAX_ERROR_CHARS]
+            row.given_up_at = now
+            delivery.given_up.append(row.id)
         except InvalidInput as exc:
             row.attempts += 1
             row.last_error = exc.message[:MAX_ERROR_CHARS]
@@ -246,8 +282,9 @@ def unsent(*, session: Session, row_id: int) -> LtiScoreOutbox:
 
 
 def retry_now(row: LtiScoreOutbox) -> None:
-    """Make ``row`` due now: the next sweeper pass posts it (its attempts and back-off stay)."""
+    """Make ``row`` due now, given up or not: the next sweeper pass posts it (its attempts and back-off stay)."""
     row.next_attempt_at = utcnow()
+    row.given_up_at = None
 
 
 def outbox(*, session: Session, limit: int = 200, course_id: int | None = None) -> list[LtiScoreOutbox]:

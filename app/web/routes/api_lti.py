@@ -8,14 +8,19 @@ none), so the API's CSRF rule covers them; each commits what ``app.domain.lti`` 
   ``GET``/``DELETE /platforms/{id}`` (404 unknown; a delete is refused with 409 once the platform launched
   anyone or made a course or a link); ``POST /platforms/{id}/deployments`` adds a deployment id (idempotent),
   ``DELETE /platforms/{id}/deployments/{deployment_id}`` removes one (404 if not listed).
+  ``PATCH /platforms/{id}`` with ``accept_new_deployments`` turns on or off letting verified launches from new
+  deployments of the registered client in. Each platform lists ``refused_deployments`` (deployment ids whose
+  verified launches were refused, newest first); ``POST /platforms/{id}/refused-deployments/accept`` lets one
+  in, ``DELETE /platforms/{id}/refused-deployments/{deployment_id}`` forgets one (both 404 if not listed).
 - Keys (``app.domain.lti.keys``): ``GET /keys`` lists gpulab's signing keys, newest first, with whether each is
   current (signs) and published (in ``/lti/jwks``: current, or retired within ``lti_key_grace_s``); the first
   call makes the first key, as ``/lti/jwks`` does. ``POST /keys/rotate`` retires the current key (it stays
   published for the grace period) and answers the new one.
-- Outbox (``app.domain.lti.scores``): ``GET /outbox`` lists the unsent rows (pending and failing alike), the
-  ones waiting longest first, with their attempts, the last error and when the next try is; an empty list means
-  every platform has every score. ``POST /outbox/{id}/retry`` makes an unsent row due now (``next_attempt_at``),
-  so the next sweeper pass posts it; attempts and the back-off are kept. A sent or unknown row is 404.
+- Outbox (``app.domain.lti.scores``): ``GET /outbox`` lists the unsent rows, the ones waiting longest first,
+  with their state (``pending``: never tried; ``retrying``: tried, next try at ``next_attempt_at``; ``failed``:
+  the platform refused it for good, given up at ``given_up_at``), attempts and the last error; an empty list
+  means every platform has every score. ``POST /outbox/{id}/retry`` makes an unsent row due now, a given-up one
+  included, so the next sweeper pass posts it; attempts and the back-off are kept. A sent or unknown row is 404.
 ``PlatformDep``, ``OutboxRowDep`` and the ``*_out`` views are shared with the admin page
 (``app.web.routes.pages_lti_admin``).
 """
@@ -57,6 +62,13 @@ def get_outbox_row(row_id: RowId, session: SessionDep, _admin: AdminDep) -> LtiS
 OutboxRowDep = Annotated[LtiScoreOutbox, Depends(get_outbox_row)]
 
 
+class RefusedDeploymentOut(BaseModel):
+    deployment_id: str
+    first_at: UtcDatetime = Field(description="the first launch from it that was refused")
+    last_at: UtcDatetime = Field(description="the latest launch from it that was refused")
+    launches: int = Field(description="how many launches from it were refused")
+
+
 class PlatformOut(BaseModel):
     id: int
     issuer: str
@@ -67,6 +79,12 @@ class PlatformOut(BaseModel):
     jwks_url: str
     audience: str | None
     deployment_ids: list[str]
+    accept_new_deployments: bool = Field(
+        description="a verified launch from a deployment not listed adds it (else it is refused and listed below)"
+    )
+    refused_deployments: list[RefusedDeploymentOut] = Field(
+        description="deployments whose verified launches were refused, newest first: accept or dismiss each"
+    )
     created_at: UtcDatetime
     users: int = Field(description="accounts that sign in through this platform")
     contexts: int = Field(description="platform courses mapped to gpulab courses")
@@ -79,8 +97,14 @@ def _platform_out(listed: platforms.Listed) -> PlatformOut:
     return PlatformOut(
         id=p.id, issuer=p.issuer, client_id=p.client_id, name=p.name, auth_login_url=p.auth_login_url,
         auth_token_url=p.auth_token_url, jwks_url=p.jwks_url, audience=p.audience,
-        deployment_ids=list(p.deployment_ids), created_at=p.created_at, users=usage.users, contexts=usage.contexts,
-        links=usage.links, deletable=not usage.used,
+        deployment_ids=list(p.deployment_ids), accept_new_deployments=p.accept_new_deployments,
+        refused_deployments=[
+            RefusedDeploymentOut(deployment_id=r.deployment_id, first_at=r.first_at, last_at=r.last_at,
+                                 launches=r.launches)
+            for r in platforms.refused_deployments(p)
+        ],
+        created_at=p.created_at, users=usage.users, contexts=usage.contexts, links=usage.links,
+        deletable=not usage.used,
     )  # fmt: skip
 
 
@@ -122,9 +146,13 @@ class OutboxRowOut(BaseModel):
     payload: dict[str, Any]
     created_at: UtcDatetime
     attempts: int
-    next_attempt_at: UtcDatetime
+    next_attempt_at: UtcDatetime = Field(description="when the sweeper tries it next (not while failed)")
     last_error: str | None
-    state: str  # "pending" (never tried) or "failed" (tried, waiting for its next attempt)
+    given_up_at: UtcDatetime | None = Field(description="when the platform refused it for good (failed)")
+    state: scores.OutboxState = Field(
+        description="pending: never tried; retrying: tried, tried again at next_attempt_at; failed: the platform "
+        "refused it for good, no more tries until a retry or a newer score"
+    )
 
 
 def outbox_row_out(row: LtiScoreOutbox) -> OutboxRowOut:
@@ -132,7 +160,7 @@ def outbox_row_out(row: LtiScoreOutbox) -> OutboxRowOut:
         id=row.id, platform_id=row.platform_id, link_id=row.link_id, user_id=row.user_id,
         lineitem_url=row.lineitem_url, payload=dict(row.payload), created_at=row.created_at,
         attempts=row.attempts, next_attempt_at=row.next_attempt_at, last_error=row.last_error,
-        state="failed" if row.attempts else "pending",
+        given_up_at=row.given_up_at, state=scores.state_of(row),
     )  # fmt: skip
 
 
@@ -151,6 +179,16 @@ class PlatformIn(BaseModel):
     jwks_url: str = Field(max_length=1024, description="the platform's public keyset URL")
     deployment_ids: list[str] = Field(default_factory=list, max_length=100)
     audience: str | None = Field(default=None, max_length=255, description="token audience, when not the token URL")
+    accept_new_deployments: bool = Field(
+        default=False, description="let verified launches from deployments not listed in (and add them)"
+    )
+
+
+class PlatformSettingsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    accept_new_deployments: bool = Field(
+        description="let verified launches from new deployments of this registered client in (and add them)"
+    )
 
 
 class DeploymentIn(BaseModel):
@@ -180,6 +218,7 @@ def register_platform(body: PlatformIn, _admin: AdminDep, session: SessionDep, s
         session=session, issuer=body.issuer, client_id=body.client_id, name=body.name,
         auth_login_url=body.auth_login_url, auth_token_url=body.auth_token_url, jwks_url=body.jwks_url,
         deployment_ids=body.deployment_ids, audience=body.audience, allow_http=settings.relaxed,
+        accept_new_deployments=body.accept_new_deployments,
     )  # fmt: skip
     session.commit()
     return platform_out(session=session, platform=platform)
@@ -188,6 +227,14 @@ def register_platform(body: PlatformIn, _admin: AdminDep, session: SessionDep, s
 @router.get("/platforms/{platform_id}", responses=problem_responses(404))
 def show_platform(platform: PlatformDep, session: SessionDep) -> PlatformOut:
     """Return one platform."""
+    return platform_out(session=session, platform=platform)
+
+
+@router.patch("/platforms/{platform_id}", responses=problem_responses(404, 422))
+def update_platform(body: PlatformSettingsIn, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+    """Turn on or off accepting verified launches from new deployments of this registered client."""
+    platforms.set_accept_new_deployments(platform=platform, accept=body.accept_new_deployments)
+    session.commit()
     return platform_out(session=session, platform=platform)
 
 
@@ -216,6 +263,28 @@ def add_deployment(body: DeploymentIn, platform: PlatformDep, session: SessionDe
 def remove_deployment(deployment_id: str, platform: PlatformDep, session: SessionDep) -> PlatformOut:
     """Refuse launches from this deployment from now on (its courses and links stay)."""
     platforms.remove_deployment(platform=platform, deployment_id=deployment_id)
+    session.commit()
+    return platform_out(session=session, platform=platform)
+
+
+@router.post(
+    "/platforms/{platform_id}/refused-deployments/accept",
+    responses=problem_responses(404, 422, described={404: "No such platform, or it refused no such deployment"}),
+)
+def accept_refused_deployment(body: DeploymentIn, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+    """Let a deployment whose launches were refused in: it joins the deployments, launches from it pass."""
+    platforms.accept_refused(platform=platform, deployment_id=body.deployment_id)
+    session.commit()
+    return platform_out(session=session, platform=platform)
+
+
+@router.delete(
+    "/platforms/{platform_id}/refused-deployments/{deployment_id:path}",
+    responses=problem_responses(404, described={404: "No such platform, or it refused no such deployment"}),
+)
+def dismiss_refused_deployment(deployment_id: str, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+    """Forget a refused deployment without letting it in (its next launch is refused and listed again)."""
+    platforms.dismiss_refused(platform=platform, deployment_id=deployment_id)
     session.commit()
     return platform_out(session=session, platform=platform)
 

@@ -31,8 +31,10 @@ Contract (the rules themselves live in ``app.domain.lti``; this is the HTTP side
 - Refusals: every domain error of these steps is the page ``lti/refused.html`` saying why, with 400 (malformed,
   or a message gpulab does not handle yet), 401 (``Unauthorized``: the token cannot be trusted), 403
   (``Forbidden``: this browser, platform, deployment or user may not), or 409 (``Conflict``). The session is
-  rolled back first, so a refused registration, login or launch stores nothing. (The app's error page would
-  answer a 401 on a GET with the log-in page, and a malformed request with 422.)
+  rolled back first, so a refused registration, login or launch stores nothing, except that a verified launch
+  refused for its deployment (``launch.DeploymentRefused``) is noted on the platform for the admins
+  (``platforms.note_refused``: ``/admin/lti`` offers to accept it), and the page says so. (The app's error page
+  would answer a 401 on a GET with the log-in page, and a malformed request with 422.)
 - This router has no ``FORM_CSRF`` (only ``POST /lti/deep-link``, gpulab's own form, carries it): the login and
   launch posts come cross-site from the platform by design, and the OIDC state cookie and nonce bind them to the
   browser instead.
@@ -61,7 +63,7 @@ from fastapi.responses import JSONResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.domain.lti import deep_linking, keys, launch, oidc, provisioning, registration
+from app.domain.lti import deep_linking, keys, launch, oidc, platforms, provisioning, registration
 from app.domain.lti import vocabulary as v
 from app.domain.lti.platform_keys import PlatformKeys
 from app.domain.lti.toolconfig import ToolUrls, tool_urls
@@ -108,11 +110,16 @@ def _status(exc: GpulabError) -> int:
 def _refused(request: Request, session: Session, exc: GpulabError, *, step: str) -> Response:
     """Roll back and answer the refusal page for ``exc`` (see the module contract)."""
     session.rollback()
+    noted = isinstance(exc, launch.DeploymentRefused)
+    if isinstance(exc, launch.DeploymentRefused):  # the platform signed it: worth the admins' look
+        platforms.note_refused(session=session, platform_id=exc.platform_id, deployment_id=exc.deployment_id)
+        session.commit()
     status = _status(exc)
     title = f"{'Launch' if step == 'launch' else 'Registration'} refused"
     return render(
-        request, "lti/refused.html", status, title=title, message=exc.message, code=status, advice=ADVICE[step]
-    )
+        request, "lti/refused.html", status, title=title, message=exc.message, code=status, advice=ADVICE[step],
+        noted=noted,
+    )  # fmt: skip
 
 
 def _cookie_flags(settings: Settings, tool: ToolUrls) -> tuple[bool, Literal["none", "lax"]]:

@@ -4,10 +4,12 @@ Contract: admins only (``AdminDep``); every POST is an HTML form carrying the se
 with a redirect back to ``/admin/lti`` and a flash (POST-redirect-GET), except a refused registration, which
 shows the page again with status 422, the reason and the fields as typed. The page shows gpulab's endpoints under
 ``Settings.public_url`` (else the address of this request), the registered platforms with their deployments
-(add and remove forms; delete for a platform nothing launched from), the manual registration form (the fields
-of docs/lti.md; several deployment ids separated by spaces or commas), gpulab's keys with the rotate button,
-and the scores still owed (``scores.outbox``) with a "Retry now" button each. The rules are those of the JSON
-API (``app.web.routes.api_lti``), whose dependencies and views this module shares.
+(add and remove forms; delete for a platform nothing launched from), the deployments whose verified launches
+were refused (an Accept and a Dismiss button each) and the "accept new deployments" switch, the manual
+registration form (the fields of docs/lti.md; several deployment ids separated by spaces or commas), gpulab's
+keys with the rotate button, and the scores still owed (``scores.outbox``: pending, retrying with the attempt
+and the next try, or failed) with a "Retry now" button each. The rules are those of the JSON API
+(``app.web.routes.api_lti``), whose dependencies and views this module shares.
 """
 
 from __future__ import annotations
@@ -141,6 +143,42 @@ def remove_deployment(
         request, session, lambda: platforms.remove_deployment(platform=platform, deployment_id=deployment_id),
         f"{platform.name}: launches from deployment {deployment_id.strip()} are refused.",
     )  # fmt: skip
+
+
+@router.post("/platforms/{platform_id}/refused/accept")
+def accept_refused(
+    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    deployment_id: Annotated[str, Form()] = "",
+) -> Response:  # fmt: skip
+    return _apply(
+        request, session, lambda: platforms.accept_refused(platform=platform, deployment_id=deployment_id),
+        f"{platform.name}: deployment {deployment_id.strip()} is accepted: its launches are let in.",
+    )  # fmt: skip
+
+
+@router.post("/platforms/{platform_id}/refused/dismiss")
+def dismiss_refused(
+    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    deployment_id: Annotated[str, Form()] = "",
+) -> Response:  # fmt: skip
+    return _apply(
+        request, session, lambda: platforms.dismiss_refused(platform=platform, deployment_id=deployment_id),
+        f"{platform.name}: deployment {deployment_id.strip()} is dismissed; its launches stay refused.",
+    )  # fmt: skip
+
+
+@router.post("/platforms/{platform_id}/accept-new-deployments")
+def accept_new_deployments(
+    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    accept: Annotated[bool, Form()] = False,
+) -> Response:  # fmt: skip
+    done = (
+        f"{platform.name}: launches from new deployments of client {platform.client_id} are let in and added."
+        if accept
+        else f"{platform.name}: launches from deployments not listed are refused and listed for you to accept."
+    )
+    change = lambda: platforms.set_accept_new_deployments(platform=platform, accept=accept)  # noqa: E731
+    return _apply(request, session, change, done)
 
 
 @router.post("/platforms/{platform_id}/delete")
