@@ -58,7 +58,8 @@ from starlette.concurrency import run_in_threadpool
 
 from app.domain.accounts.passwords import LoginLimiter
 from app.domain.accounts.tokens import Scope, user_for_token
-from app.domain.courses import coursework, membership
+from app.domain.courses import coursework, membership, policy
+from app.domain.courses.policy import WorkScope
 from app.domain.dispatcher import Dispatcher
 from app.domain.exercises.authoring import get_version
 from app.domain.exercises.bank import get_published
@@ -70,12 +71,17 @@ from app.domain.models import (
     ExerciseCheck,
     ExerciseVersion,
     Extension,
+    ManualGrade,
     Regrade,
+    RegradeRequest,
     Role,
+    SimilarityPair,
+    SimilarityRun,
     Submission,
     User,
 )
-from app.domain.submissions.lifecycle import create_submission, get_for_user
+from app.domain.review import regrade_requests, similarity_runs, staff_grading
+from app.domain.submissions.lifecycle import create_submission
 from app.web.schemas.auth import MeOut
 from app.web.sessions import SESSION_COOKIE, user_from_session
 from worker.bank.spec import SLUG_RE
@@ -274,9 +280,12 @@ ExerciseDep = Annotated[Exercise, Depends(get_exercise)]
 def get_submission(request: Request, submission_id: str, session: SessionDep, user: CurrentUser) -> Submission:
     if _no_such_submission(submission_id):
         raise NotFound(f"no submission {submission_id!r}")
-    submission = get_for_user(session=session, submission_id=submission_id, user=user)
-    if submission is None or (not _acts_as_staff(request) and submission.user_id != user.id):
-        raise NotFound(f"no submission {submission_id!r}")
+    submission = session.get(Submission, submission_id)
+    if submission is None or not (
+        submission.user_id == user.id
+        or (_acts_as_staff(request) and policy.may_view_work(session=session, user=user, work=submission))
+    ):
+        raise NotFound(f"no submission {submission_id!r}")  # another's is "not found", never "forbidden"
     return submission
 
 
@@ -284,6 +293,14 @@ SubmissionDep = Annotated[Submission, Depends(get_submission)]
 
 MAX_ROW_ID = 2**31 - 1  # the id columns are Integer: PostgreSQL's int4 (a larger bind is a DataError, a 500)
 RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a row id: 1 to 2**31-1")]
+
+
+async def get_work_scope(session: SessionDep, user: CurrentUser) -> WorkScope:
+    """Return the courses whose learners' work the current user sees (``app.domain.courses.policy``)."""
+    return await run_in_threadpool(policy.work_scope, session=session, user=user)
+
+
+WorkScopeDep = Annotated[WorkScope, Depends(get_work_scope)]
 
 
 def get_staff_exercise(slug: str, session: SessionDep, _staff: InstructorDep) -> Exercise:
@@ -308,11 +325,11 @@ def get_staff_version(number: RowId, exercise: StaffExerciseDep, session: Sessio
 StaffVersionDep = Annotated[ExerciseVersion, Depends(get_staff_version)]
 
 
-def get_staff_submission(submission_id: str, session: SessionDep, _staff: InstructorDep) -> Submission:
+def get_staff_submission(submission_id: str, session: SessionDep, staff: InstructorDep) -> Submission:
     if _no_such_submission(submission_id):
         raise NotFound(f"no submission {submission_id!r}")
     submission = session.get(Submission, submission_id)
-    if submission is None:
+    if submission is None or not policy.may_view_work(session=session, user=staff, work=submission):
         raise NotFound(f"no submission {submission_id!r}")
     return submission
 
@@ -339,6 +356,43 @@ def get_regrade(regrade_id: RowId, session: SessionDep, _staff: InstructorDep) -
 
 
 RegradeDep = Annotated[Regrade, Depends(get_regrade)]
+
+
+def get_grade(grade_id: RowId, session: SessionDep, user: CurrentUser) -> ManualGrade:
+    return staff_grading.get_grade(session=session, grade_id=grade_id, user=user)  # NotFound unless they may grade it
+
+
+GradeDep = Annotated[ManualGrade, Depends(get_grade)]
+
+
+def get_regrade_request(request_id: RowId, session: SessionDep, user: CurrentUser) -> RegradeRequest:
+    return regrade_requests.get_request(session=session, request_id=request_id, user=user)  # its learner or staff
+
+
+RegradeRequestDep = Annotated[RegradeRequest, Depends(get_regrade_request)]
+
+
+def get_similarity_run(run_id: RowId, session: SessionDep, user: CurrentUser) -> SimilarityRun:
+    session.expire_all()  # runs are carried out in another thread or process: never answer from the cache
+    run = session.get(SimilarityRun, run_id)
+    if run is None:
+        raise NotFound(f"no similarity run {run_id}")
+    similarity_runs.require_viewer(session=session, run=run, user=user)  # Forbidden: see docs/api.md
+    return run
+
+
+SimilarityRunDep = Annotated[SimilarityRun, Depends(get_similarity_run)]
+Rank = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a pair's rank in its run: 1 is the most similar")]
+
+
+def get_similarity_pair(run: SimilarityRunDep, rank: Rank, session: SessionDep) -> SimilarityPair:
+    pair = session.scalar(select(SimilarityPair).where(SimilarityPair.run_id == run.id, SimilarityPair.rank == rank))
+    if pair is None:
+        raise NotFound(f"similarity run {run.id} has no pair ranked {rank}")
+    return pair
+
+
+SimilarityPairDep = Annotated[SimilarityPair, Depends(get_similarity_pair)]
 
 
 def get_user(user_id: RowId, session: SessionDep, _admin: AdminDep) -> User:
@@ -503,7 +557,7 @@ STAFF_DEPENDENCIES: frozenset[Callable[..., object]] = frozenset({
     typing.get_args(InstructorDep)[1].dependency,
     typing.get_args(AdminDep)[1].dependency,
     get_staff_exercise, get_staff_version, get_staff_submission, get_check, get_regrade, get_user,
-    get_course_staff, get_assignment_staff, get_extension,
+    get_course_staff, get_assignment_staff, get_extension, get_grade, get_similarity_run, get_work_scope,
 })  # fmt: skip
 _staff_routes: dict[int, bool] = {}
 

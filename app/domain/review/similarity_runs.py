@@ -2,7 +2,8 @@
 
 Contract:
 - ``create_run(session=..., user=..., exercise=... | assignment=..., params=...)`` adds a queued ``SimilarityRun``
-  (``InvalidInput`` for bad parameters, a quiz, or an assignment without a code exercise); the caller commits,
+  (``InvalidInput`` for bad parameters, a quiz, or an assignment without a code exercise; ``Forbidden`` for an
+  exercise's run started by anyone but the practice course's staff: it compares practice work); the caller commits,
   then hands the id to the dispatcher's ``start_similarity(run_id)``: the in-process ``SimilarityRunner`` thread
   in the embedded default, a Celery worker of the ``cpu`` queue at scale (``app.jobs.similarity_tasks``). The API
   never compares code itself.
@@ -22,6 +23,8 @@ Contract:
 - ``sweep_runs`` is the sweeper's part (every grading process runs it, as for instructor checks): a queued run
   not sent within ``stale_queued_s`` and a running one whose worker died are stamped ``dispatched_at`` and sent
   again; one claimed ``max_attempts`` times fails instead.
+- Who sees a run: the staff of its course (``app.domain.courses.policy``; an exercise's run is practice work);
+  ``runs_of`` lists only the runs in the viewer's ``WorkScope``.
 - A similarity is a hint for a person to read both submissions, never a penalty: nothing here touches a grade.
 """
 
@@ -38,8 +41,9 @@ from functools import partial
 from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.orm import Session, load_only, selectinload
 
-from app.domain.courses import membership
+from app.domain.courses import membership, policy
 from app.domain.courses.assignments import choose, countable, current_extension, dates_from
+from app.domain.courses.policy import WorkScope
 from app.domain.dispatcher import Dispatcher
 from app.domain.leases import LeaseKeeper
 from app.domain.models import (
@@ -76,6 +80,8 @@ def create_run(
     assignment: Assignment | None = None,
 ) -> SimilarityRun:
     """Add a queued run over ``exercise`` or ``assignment`` (exactly one); the caller commits, then starts it."""
+    if exercise is not None and user is not None and not may_start(session=session, user=user, exercise=exercise):
+        raise Forbidden("an exercise's check compares practice work: it is for the practice course's staff")
     problems = params.problems()
     if problems:
         raise InvalidInput("; ".join(problems))
@@ -331,24 +337,30 @@ def sweep_runs(starter: Dispatcher, settings: Settings, factory: SessionFactory 
 
 
 def require_viewer(*, session: Session, run: SimilarityRun, user: User) -> None:
-    """Let site instructors and admins see any run, and an assignment's course staff (TAs too) its runs.
+    """Let the staff of the run's course see it (TAs too; an exercise's run compares practice work: the practice
+    course's staff), and admins.
 
     ``Forbidden`` for everyone else: a learner may not know the check exists, but asking is not hidden from them.
     """
-    if user.role in (Role.instructor, Role.admin):
-        return
-    assignment = session.get(Assignment, run.assignment_id) if run.assignment_id is not None else None
-    if assignment is not None and membership.is_staff(membership.course_role(session=session, course=assignment.course,
-                                                                          user=user)):  # fmt: skip
-        return
-    raise Forbidden("similarity checks are for the course's instructors and TAs")
+    if not policy.may_view_work(session=session, user=user, work=run):
+        raise Forbidden("similarity checks are for the course's instructors and TAs")
+
+
+def may_start(*, session: Session, user: User, exercise: Exercise) -> bool:
+    """Say whether ``user`` may start a check of ``exercise``'s practice work: the practice course's staff."""
+    practice = membership.find_practice_course(session=session)
+    return policy.staff_role(session=session, user=user, course=practice) is not None
 
 
 def runs_of(
-    *, session: Session, exercise: Exercise | None = None, assignment: Assignment | None = None
+    *, session: Session, scope: WorkScope, exercise: Exercise | None = None, assignment: Assignment | None = None
 ) -> list[SimilarityRun]:
-    """Return the runs of ``exercise`` or ``assignment``, newest first."""
-    stmt = select(SimilarityRun).order_by(SimilarityRun.created_at.desc(), SimilarityRun.id.desc())
+    """Return the runs of ``exercise`` or ``assignment`` in ``scope``, newest first."""
+    stmt = (
+        select(SimilarityRun)
+        .where(scope.over(SimilarityRun.assignment_id))
+        .order_by(SimilarityRun.created_at.desc(), SimilarityRun.id.desc())
+    )
     if exercise is not None:
         stmt = stmt.where(SimilarityRun.exercise_id == exercise.id)
     if assignment is not None:
