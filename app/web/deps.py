@@ -19,12 +19,17 @@ the
   user (``MeOut``) for an error page, which renders after the request's session is rolled back.
 - Load-or-404, defined once for the API and the pages: each authenticates (and authorises) first, then loads
   or raises ``NotFound`` (at once, without a query, for a slug no exercise can have or an id with a NUL
-  character, which PostgreSQL text cannot hold). Learners: ``ExerciseDep`` (published, and open to them: the
-  practice catalogue or a course of theirs), ``SubmissionDep`` (their own: another's is "not found", never
-  "forbidden"). Staff: ``StaffExerciseDep`` (any state), ``StaffVersionDep``, ``StaffSubmissionDep``,
-  ``CheckDep``, ``RegradeDep``. Admins: ``UserDep``. Courses: ``CourseDep`` (a member, or an admin; an
-  outsider gets "not found"), ``CourseStaffDep`` (its instructors and TAs), ``AssignmentDep`` (published, or
-  any for its staff), ``AssignmentStaffDep``, ``ExtensionDep`` (staff of its course). Integer ids are
+  character, which PostgreSQL text cannot hold). Who may see learners' work is ``app.domain.courses.policy``'s
+  rule (staff rights per course), asked here and nowhere else in the web side. Learners: ``ExerciseDep``
+  (published, and open to them: the practice catalogue or a course of theirs), ``SubmissionDep`` (their own, or
+  for staff one of a course they staff: another's is "not found", never "forbidden"). Staff: ``StaffExerciseDep``
+  (any state: the bank), ``StaffVersionDep``, ``StaffSubmissionDep`` (a submission of a course they staff),
+  ``CheckDep``, ``RegradeDep``, ``GradeDep`` (a staff grade they may grade), ``RegradeRequestDep`` (its learner or
+  its course's staff), ``SimilarityRunDep``/``SimilarityPairDep`` (``Forbidden`` for anyone but its course's
+  staff), and ``WorkScopeDep``: the courses whose work an exercise-level list may show them. Admins:
+  ``UserDep``. Courses: ``CourseDep`` (a member, or an admin; an outsider gets "not found"), ``CourseStaffDep``
+  (its instructors and TAs), ``AssignmentDep`` (published, or any for its staff), ``AssignmentStaffDep``,
+  ``ExtensionDep`` (staff of its course). Integer ids are
   ``RowId``: 1..2**31-1 (every id and version number is an ``Integer`` column, 32 bits in PostgreSQL), so an
   id no column can hold is a 422, never a 500.
 - ``DispatcherDep`` is the process dispatcher (``app.domain.dispatcher``'s one port; ``app.jobs.dispatch`` makes

@@ -8,9 +8,10 @@ Contract:
   in the embedded default, a Celery worker of the ``cpu`` queue at scale (``app.jobs.similarity_tasks``). The API
   never compares code itself.
 - What a run compares (``counted_submissions``), per exercise, one submission per learner (site role learner):
-  for an exercise, each learner's newest graded, scored submission that is not a platform failure, practice or
-  under any assignment; for an assignment, for each code exercise of it, the submission that counts for the
-  learner under that assignment's rules (``app.domain.courses.assignments.choose``: best or last, with their dates).
+  for an exercise, each learner's newest graded, scored practice submission (outside any assignment: the practice
+  course's work) that is not a platform failure; for an assignment, for each code exercise of it, the submission
+  that counts for the learner under that assignment's rules (``app.domain.courses.assignments.choose``: best or
+  last, with their dates).
 - ``run_similarity(run_id, factory=...)`` claims the run (queued, or running with a heartbeat older than
   ``grading_lease_s``: its worker died) as ``running`` with ``attempts + 1``, and renews ``heartbeat_at`` every
   ``heartbeat_interval_s`` while it compares (``app.domain.leases.LeaseKeeper``). A run already done or failed,
@@ -123,7 +124,9 @@ def counted_submissions(*, session: Session, run: SimilarityRun) -> dict[int, li
     """Return, per exercise id, the one submission per learner that the run compares."""
     if run.exercise_id is not None:
         newest: dict[int, Submission] = {}
-        for submission in _learner_submissions(session, run.exercise_id):  # oldest first: the newest stays
+        # Practice work only: the practice course's (its staff read the run); each assignment has its own runs.
+        practice = _learner_submissions(session, run.exercise_id, Submission.assignment_id.is_(None))
+        for submission in practice:  # oldest first: the newest stays
             newest[submission.user_id or 0] = submission
         return {run.exercise_id: list(newest.values())}
     assignment = session.get(Assignment, run.assignment_id)

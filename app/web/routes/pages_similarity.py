@@ -71,7 +71,7 @@ def _exercise_scope(exercise: Exercise) -> Scope:
     return Scope(
         title=exercise.slug, crumbs=[("/instructor", "Instructor"), (url, exercise.slug)],
         action=f"{url}/similarity", exercise=exercise,
-        compares="each learner's newest graded submission with every other's",
+        compares="each learner's newest graded practice submission with every other's",
     )  # fmt: skip
 
 
