@@ -471,8 +471,7 @@ AssignmentStaffDep = Annotated[AssignmentAccess, Depends(get_assignment_staff)]
 def get_extension(extension_id: RowId, session: SessionDep, user: CurrentUser) -> Extension:
     extension = session.get(Extension, extension_id)
     assignment = session.get(Assignment, extension.assignment_id) if extension else None
-    role = membership.course_role(session=session, course=assignment.course, user=user) if assignment else None
-    if extension is None or not membership.is_staff(role):
+    if extension is None or assignment is None or not policy.may_grade(session=session, user=user, work=assignment):
         raise NotFound(f"no extension {extension_id}")
     return extension
 
