@@ -584,3 +584,22 @@ def test_each_instructor_sees_their_own_courses_work_at_exercise_level(client: T
     assert len(seen[world.instructor_b.id]) == 2
     assert all(at == world.assignment_b.id for _, at in seen[world.instructor_b.id])
     assert len(seen[world.admin.id]) == 4 and (b, None) in seen[world.admin.id]
+
+
+def test_an_admin_puts_an_instructor_on_the_practice_staff_list_to_review_practice_work(
+    client: TestClient, world: World
+) -> None:
+    url = f"/api/instructor/exercises/{world.code.slug}/submissions"
+    _login(client, world.outsider)
+    assert client.get(url).json() == []  # the site role alone: no course, no practice
+    _login(client, world.admin)
+    added = client.post(
+        f"/api/courses/{membership.PRACTICE_SLUG}/members", json={"csv": f"email,role\n{world.outsider.email},ta\n"}
+    )
+    assert added.status_code == 200, added.text
+    _login(client, world.outsider)
+    rows = client.get(url).json()
+    assert [(row["user"], row["assignment_id"]) for row in rows] == [(world.learner_b.email, None)]
+    run = client.get(f"/api/similarity/runs/{world.practice_run.id}")
+    assert run.status_code == 200  # an exercise's run is practice work: theirs to read now
+    assert client.get(f"/api/similarity/runs/{world.run_b.id}").status_code == 403  # B's stays B's
