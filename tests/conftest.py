@@ -16,7 +16,8 @@ Contract:
   the started checks' ``(id, queue)``, ``.similarity_runs`` the started similarity runs' ids; example runs run
   in this process, as the embedded dispatcher runs them).
 - ``make_user(role)`` returns a committed-in-test user whose password is ``PASSWORD``; ``learner``,
-  ``other_learner``, ``instructor``, ``admin`` are ready-made; fixture ``login`` gives ``login(client, user)``;
+  ``other_learner``, ``instructor`` (on the practice course's staff list), ``admin`` are ready-made; fixture
+  ``login`` gives ``login(client, user)``;
   ``learner_client`` is ``client`` logged in as ``learner``, ``admin_client`` as ``admin``.
 - ``fake_sandbox`` makes every grading in this process use one ``worker.grading.sandbox.fake.FakeSandbox``
   (every test passes until the test sets its ``handler``), for tests that need only that a grading happened.
@@ -306,8 +307,15 @@ def other_learner(make_user: Callable[..., User]) -> User:
 
 
 @pytest.fixture
-def instructor(make_user: Callable[..., User]) -> User:
-    return make_user(Role.instructor)
+def instructor(make_user: Callable[..., User], db_session: Session) -> User:
+    """A site instructor on the practice course's staff list, so practice work is theirs to review."""
+    from app.domain.courses.membership import enroll, practice_course
+    from app.domain.models import CourseRole
+
+    user = make_user(Role.instructor)
+    enroll(session=db_session, course=practice_course(session=db_session), user=user, role=CourseRole.instructor)
+    db_session.commit()
+    return user
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ Contract, by package (``pyproject.toml``'s import-linter contracts hold the orde
 - ``operations``: the admin dashboard's numbers, metrics, worker liveness.
 - ``results``: where a counted result lands (``settle``) and the staff grade records it applies.
 - ``lti``: LTI 1.3 Advantage, tool side (its ``__init__`` lists its steps).
-- ``courses``: membership and course roles, assignment rules, coursework actions and the submit gate, the
-  gradebook, result visibility.
+- ``courses``: membership and course roles, the policy of who sees whose work, assignment rules, coursework
+  actions and the submit gate, the gradebook, result visibility.
 - ``submissions``: a submission's life (create, claim, record, recover), progress, regrades, quiz attempts.
 - ``accounts``: people (admin-made accounts, CSV import), passwords and e-mail rules, API tokens.
 - ``catalog``: a stored exercise version's parsed spec and a learner's variant of it.

@@ -19,12 +19,17 @@ the
   user (``MeOut``) for an error page, which renders after the request's session is rolled back.
 - Load-or-404, defined once for the API and the pages: each authenticates (and authorises) first, then loads
   or raises ``NotFound`` (at once, without a query, for a slug no exercise can have or an id with a NUL
-  character, which PostgreSQL text cannot hold). Learners: ``ExerciseDep`` (published, and open to them: the
-  practice catalogue or a course of theirs), ``SubmissionDep`` (their own: another's is "not found", never
-  "forbidden"). Staff: ``StaffExerciseDep`` (any state), ``StaffVersionDep``, ``StaffSubmissionDep``,
-  ``CheckDep``, ``RegradeDep``. Admins: ``UserDep``. Courses: ``CourseDep`` (a member, or an admin; an
-  outsider gets "not found"), ``CourseStaffDep`` (its instructors and TAs), ``AssignmentDep`` (published, or
-  any for its staff), ``AssignmentStaffDep``, ``ExtensionDep`` (staff of its course). Integer ids are
+  character, which PostgreSQL text cannot hold). Who may see learners' work is ``app.domain.courses.policy``'s
+  rule (staff rights per course), asked here and nowhere else in the web side. Learners: ``ExerciseDep``
+  (published, and open to them: the practice catalogue or a course of theirs), ``SubmissionDep`` (their own, or
+  for staff one of a course they staff: another's is "not found", never "forbidden"). Staff: ``StaffExerciseDep``
+  (any state: the bank), ``StaffVersionDep``, ``StaffSubmissionDep`` (a submission of a course they staff),
+  ``CheckDep``, ``RegradeDep``, ``GradeDep`` (a staff grade they may grade), ``RegradeRequestDep`` (its learner or
+  its course's staff), ``SimilarityRunDep``/``SimilarityPairDep`` (``Forbidden`` for anyone but its course's
+  staff), and ``WorkScopeDep``: the courses whose work an exercise-level list may show them. Admins:
+  ``UserDep``. Courses: ``CourseDep`` (a member, or an admin; an outsider gets "not found"), ``CourseStaffDep``
+  (its instructors and TAs), ``AssignmentDep`` (published, or any for its staff), ``AssignmentStaffDep``,
+  ``ExtensionDep`` (staff of its course). Integer ids are
   ``RowId``: 1..2**31-1 (every id and version number is an ``Integer`` column, 32 bits in PostgreSQL), so an
   id no column can hold is a 422, never a 500.
 - ``DispatcherDep`` is the process dispatcher (``app.domain.dispatcher``'s one port; ``app.jobs.dispatch`` makes
@@ -58,7 +63,8 @@ from starlette.concurrency import run_in_threadpool
 
 from app.domain.accounts.passwords import LoginLimiter
 from app.domain.accounts.tokens import Scope, user_for_token
-from app.domain.courses import coursework, membership
+from app.domain.courses import coursework, membership, policy
+from app.domain.courses.policy import WorkScope
 from app.domain.dispatcher import Dispatcher
 from app.domain.exercises.authoring import get_version
 from app.domain.exercises.bank import get_published
@@ -70,12 +76,17 @@ from app.domain.models import (
     ExerciseCheck,
     ExerciseVersion,
     Extension,
+    ManualGrade,
     Regrade,
+    RegradeRequest,
     Role,
+    SimilarityPair,
+    SimilarityRun,
     Submission,
     User,
 )
-from app.domain.submissions.lifecycle import create_submission, get_for_user
+from app.domain.review import regrade_requests, similarity_runs, staff_grading
+from app.domain.submissions.lifecycle import create_submission
 from app.settings import Settings
 from app.web.schemas.auth import MeOut
 from app.web.sessions import SESSION_COOKIE, user_from_session
@@ -274,9 +285,12 @@ ExerciseDep = Annotated[Exercise, Depends(get_exercise)]
 def get_submission(request: Request, submission_id: str, session: SessionDep, user: CurrentUser) -> Submission:
     if _no_such_submission(submission_id):
         raise NotFound(f"no submission {submission_id!r}")
-    submission = get_for_user(session=session, submission_id=submission_id, user=user)
-    if submission is None or (not _acts_as_staff(request) and submission.user_id != user.id):
-        raise NotFound(f"no submission {submission_id!r}")
+    submission = session.get(Submission, submission_id)
+    if submission is None or not (
+        submission.user_id == user.id
+        or (_acts_as_staff(request) and policy.may_view_work(session=session, user=user, work=submission))
+    ):
+        raise NotFound(f"no submission {submission_id!r}")  # another's is "not found", never "forbidden"
     return submission
 
 
@@ -284,6 +298,14 @@ SubmissionDep = Annotated[Submission, Depends(get_submission)]
 
 MAX_ROW_ID = 2**31 - 1  # the id columns are Integer: PostgreSQL's int4 (a larger bind is a DataError, a 500)
 RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a row id: 1 to 2**31-1")]
+
+
+async def get_work_scope(session: SessionDep, user: CurrentUser) -> WorkScope:
+    """Return the courses whose learners' work the current user sees (``app.domain.courses.policy``)."""
+    return await run_in_threadpool(policy.work_scope, session=session, user=user)
+
+
+WorkScopeDep = Annotated[WorkScope, Depends(get_work_scope)]
 
 
 def get_staff_exercise(slug: str, session: SessionDep, _staff: InstructorDep) -> Exercise:
@@ -308,11 +330,11 @@ def get_staff_version(number: RowId, exercise: StaffExerciseDep, session: Sessio
 StaffVersionDep = Annotated[ExerciseVersion, Depends(get_staff_version)]
 
 
-def get_staff_submission(submission_id: str, session: SessionDep, _staff: InstructorDep) -> Submission:
+def get_staff_submission(submission_id: str, session: SessionDep, staff: InstructorDep) -> Submission:
     if _no_such_submission(submission_id):
         raise NotFound(f"no submission {submission_id!r}")
     submission = session.get(Submission, submission_id)
-    if submission is None:
+    if submission is None or not policy.may_view_work(session=session, user=staff, work=submission):
         raise NotFound(f"no submission {submission_id!r}")
     return submission
 
@@ -339,6 +361,43 @@ def get_regrade(regrade_id: RowId, session: SessionDep, _staff: InstructorDep) -
 
 
 RegradeDep = Annotated[Regrade, Depends(get_regrade)]
+
+
+def get_grade(grade_id: RowId, session: SessionDep, user: CurrentUser) -> ManualGrade:
+    return staff_grading.get_grade(session=session, grade_id=grade_id, user=user)  # NotFound unless they may grade it
+
+
+GradeDep = Annotated[ManualGrade, Depends(get_grade)]
+
+
+def get_regrade_request(request_id: RowId, session: SessionDep, user: CurrentUser) -> RegradeRequest:
+    return regrade_requests.get_request(session=session, request_id=request_id, user=user)  # its learner or staff
+
+
+RegradeRequestDep = Annotated[RegradeRequest, Depends(get_regrade_request)]
+
+
+def get_similarity_run(run_id: RowId, session: SessionDep, user: CurrentUser) -> SimilarityRun:
+    session.expire_all()  # runs are carried out in another thread or process: never answer from the cache
+    run = session.get(SimilarityRun, run_id)
+    if run is None:
+        raise NotFound(f"no similarity run {run_id}")
+    similarity_runs.require_viewer(session=session, run=run, user=user)  # Forbidden: see docs/api.md
+    return run
+
+
+SimilarityRunDep = Annotated[SimilarityRun, Depends(get_similarity_run)]
+Rank = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a pair's rank in its run: 1 is the most similar")]
+
+
+def get_similarity_pair(run: SimilarityRunDep, rank: Rank, session: SessionDep) -> SimilarityPair:
+    pair = session.scalar(select(SimilarityPair).where(SimilarityPair.run_id == run.id, SimilarityPair.rank == rank))
+    if pair is None:
+        raise NotFound(f"similarity run {run.id} has no pair ranked {rank}")
+    return pair
+
+
+SimilarityPairDep = Annotated[SimilarityPair, Depends(get_similarity_pair)]
 
 
 def get_user(user_id: RowId, session: SessionDep, _admin: AdminDep) -> User:
@@ -412,8 +471,7 @@ AssignmentStaffDep = Annotated[AssignmentAccess, Depends(get_assignment_staff)]
 def get_extension(extension_id: RowId, session: SessionDep, user: CurrentUser) -> Extension:
     extension = session.get(Extension, extension_id)
     assignment = session.get(Assignment, extension.assignment_id) if extension else None
-    role = membership.course_role(session=session, course=assignment.course, user=user) if assignment else None
-    if extension is None or not membership.is_staff(role):
+    if extension is None or assignment is None or not policy.may_grade(session=session, user=user, work=assignment):
         raise NotFound(f"no extension {extension_id}")
     return extension
 
@@ -503,7 +561,7 @@ STAFF_DEPENDENCIES: frozenset[Callable[..., object]] = frozenset({
     typing.get_args(InstructorDep)[1].dependency,
     typing.get_args(AdminDep)[1].dependency,
     get_staff_exercise, get_staff_version, get_staff_submission, get_check, get_regrade, get_user,
-    get_course_staff, get_assignment_staff, get_extension,
+    get_course_staff, get_assignment_staff, get_extension, get_grade, get_similarity_run, get_work_scope,
 })  # fmt: skip
 _staff_routes: dict[int, bool] = {}
 

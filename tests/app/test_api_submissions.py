@@ -253,6 +253,7 @@ def test_exercise_submissions_are_for_staff_only(
     client: TestClient,
     login: Callable[..., None],
     learner: User,
+    instructor: User,
     other_learner: User,
     make_user: Callable[..., User],
     tiny_exercise: TinyExercise,
@@ -266,8 +267,10 @@ def test_exercise_submissions_are_for_staff_only(
     refused = client.get(url)
     assert refused.status_code == 403 and "instructor or admin role" in refused.json()["detail"]
 
-    for role in (Role.instructor, Role.admin):
-        login(client, make_user(role))
+    login(client, make_user(Role.instructor))  # no course role: practice work is the practice course's staff's
+    assert client.get(url).json() == []
+    for staff in (instructor, make_user(Role.admin)):  # on the practice course's staff list; an admin
+        login(client, staff)
         response = client.get(url)
         assert response.status_code == 200
         rows = response.json()

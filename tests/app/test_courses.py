@@ -129,6 +129,9 @@ def test_course_roles(
     assert membership.course_role(session=db_session, course=course, user=other_instructor) is None  # not theirs
     practice = membership.practice_course(session=db_session)
     assert membership.course_role(session=db_session, course=practice, user=learner) is CourseRole.learner
+    # The site role is no course role, in the practice course either: its staff list says who reviews practice.
+    assert membership.course_role(session=db_session, course=practice, user=other_instructor) is CourseRole.learner
+    membership.enroll(session=db_session, course=practice, user=other_instructor, role=CourseRole.instructor)
     assert membership.course_role(session=db_session, course=practice, user=other_instructor) is CourseRole.instructor
     ta = make_user(Role.learner)
     membership.enroll(session=db_session, course=practice, user=ta, role=CourseRole.ta)

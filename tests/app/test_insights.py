@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.orm import Session
 
+from app.domain.courses.policy import EVERYTHING
 from app.domain.models import Exercise, Role, Submission, SubmissionStatus, TestResult, User
 from app.domain.review.insights import exercise_insights
 from app.domain.submissions.lifecycle import create_submission
@@ -88,7 +89,7 @@ def classroom(db_session: Session, make_user: Callable[..., User], tiny_exercise
 def test_failing_tests_rank_first_with_their_messages_grouped(
     db_session: Session, tiny_exercise: TinyExercise, classroom: dict[str, User]
 ) -> None:
-    ins = exercise_insights(session=db_session, exercise=tiny_exercise.exercise)
+    ins = exercise_insights(session=db_session, exercise=tiny_exercise.exercise, scope=EVERYTHING)
     assert ins.submissions == 6  # staff's and the platform error left out
     small, negative = ins.tests
     assert (small.name, small.failures, small.learners, small.points_lost) == (SMALL, 3, 2, 6.0)
@@ -100,7 +101,7 @@ def test_failing_tests_rank_first_with_their_messages_grouped(
 def test_attempts_and_time_to_pass_and_who_is_stuck(
     db_session: Session, tiny_exercise: TinyExercise, classroom: dict[str, User]
 ) -> None:
-    ins = exercise_insights(session=db_session, exercise=tiny_exercise.exercise)
+    ins = exercise_insights(session=db_session, exercise=tiny_exercise.exercise, scope=EVERYTHING)
     rows = {r.email: r for r in ins.learners}
     ada, bob, cy = (rows[classroom[n].email] for n in ("ada", "bob", "cy"))
     assert ins.learners[0] is bob and bob.stuck and [s.email for s in ins.stuck] == [bob.email]
@@ -114,7 +115,7 @@ def test_attempts_and_time_to_pass_and_who_is_stuck(
 def test_an_exercise_nobody_tried_has_empty_insights(
     db_session: Session, make_exercise: Callable[..., TinyExercise]
 ) -> None:
-    ins = exercise_insights(session=db_session, exercise=make_exercise().exercise)
+    ins = exercise_insights(session=db_session, exercise=make_exercise().exercise, scope=EVERYTHING)
     assert (ins.submissions, ins.tests, ins.learners, ins.picks) == (0, [], [], [])
     assert ins.median_attempts_to_pass is None and ins.attempts_histogram == [0] * 6
 
@@ -141,7 +142,7 @@ def test_quiz_picks_count_the_options_chosen_in_wrong_answers(
         answer_quiz(session=db_session, user=user, exercise=quiz, answers={"q1": [q1], "q2": ["a"]})
     answer_quiz(session=db_session, user=three, exercise=quiz, answers={"q1": ["b"], "q2": ["a"]})  # right: not a pick
     db_session.commit()
-    ins = exercise_insights(session=db_session, exercise=quiz)
+    ins = exercise_insights(session=db_session, exercise=quiz, scope=EVERYTHING)
     assert len(ins.picks) == 1  # q2 was never answered wrong
     (q1,) = ins.picks
     assert (q1.question, q1.wrong_attempts) == ("q1", 3)

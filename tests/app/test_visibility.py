@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
 
+from app.domain.courses import membership
 from app.domain.courses.visibility import EVERYTHING, shown_for, shown_tests
 from app.domain.exercises.bank import upsert_exercise
 from app.domain.models import (
@@ -271,10 +272,16 @@ def test_site_staff_see_everything(
     make_assignment: Callable[..., Assignment],
     submit: Submit,
     role: Role,
+    db_session: Session,
 ) -> None:
     exercise = make_tiered(f'default_visibility = "never"\n[visibility]\n"{NEGATIVE}" = "after_due"\n')
-    submission = submit(learner, exercise, make_assignment(exercise, due_at=FUTURE))
-    login(client, make_user(role))
+    assignment = make_assignment(exercise, due_at=FUTURE)
+    submission = submit(learner, exercise, assignment)
+    staff = make_user(role)
+    if role is Role.instructor:  # staff rights are per course: an instructor of the assignment's course
+        membership.enroll(session=db_session, course=assignment.course, user=staff, role=CourseRole.instructor)
+        db_session.commit()
+    login(client, staff)
     body = client.get(f"/api/submissions/{submission.id}").json()
     assert all(t["visible"] for t in body["tests"]) and _tests(body)[NEGATIVE]["message"] == SECRET
     assert body["hidden_tests"] == 0 and body["newly_visible"] == [] and body["reveals_at"] is None

@@ -92,7 +92,8 @@ def seed_walk(browser: Any, base: str, db_file: Path) -> Walk:
     post_json(staff, base, f"/api/regrade-requests/{asked['id']}/messages",
               {"body": "Looking at it this week.", "action": "comment"})  # fmt: skip
 
-    run = post_json(staff, base, f"/api/instructor/exercises/{CODE}/similarity", {})
+    # The assignment's check: an exercise's compares practice work, which is the practice course's staff's.
+    run = post_json(staff, base, f"/api/assignments/{assignment_id}/similarity", {})
     run_url = f"{base}/api/similarity/runs/{run['id']}"
     wait_for(lambda: staff.request.get(run_url).json()["status"] in ("done", "failed"), timeout_s=120, interval_s=0.5)
     staff.goto(f"{base}/instructor/exercises/{QUIZ}/grading")

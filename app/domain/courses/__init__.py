@@ -3,6 +3,8 @@
 Contract, by module:
 - ``membership``: courses, enrollment (one by one or CSV), course roles (``course_role``, ``STAFF``), the
   practice course.
+- ``policy``: who may see, grade and release learners' work (staff rights per course; the practice course's staff
+  list), and the ``WorkScope`` exercise-level lists narrow to.
 - ``assignments``: the rules of an assignment (window, late credit, attempts, rate, what counts) and the counted
   result of a learner's item (overrides included).
 - ``coursework``: staff actions on assignments and extensions, the gate every submission passes, how an

@@ -5,12 +5,13 @@ Contract:
   unique constraints checked. Who may call the staff functions (enroll, invite links) is the caller's check
   (``require_course_role``), except ``enroll_csv``, whose rules depend on the actor.
 - Roles: ``course_role`` is the role a user has in a course. An admin counts as instructor in every course. In
-  the practice course a site instructor counts as instructor (they edit the open catalogue: the bank) and
-  everyone else logged in as learner, enrolled or not; elsewhere it is the ``CourseMember`` row's role or
-  ``None``. ``is_staff``: instructor or TA; ``can_edit``: instructor only (a TA grades, reviews and grants
-  extensions but edits neither the course nor the bank). ``require_course_role`` raises ``NotFound`` for a user
-  without a role (they may not learn that the course exists) and ``Forbidden`` for a member whose role is not
-  among those asked for.
+  the practice course everyone logged in counts as learner, enrolled or not, and its staff list (``CourseMember``
+  rows of instructors and TAs) names its staff: the site instructor role alone is no course role there either
+  (it authors the bank; ``app.domain.courses.policy`` decides who sees whose work); elsewhere it is the
+  ``CourseMember`` row's role or ``None``. ``is_staff``: instructor or TA; ``can_edit``: instructor only (a TA
+  grades, reviews and grants extensions but edits neither the course nor the bank). ``require_course_role``
+  raises ``NotFound`` for a user without a role (they may not learn that the course exists) and ``Forbidden``
+  for a member whose role is not among those asked for.
 - Creating: a site instructor or admin creates a course and becomes its instructor. A slug follows the
   exercises' rule (``worker.bank.spec.SLUG_RE``, whole string); ``practice`` is kept for the practice course.
 - The practice course (``is_practice``, slug ``practice``, "Practice") is the open catalogue: every published
@@ -187,9 +188,8 @@ def course_role(*, session: Session, course: Course, user: User) -> CourseRole |
     member = session.scalar(
         select(CourseMember.role).where(CourseMember.course_id == course.id, CourseMember.user_id == user.id)
     )
-    if course.is_practice:
-        floor = CourseRole.instructor if user.role is Role.instructor else CourseRole.learner
-        return _higher(member, floor) if member is not None else floor
+    if course.is_practice:  # the open catalogue: everyone learns there; its staff list says who else they are
+        return member if member is not None else CourseRole.learner
     return member
 
 
@@ -218,7 +218,7 @@ def _membership(session: Session, course: Course, user: User) -> CourseMember | 
 
 
 def _keep_an_instructor(session: Session, course: Course, member: CourseMember) -> None:
-    if course.is_practice:  # site instructors run it, members or not
+    if course.is_practice:  # admins run it, with or without a staff list
         return
     others = session.scalar(
         select(func.count(CourseMember.id)).where(

@@ -1,8 +1,9 @@
 """What the class gets wrong on one exercise: failing tests, wrong quiz picks, attempts and time to pass, who is stuck.
 
 Contract:
-- Counts the graded submissions of learners (users with the ``learner`` role) to any version of the exercise;
-  with ``course``, only those of that course's learners (what its staff, TAs included, may read).
+- Counts the graded submissions of learners (users with the ``learner`` role) to any version of the exercise
+  within the viewer's ``WorkScope`` (``app.domain.courses.policy``: the work of the courses they staff, practice
+  work only for the practice course's staff); with ``course``, only those of that course's learners.
   Platform errors (verdict ``internal_error``) are the platform's, not the learner's, and are left out.
 - ``exercise_insights`` returns ``Insights``:
   - ``tests``: per hidden test (for a quiz: per question), how many graded submissions failed it and how many
@@ -31,6 +32,7 @@ from statistics import median
 
 from sqlalchemy.orm import Session, selectinload
 
+from app.domain.courses.policy import WorkScope
 from app.domain.models import Course, CourseMember, CourseRole, Exercise, Role, Submission, SubmissionStatus, User
 from app.domain.platform.clock import as_utc
 from app.domain.platform.csvsafe import csv_cell
@@ -128,16 +130,17 @@ def _first_line(message: str) -> str:
     return line if len(line) <= MESSAGE_CHARS else line[: MESSAGE_CHARS - 1] + "…"
 
 
-def _graded(session: Session, exercise: Exercise, course: Course | None = None) -> list[Submission]:
+def _graded(session: Session, exercise: Exercise, scope: WorkScope, course: Course | None = None) -> list[Submission]:
     stmt = (
         of_exercise(exercise)
         .join(User, Submission.user_id == User.id)
+        .where(scope.submissions())
         .where(User.role == Role.learner, Submission.status == SubmissionStatus.graded)
         .where(Submission.verdict != Verdict.internal_error)
         .options(selectinload(Submission.tests), selectinload(Submission.user))
         .order_by(Submission.created_at, Submission.id)
     )
-    if course is not None:  # only the course's learners (their submissions anywhere: practice is learning too)
+    if course is not None:  # only the course's learners (their practice too, where the scope holds it)
         stmt = stmt.join(CourseMember, CourseMember.user_id == User.id).where(
             CourseMember.course_id == course.id, CourseMember.role == CourseRole.learner
         )
@@ -215,9 +218,11 @@ def _learners(rows: list[Submission], max_score: float) -> list[LearnerInsight]:
     return sorted(out, key=lambda r: (r.passed, -r.attempts, r.email))
 
 
-def exercise_insights(*, session: Session, exercise: Exercise, course: Course | None = None) -> Insights:
-    """Return what the class gets wrong on ``exercise`` (see the module contract); ``course``: its learners only."""
-    rows = _graded(session, exercise, course)
+def exercise_insights(
+    *, session: Session, exercise: Exercise, scope: WorkScope, course: Course | None = None
+) -> Insights:
+    """Return what the class gets wrong on ``exercise`` within ``scope``; ``course``: its learners only."""
+    rows = _graded(session, exercise, scope, course)
     version = exercise.current_version
     max_score = version.max_score if version is not None else 0.0
     learners = _learners(rows, max_score)

@@ -1,7 +1,8 @@
 """Staff review of an exercise's submissions: filtering by learner, verdict and date range.
 
-Contract: ``filter_submissions`` returns submissions to any version of the exercise, newest first, at most
-``limit``. ``learner`` matches part of the e-mail (case-insensitive), ``verdict`` is a ``Verdict`` value or
+Contract: ``filter_submissions`` returns submissions to any version of the exercise within the viewer's
+``WorkScope`` (``app.domain.courses.policy``: the courses they staff), newest first, at most ``limit``. ``learner``
+matches part of the e-mail (case-insensitive), ``verdict`` is a ``Verdict`` value or
 ``pending`` (not settled yet), ``since``/``until`` are inclusive UTC dates.
 """
 
@@ -13,6 +14,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from sqlalchemy import func
 from sqlalchemy.orm import Session
 
+from app.domain.courses.policy import WorkScope
 from app.domain.models import Exercise, Submission, SubmissionStatus, User
 from app.domain.submissions.lifecycle import of_exercise
 from worker.core.errors import InvalidInput
@@ -38,12 +40,12 @@ class SubmissionFilter:
 
 
 def filter_submissions(
-    *, session: Session, exercise: Exercise, filters: SubmissionFilter, limit: int = 500
+    *, session: Session, exercise: Exercise, scope: WorkScope, filters: SubmissionFilter, limit: int = 500
 ) -> list[Submission]:
-    """Return the exercise's submissions matching ``filters``, newest first."""
+    """Return the exercise's submissions in ``scope`` matching ``filters``, newest first."""
     if filters.verdict not in VERDICT_CHOICES:
         raise InvalidInput(f"unknown verdict {filters.verdict!r}")
-    stmt = of_exercise(exercise)
+    stmt = of_exercise(exercise).where(scope.submissions())
     if "\x00" in filters.learner:  # PostgreSQL text cannot hold one, so no e-mail does
         raise InvalidInput("the learner filter contains a NUL character")
     if filters.learner.strip():

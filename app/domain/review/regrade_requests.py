@@ -4,9 +4,9 @@ Contract:
 - An item is (learner, exercise, assignment or practice). A learner opens at most one request per item, ever
   (``ask``), about one of their own graded submissions, with a reason. Asking again means replying on the same
   request, which needs it not to be closed: once staff close it, only staff reopen it.
-- Who may see a request: its learner, and the staff who may answer it. For a submission made under an
-  assignment, that is the course's staff (instructors and TAs; admins everywhere); for a practice submission,
-  instructors and admins. Anyone else gets ``NotFound``: they learn nothing.
+- Who may see a request: its learner, and the staff who may answer it: the instructors and TAs of the course it
+  belongs to (its assignment's; for a practice submission, the practice course's staff list), and admins
+  (``app.domain.courses.policy.may_grade``). Anyone else gets ``NotFound``: they learn nothing.
 - Staff answer with a message and an action (``StaffAction``):
   - ``comment``: an answer; the request becomes ``answered``;
   - ``adjust``: a new score (0..100 % of the item) for an assignment's item, written as a gradebook override
@@ -32,7 +32,7 @@ import math
 from sqlalchemy import case, or_, select
 from sqlalchemy.orm import Session, selectinload
 
-from app.domain.courses import membership
+from app.domain.courses import policy
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -40,7 +40,6 @@ from app.domain.models import (
     RegradeMessage,
     RegradeRequest,
     RegradeRequestStatus,
-    Role,
     Submission,
     SubmissionStatus,
     User,
@@ -73,20 +72,14 @@ def _text(body: str) -> str:
     return text
 
 
-def _course_of(session: Session, request_or_sub: RegradeRequest | Submission) -> Course | None:
-    assignment_id = request_or_sub.assignment_id
-    if assignment_id is None:
-        return None
-    assignment = session.get(Assignment, assignment_id)
+def _course_of(session: Session, request: RegradeRequest) -> Course | None:
+    assignment = session.get(Assignment, request.assignment_id) if request.assignment_id is not None else None
     return assignment.course if assignment is not None else None
 
 
 def can_answer(*, session: Session, request: RegradeRequest, user: User) -> bool:
-    """Say whether ``user`` is staff who may answer ``request``."""
-    course = _course_of(session, request)
-    if course is None:
-        return user.role in (Role.instructor, Role.admin)
-    return membership.is_staff(membership.course_role(session=session, course=course, user=user))
+    """Say whether ``user`` is staff who may answer ``request`` (the staff of its course)."""
+    return policy.may_grade(session=session, user=user, work=request)
 
 
 def get_request(*, session: Session, request_id: int, user: User) -> RegradeRequest:
@@ -229,15 +222,8 @@ def visible_to(*, session: Session, user: User, limit: int = 200) -> list[Regrad
     stmt = select(RegradeRequest).options(
         selectinload(RegradeRequest.messages), selectinload(RegradeRequest.user), selectinload(RegradeRequest.exercise)
     )
-    if user.role is not Role.admin:
-        staffed = [c.id for c, role in membership.courses_of(session=session, user=user) if membership.is_staff(role)]
-        mine = [RegradeRequest.user_id == user.id]
-        if staffed:
-            in_courses = select(Assignment.id).where(Assignment.course_id.in_(staffed))
-            mine.append(RegradeRequest.assignment_id.in_(in_courses))
-        if user.role is Role.instructor:
-            mine.append(RegradeRequest.assignment_id.is_(None))
-        stmt = stmt.where(or_(*mine))
+    scope = policy.staff_courses(session=session, user=user)
+    stmt = stmt.where(or_(RegradeRequest.user_id == user.id, scope.over(RegradeRequest.assignment_id)))
     # Waiting first in the query itself: sorting after the limit could drop an old open request for a new closed one.
     waiting = case({RegradeRequestStatus.open: 0, RegradeRequestStatus.answered: 1}, value=RegradeRequest.status,
                    else_=2)  # fmt: skip

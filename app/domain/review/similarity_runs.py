@@ -2,14 +2,16 @@
 
 Contract:
 - ``create_run(session=..., user=..., exercise=... | assignment=..., params=...)`` adds a queued ``SimilarityRun``
-  (``InvalidInput`` for bad parameters, a quiz, or an assignment without a code exercise); the caller commits,
+  (``InvalidInput`` for bad parameters, a quiz, or an assignment without a code exercise; ``Forbidden`` for an
+  exercise's run started by anyone but the practice course's staff: it compares practice work); the caller commits,
   then hands the id to the dispatcher's ``start_similarity(run_id)``: the in-process ``SimilarityRunner`` thread
   in the embedded default, a Celery worker of the ``cpu`` queue at scale (``app.jobs.similarity_tasks``). The API
   never compares code itself.
 - What a run compares (``counted_submissions``), per exercise, one submission per learner (site role learner):
-  for an exercise, each learner's newest graded, scored submission that is not a platform failure, practice or
-  under any assignment; for an assignment, for each code exercise of it, the submission that counts for the
-  learner under that assignment's rules (``app.domain.courses.assignments.choose``: best or last, with their dates).
+  for an exercise, each learner's newest graded, scored practice submission (outside any assignment: the practice
+  course's work) that is not a platform failure; for an assignment, for each code exercise of it, the submission
+  that counts for the learner under that assignment's rules (``app.domain.courses.assignments.choose``: best or
+  last, with their dates).
 - ``run_similarity(run_id, factory=...)`` claims the run (queued, or running with a heartbeat older than
   ``grading_lease_s``: its worker died) as ``running`` with ``attempts + 1``, and renews ``heartbeat_at`` every
   ``heartbeat_interval_s`` while it compares (``app.domain.leases.LeaseKeeper``). A run already done or failed,
@@ -22,6 +24,8 @@ Contract:
 - ``sweep_runs`` is the sweeper's part (every grading process runs it, as for instructor checks): a queued run
   not sent within ``stale_queued_s`` and a running one whose worker died are stamped ``dispatched_at`` and sent
   again; one claimed ``max_attempts`` times fails instead.
+- Who sees a run: the staff of its course (``app.domain.courses.policy``; an exercise's run is practice work);
+  ``runs_of`` lists only the runs in the viewer's ``WorkScope``.
 - A similarity is a hint for a person to read both submissions, never a penalty: nothing here touches a grade.
 """
 
@@ -38,8 +42,9 @@ from functools import partial
 from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.orm import Session, load_only, selectinload
 
-from app.domain.courses import membership
+from app.domain.courses import membership, policy
 from app.domain.courses.assignments import choose, countable, current_extension, dates_from
+from app.domain.courses.policy import WorkScope
 from app.domain.dispatcher import Dispatcher
 from app.domain.leases import LeaseKeeper
 from app.domain.models import (
@@ -76,6 +81,8 @@ def create_run(
     assignment: Assignment | None = None,
 ) -> SimilarityRun:
     """Add a queued run over ``exercise`` or ``assignment`` (exactly one); the caller commits, then starts it."""
+    if exercise is not None and user is not None and not may_start(session=session, user=user, exercise=exercise):
+        raise Forbidden("an exercise's check compares practice work: it is for the practice course's staff")
     problems = params.problems()
     if problems:
         raise InvalidInput("; ".join(problems))
@@ -117,7 +124,9 @@ def counted_submissions(*, session: Session, run: SimilarityRun) -> dict[int, li
     """Return, per exercise id, the one submission per learner that the run compares."""
     if run.exercise_id is not None:
         newest: dict[int, Submission] = {}
-        for submission in _learner_submissions(session, run.exercise_id):  # oldest first: the newest stays
+        # Practice work only: the practice course's (its staff read the run); each assignment has its own runs.
+        practice = _learner_submissions(session, run.exercise_id, Submission.assignment_id.is_(None))
+        for submission in practice:  # oldest first: the newest stays
             newest[submission.user_id or 0] = submission
         return {run.exercise_id: list(newest.values())}
     assignment = session.get(Assignment, run.assignment_id)
@@ -331,24 +340,30 @@ def sweep_runs(starter: Dispatcher, settings: Settings, factory: SessionFactory 
 
 
 def require_viewer(*, session: Session, run: SimilarityRun, user: User) -> None:
-    """Let site instructors and admins see any run, and an assignment's course staff (TAs too) its runs.
+    """Let the staff of the run's course see it (TAs too; an exercise's run compares practice work: the practice
+    course's staff), and admins.
 
     ``Forbidden`` for everyone else: a learner may not know the check exists, but asking is not hidden from them.
     """
-    if user.role in (Role.instructor, Role.admin):
-        return
-    assignment = session.get(Assignment, run.assignment_id) if run.assignment_id is not None else None
-    if assignment is not None and membership.is_staff(membership.course_role(session=session, course=assignment.course,
-                                                                          user=user)):  # fmt: skip
-        return
-    raise Forbidden("similarity checks are for the course's instructors and TAs")
+    if not policy.may_view_work(session=session, user=user, work=run):
+        raise Forbidden("similarity checks are for the course's instructors and TAs")
+
+
+def may_start(*, session: Session, user: User, exercise: Exercise) -> bool:
+    """Say whether ``user`` may start a check of ``exercise``'s practice work: the practice course's staff."""
+    practice = membership.find_practice_course(session=session)
+    return policy.staff_role(session=session, user=user, course=practice) is not None
 
 
 def runs_of(
-    *, session: Session, exercise: Exercise | None = None, assignment: Assignment | None = None
+    *, session: Session, scope: WorkScope, exercise: Exercise | None = None, assignment: Assignment | None = None
 ) -> list[SimilarityRun]:
-    """Return the runs of ``exercise`` or ``assignment``, newest first."""
-    stmt = select(SimilarityRun).order_by(SimilarityRun.created_at.desc(), SimilarityRun.id.desc())
+    """Return the runs of ``exercise`` or ``assignment`` in ``scope``, newest first."""
+    stmt = (
+        select(SimilarityRun)
+        .where(scope.over(SimilarityRun.assignment_id))
+        .order_by(SimilarityRun.created_at.desc(), SimilarityRun.id.desc())
+    )
     if exercise is not None:
         stmt = stmt.where(SimilarityRun.exercise_id == exercise.id)
     if assignment is not None:

@@ -3,18 +3,20 @@
 Contract:
 - What a grade is, its rubric and how released points enter a submission: ``app.domain.results.staff_grades``;
   grades are opened and released points land through ``app.domain.results.settle``.
-- Who grades: instructors and admins; for an attempt made under an assignment, the course's TAs too
-  (``may_grade``). Anyone else gets ``NotFound``.
-- ``queue``: an exercise's grades (or those of the work under an assignment, for its course's staff), oldest
-  attempt first; ``next_ungraded`` the first ungraded one after ``after`` (or from the start), so a grader can
+- Who grades: the instructors and TAs of the course the attempt belongs to (its assignment's, or the practice
+  course's), and admins (``app.domain.courses.policy.may_grade``). Anyone else gets ``NotFound``.
+- ``queue``: an exercise's grades (or those of the work under an assignment), within the actor's ``WorkScope``
+  (the courses they staff: an exercise's queue shows only their courses' work), oldest attempt first;
+  ``next_ungraded`` the first ungraded one after ``after`` (or from the start), so a grader can
   skip one; ``counts`` how many are ungraded, graded, released.
 - ``save``: the checked rubric item ids (each must be an item of the question in the exercise's current quiz:
   ``InvalidInput`` otherwise) and a comment (at most ``MAX_COMMENT_CHARS``). ``revision`` must be the one the
   grader loaded, else ``Conflict``: another grader saved in between, and the caller shows their version instead
   of silently overwriting it. Line comments (code only, at most ``MAX_LINE_COMMENTS``) name a line of the
   submission. Each save records who and when and bumps the revision; a released grade saved again lands at once.
-- ``release`` (instructors and admins; an assignment's also by its course's instructors, not its TAs): every
-  graded, unreleased grade of the exercise (or assignment) becomes the learner's (``released_at``) and lands.
+- ``release``: every graded, unreleased grade of the exercise (or assignment) in the courses where the actor is
+  instructor (``policy.work_scope`` with instructors only: TAs grade, never release) becomes the learner's
+  (``released_at``) and lands; an exercise's release never reaches another course's work.
 - Functions take keyword-only arguments, flush, and never commit.
 """
 
@@ -25,17 +27,9 @@ from dataclasses import dataclass
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from app.domain.courses import membership
-from app.domain.models import (
-    Assignment,
-    CourseRole,
-    Exercise,
-    ManualGrade,
-    Role,
-    Submission,
-    User,
-    utcnow,
-)
+from app.domain.courses import policy
+from app.domain.courses.policy import WorkScope
+from app.domain.models import Assignment, Exercise, ManualGrade, Submission, User, utcnow
 from app.domain.results import settle
 from app.domain.results.staff_grades import CODE, MAX_ID, rubric_for
 from worker.core.errors import Conflict, InvalidInput, NotFound
@@ -52,14 +46,8 @@ class Counts:
 
 
 def may_grade(*, session: Session, grade: ManualGrade, user: User) -> bool:
-    """Say whether ``user`` may grade ``grade``: instructors, admins, and the course staff of its assignment."""
-    if user.role in (Role.instructor, Role.admin):
-        return True
-    assignment_id = grade.submission.assignment_id
-    assignment = session.get(Assignment, assignment_id) if assignment_id is not None else None
-    if assignment is None:
-        return False
-    return membership.is_staff(membership.course_role(session=session, course=assignment.course, user=user))
+    """Say whether ``user`` may grade ``grade``: the staff of the course its attempt belongs to."""
+    return policy.may_grade(session=session, user=user, work=grade)
 
 
 def get_grade(*, session: Session, grade_id: int, user: User) -> ManualGrade:
@@ -70,8 +58,10 @@ def get_grade(*, session: Session, grade_id: int, user: User) -> ManualGrade:
     return grade
 
 
-def _scoped(*, exercise: Exercise | None = None, assignment: Assignment | None = None) -> Select[ManualGrade]:
-    stmt = select(ManualGrade).join(Submission, ManualGrade.submission_id == Submission.id)
+def _scoped(
+    *, scope: WorkScope, exercise: Exercise | None = None, assignment: Assignment | None = None
+) -> Select[ManualGrade]:
+    stmt = select(ManualGrade).join(Submission, ManualGrade.submission_id == Submission.id).where(scope.submissions())
     if exercise is not None:
         stmt = stmt.where(ManualGrade.exercise_id == exercise.id)
     if assignment is not None:
@@ -80,10 +70,15 @@ def _scoped(*, exercise: Exercise | None = None, assignment: Assignment | None =
 
 
 def queue(
-    *, session: Session, exercise: Exercise | None = None, assignment: Assignment | None = None, limit: int = 500
+    *,
+    session: Session,
+    scope: WorkScope,
+    exercise: Exercise | None = None,
+    assignment: Assignment | None = None,
+    limit: int = 500,
 ) -> list[ManualGrade]:
-    """Return the grades of an exercise (or of the work under an assignment), oldest attempt first."""
-    stmt = _scoped(exercise=exercise, assignment=assignment).options(
+    """Return the grades of an exercise (or of the work under an assignment) in ``scope``, oldest attempt first."""
+    stmt = _scoped(scope=scope, exercise=exercise, assignment=assignment).options(
         selectinload(ManualGrade.submission).selectinload(Submission.user)
     )
     return list(session.scalars(stmt.limit(limit)))
@@ -92,22 +87,25 @@ def queue(
 def next_ungraded(
     *,
     session: Session,
+    scope: WorkScope,
     exercise: Exercise | None = None,
     assignment: Assignment | None = None,
     after: ManualGrade | None = None,
 ) -> ManualGrade | None:
     """Return the oldest ungraded grade of the exercise (or assignment), after ``after`` in the queue when given."""
-    stmt = _scoped(exercise=exercise, assignment=assignment).where(ManualGrade.graded_at.is_(None))
+    stmt = _scoped(scope=scope, exercise=exercise, assignment=assignment).where(ManualGrade.graded_at.is_(None))
     if after is not None:
         at, key = after.submission.created_at, after.id
         stmt = stmt.where((Submission.created_at > at) | ((Submission.created_at == at) & (ManualGrade.id > key)))
     return session.scalars(stmt.limit(1)).first()
 
 
-def counts(*, session: Session, exercise: Exercise | None = None, assignment: Assignment | None = None) -> Counts:
-    """Count the grades of an exercise (or assignment): ungraded, graded but not released, released."""
+def counts(
+    *, session: Session, scope: WorkScope, exercise: Exercise | None = None, assignment: Assignment | None = None
+) -> Counts:
+    """Count the grades of an exercise (or assignment) in ``scope``: ungraded, graded but not released, released."""
     graded, released = ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_not(None)
-    scoped = _scoped(exercise=exercise, assignment=assignment).order_by(None)
+    scoped = _scoped(scope=scope, exercise=exercise, assignment=assignment).order_by(None)
     rows = session.execute(scoped.with_only_columns(graded, released, func.count()).group_by(graded, released))
     tally = {(bool(g), bool(r)): int(n) for g, r, n in rows}
     return Counts(ungraded=tally.get((False, False), 0), graded=tally.get((True, False), 0),
@@ -178,22 +176,19 @@ def save(
     return grade
 
 
-def may_release(*, session: Session, user: User, assignment: Assignment | None = None) -> bool:
-    """Say whether ``user`` may release grades: instructors and admins; for an assignment, its course's instructors."""
-    if user.role in (Role.instructor, Role.admin):
-        return True
-    if assignment is None:
-        return False
-    return membership.course_role(session=session, course=assignment.course, user=user) is CourseRole.instructor
+def may_release(*, session: Session, user: User, assignment: Assignment) -> bool:
+    """Say whether ``user`` may release the grades of ``assignment``: its course's instructors."""
+    return policy.may_release(session=session, user=user, work=assignment)
 
 
 def release(
     *, session: Session, user: User, exercise: Exercise | None = None, assignment: Assignment | None = None
 ) -> int:
-    """Release every graded, unreleased grade of the exercise (or assignment) to its learner; return how many."""
-    if not may_release(session=session, user=user, assignment=assignment):
+    """Release every graded, unreleased grade of the exercise (or assignment) in the courses ``user`` instructs."""
+    if assignment is not None and not may_release(session=session, user=user, assignment=assignment):
         raise NotFound("no grades here that you may release")
-    stmt = _scoped(exercise=exercise, assignment=assignment)
+    scope = policy.work_scope(session=session, user=user, roles=policy.INSTRUCTORS)
+    stmt = _scoped(scope=scope, exercise=exercise, assignment=assignment)
     chosen = list(session.scalars(stmt.where(ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_(None))))
     now = utcnow()
     for grade in chosen:

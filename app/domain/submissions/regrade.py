@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from app.domain.models import (
@@ -110,9 +110,13 @@ def start_regrade(
     return regrade, [(s.id, target.queue) for s in chosen]
 
 
-def settled_submissions(*, session: Session, exercise: Exercise) -> list[Submission]:
-    """Return every settled submission to any version of ``exercise``."""
+def settled_submissions(
+    *, session: Session, exercise: Exercise, within: ColumnElement[bool] | None = None
+) -> list[Submission]:
+    """Return every settled submission to any version of ``exercise`` (``within``: those that meet it)."""
     stmt = of_exercise(exercise).where(Submission.status.in_(SETTLED)).order_by(Submission.created_at)
+    if within is not None:
+        stmt = stmt.where(within)
     return list(session.scalars(stmt))
 
 

@@ -1,7 +1,9 @@
 """``/api/instructor/exercises/{slug}/grades`` and ``/api/grades/{id}``: the grading queue, one grade, release.
 
 Contract: as the grading pages (``app.web.routes.pages_grading``): the queue and releasing for instructors and
-admins, one grade for whoever ``manual_grading.may_grade``. A save names the ``revision`` it was based on; another
+admins, narrowed to the work of the courses they staff (``WorkScopeDep``; releasing, those they instruct); one grade
+for whoever ``app.domain.courses.policy.may_grade`` lets grade it (``GradeDep``: 404 for anyone else). A save names
+the ``revision`` it was based on; another
 grader's save in between is a 409, never a silent overwrite.
 """
 
@@ -14,7 +16,7 @@ from app.domain.models import ManualGrade
 from app.domain.platform.clock import UtcDatetime
 from app.domain.results import staff_grades as sg
 from app.domain.review import staff_grading as mg
-from app.web.deps import CurrentUser, InstructorDep, RowId, SessionDep, StaffExerciseDep
+from app.web.deps import CurrentUser, GradeDep, InstructorDep, SessionDep, StaffExerciseDep, WorkScopeDep
 from app.web.errors import problem_responses
 
 router = APIRouter(tags=["grading"])
@@ -70,29 +72,30 @@ SAVE_ERRORS = problem_responses(404, 409, 422, described={409: "another grader s
 
 
 @router.get("/api/instructor/exercises/{slug}/grades")
-def list_grades(_user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> list[GradeOut]:
-    """List the exercise's grades of staff-graded answers, oldest attempt first."""
-    return [GradeOut.of(g) for g in mg.queue(session=session, exercise=exercise)]
+def list_grades(
+    _user: InstructorDep, exercise: StaffExerciseDep, scope: WorkScopeDep, session: SessionDep
+) -> list[GradeOut]:
+    """List the exercise's grades of staff-graded answers in the courses I staff, oldest attempt first."""
+    return [GradeOut.of(g) for g in mg.queue(session=session, scope=scope, exercise=exercise)]
 
 
 @router.post("/api/instructor/exercises/{slug}/grades/release")
 def release_grades(user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> ReleasedOut:
-    """Release every graded, unreleased answer of the exercise: its points reach the learner's score."""
+    """Release every graded, unreleased answer of the exercise in the courses I instruct: the learners' score."""
     released = mg.release(session=session, user=user, exercise=exercise)
     session.commit()
     return ReleasedOut(released=released)
 
 
 @router.get("/api/grades/{grade_id}", responses=GRADE_ERRORS)
-def get_grade(grade_id: RowId, user: CurrentUser, session: SessionDep) -> GradeOut:
+def get_grade(grade: GradeDep) -> GradeOut:
     """Return one grade with the learner's answer."""
-    return GradeOut.of(mg.get_grade(session=session, grade_id=grade_id, user=user))
+    return GradeOut.of(grade)
 
 
 @router.put("/api/grades/{grade_id}", responses=SAVE_ERRORS)
-def save_grade(grade_id: RowId, body: GradeIn, user: CurrentUser, session: SessionDep) -> GradeOut:
+def save_grade(grade: GradeDep, body: GradeIn, user: CurrentUser, session: SessionDep) -> GradeOut:
     """Grade an answer: the rubric items that apply and a comment, based on ``revision``."""
-    grade = mg.get_grade(session=session, grade_id=grade_id, user=user)
     mg.save(session=session, grade=grade, user=user, checked=body.checked, comment=body.comment,
             revision=body.revision, line_comments=[(c.line, c.text) for c in body.line_comments])  # fmt: skip
     session.commit()

@@ -3,6 +3,8 @@ publish and unpublish, and what the class gets wrong on an exercise.
 
 Contract: instructors and admins only (``InstructorDep``: 401 logged out, 403 for learners). State-changing
 calls are JSON and so covered by the API's CSRF rule. Unknown exercises, versions, checks and regrades are 404.
+Learners' work (an exercise's submissions, a submission's history, insights) is that of the courses the caller
+staffs (``WorkScopeDep``, ``StaffSubmissionDep``: 404 for another course's submission).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from app.web.deps import (
     StaffExerciseDep,
     StaffSubmissionDep,
     StaffVersionDep,
+    WorkScopeDep,
 )
 from app.web.errors import problem_responses
 from app.web.schemas.submissions import StaffSubmissionOut
@@ -143,6 +146,7 @@ def unpublish(exercise: StaffExerciseDep, session: SessionDep) -> StaffExerciseO
 @router.get("/exercises/{slug}/submissions", responses=FILTER_ERRORS)
 def submissions(
     exercise: StaffExerciseDep,
+    scope: WorkScopeDep,
     session: SessionDep,
     learner: str = "",
     verdict: str = "",
@@ -151,7 +155,10 @@ def submissions(
 ) -> list[StaffSubmissionOut]:
     """List the exercise's submissions, newest first, filtered by learner e-mail, verdict and dates."""
     filters = SubmissionFilter(learner=learner, verdict=verdict, since=since, until=until)
-    return [StaffSubmissionOut.of(s) for s in filter_submissions(session=session, exercise=exercise, filters=filters)]
+    return [
+        StaffSubmissionOut.of(s)
+        for s in filter_submissions(session=session, exercise=exercise, scope=scope, filters=filters)
+    ]
 
 
 @router.get("/submissions/{submission_id}/history")
@@ -242,9 +249,9 @@ class InsightsOut(_FromAttributes):
 
 
 @router.get("/exercises/{slug}/insights")
-def insights(exercise: StaffExerciseDep, session: SessionDep) -> InsightsOut:
+def insights(exercise: StaffExerciseDep, scope: WorkScopeDep, session: SessionDep) -> InsightsOut:
     """Return what the class gets wrong on an exercise: failing tests, wrong picks, attempts, who is stuck."""
-    return InsightsOut.model_validate(exercise_insights(session=session, exercise=exercise))
+    return InsightsOut.model_validate(exercise_insights(session=session, exercise=exercise, scope=scope))
 
 
 @router.get(
@@ -254,10 +261,13 @@ def insights(exercise: StaffExerciseDep, session: SessionDep) -> InsightsOut:
                      "description": "one row per learner (`table=learners`) or per hidden test (`table=tests`)"}},
 )  # fmt: skip
 def insights_csv(
-    exercise: StaffExerciseDep, session: SessionDep, table: Literal["learners", "tests"] = "learners"
+    exercise: StaffExerciseDep,
+    scope: WorkScopeDep,
+    session: SessionDep,
+    table: Literal["learners", "tests"] = "learners",
 ) -> PlainTextResponse:
     """Return the exercise's insights as CSV, safe to open in a spreadsheet: per learner or per test."""
-    found = exercise_insights(session=session, exercise=exercise)
+    found = exercise_insights(session=session, exercise=exercise, scope=scope)
     text = learners_csv(found) if table == "learners" else tests_csv(found)
     return PlainTextResponse(
         text, media_type="text/csv",

@@ -1,7 +1,8 @@
 """``/api/regrade-requests`` and ``/api/submissions/{id}/regrade-request``: ask for a regrade, answer, see the thread.
 
-Contract: any logged-in user; ``app.domain.review.regrade_requests`` decides who may see and answer what (an outsider
-gets 404). Staff's ``rerun`` is dispatched after the commit, as every grading is. JSON bodies, so the API's CSRF
+Contract: any logged-in user; ``app.domain.review.regrade_requests`` (with ``app.domain.courses.policy``) decides who
+may see and answer what (``RegradeRequestDep``: an outsider gets 404). Staff's ``rerun`` is dispatched after the
+commit, as every grading is. JSON bodies, so the API's CSRF
 rule covers them.
 """
 
@@ -13,7 +14,14 @@ from pydantic import BaseModel, Field
 from app.domain.models import RegradeRequest
 from app.domain.platform.clock import UtcDatetime
 from app.domain.review import regrade_requests as rr
-from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep, SubmissionDep, dispatch_committed
+from app.web.deps import (
+    CurrentUser,
+    DispatcherDep,
+    RegradeRequestDep,
+    SessionDep,
+    SubmissionDep,
+    dispatch_committed,
+)
 from app.web.errors import problem_responses
 
 router = APIRouter(tags=["regrade requests"])
@@ -92,18 +100,16 @@ def list_requests(user: CurrentUser, session: SessionDep) -> list[RegradeRequest
 
 
 @router.get("/api/regrade-requests/{request_id}", responses=GET_ERRORS)
-def get_request(request_id: RowId, user: CurrentUser, session: SessionDep) -> RegradeRequestOut:
+def get_request(request: RegradeRequestDep, user: CurrentUser, session: SessionDep) -> RegradeRequestOut:
     """Return one request with its whole thread."""
-    request = rr.get_request(session=session, request_id=request_id, user=user)
     return RegradeRequestOut.of(request, can_answer=rr.can_answer(session=session, request=request, user=user))
 
 
 @router.post("/api/regrade-requests/{request_id}/messages", responses=ANSWER_ERRORS)
 def add_message(
-    request_id: RowId, body: MessageIn, user: CurrentUser, session: SessionDep, dispatcher: DispatcherDep
+    request: RegradeRequestDep, body: MessageIn, user: CurrentUser, session: SessionDep, dispatcher: DispatcherDep
 ) -> RegradeRequestOut:
     """Write in a request's thread: the learner replies; staff answer with an action (a comment by default)."""
-    request = rr.get_request(session=session, request_id=request_id, user=user)
     jobs = rr.write(session=session, request=request, user=user, body=body.body, action=body.action,
                     score_pct=body.score_pct)  # fmt: skip
     session.commit()

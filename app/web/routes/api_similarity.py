@@ -1,7 +1,9 @@
 """Similarity checks as JSON: start one for an exercise or an assignment, follow it, read its pairs.
 
-Contract: starting is staff only: an exercise's check needs the site's instructor or admin role
-(``StaffExerciseDep``), an assignment's an instructor or TA of its course (``AssignmentStaffDep``). Either answers
+Contract: starting is staff only: an exercise's check (of its practice work) needs the site's instructor or admin
+role (``StaffExerciseDep``) and a place on the practice course's staff (403 otherwise), an assignment's an
+instructor or TA of its course (``AssignmentStaffDep``); an exercise's list shows the runs of the caller's
+``WorkScopeDep``. Either answers
 201 with the queued run; the run is committed first, then handed to the dispatcher's ``start_similarity`` (a
 worker or the embedded server's thread does the comparing, never this request). A run and its pairs are shown to
 those who may start it (``SimilarityRunDep``: 403 for anyone else, 404 for an unknown run or rank). Bad
@@ -11,56 +13,30 @@ thresholds are a 422. A similarity is a hint for a person to read both submissio
 from __future__ import annotations
 
 import logging
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
 from app.domain.dispatcher import Dispatcher
 from app.domain.models import SimilarityPair, SimilarityRun, Submission
 from app.domain.platform.clock import UtcDatetime
 from app.domain.review import similarity
-from app.domain.review.similarity_runs import create_run, pairs_of, require_viewer, runs_of
+from app.domain.review.similarity_runs import create_run, pairs_of, runs_of
 from app.web.deps import (
-    MAX_ROW_ID,
     AssignmentStaffDep,
-    CurrentUser,
     DispatcherDep,
     InstructorDep,
-    RowId,
     SessionDep,
+    SimilarityPairDep,
+    SimilarityRunDep,
     StaffExerciseDep,
+    WorkScopeDep,
 )
 from app.web.errors import problem_responses
-from worker.core.errors import NotFound
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["similarity"])
 HINT = "A similarity is a hint for a person to read both submissions, never a verdict or a penalty."
-
-
-def get_run(run_id: RowId, session: SessionDep, user: CurrentUser) -> SimilarityRun:
-    session.expire_all()  # runs are carried out in another thread or process: never answer from the cache
-    run = session.get(SimilarityRun, run_id)
-    if run is None:
-        raise NotFound(f"no similarity run {run_id}")
-    require_viewer(session=session, run=run, user=user)
-    return run
-
-
-SimilarityRunDep = Annotated[SimilarityRun, Depends(get_run)]
-Rank = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="a pair's rank in its run: 1 is the most similar")]
-
-
-def get_pair(run: SimilarityRunDep, rank: Rank, session: SessionDep) -> SimilarityPair:
-    pair = session.scalar(select(SimilarityPair).where(SimilarityPair.run_id == run.id, SimilarityPair.rank == rank))
-    if pair is None:
-        raise NotFound(f"similarity run {run.id} has no pair ranked {rank}")
-    return pair
-
-
-SimilarityPairDep = Annotated[SimilarityPair, Depends(get_pair)]
 
 
 class RunIn(BaseModel):
@@ -162,7 +138,11 @@ def _start(run: SimilarityRun, starter: Dispatcher) -> None:
         log.exception("could not send similarity run %s", run.id)
 
 
-@router.post("/api/instructor/exercises/{slug}/similarity", status_code=201, responses=START_ERRORS)
+@router.post(
+    "/api/instructor/exercises/{slug}/similarity",
+    status_code=201,
+    responses=START_ERRORS | problem_responses(403, described={403: "Not on the practice course's staff"}),
+)
 def start_exercise_run(
     body: RunIn, exercise: StaffExerciseDep, user: InstructorDep, session: SessionDep, starter: DispatcherDep
 ) -> RunOut:
@@ -174,9 +154,9 @@ def start_exercise_run(
 
 
 @router.get("/api/instructor/exercises/{slug}/similarity")
-def exercise_runs(exercise: StaffExerciseDep, session: SessionDep) -> list[RunOut]:
-    """List the exercise's similarity checks, newest first."""
-    return [RunOut.of(run) for run in runs_of(session=session, exercise=exercise)]
+def exercise_runs(exercise: StaffExerciseDep, scope: WorkScopeDep, session: SessionDep) -> list[RunOut]:
+    """List the exercise's similarity checks that the caller may read, newest first."""
+    return [RunOut.of(run) for run in runs_of(session=session, scope=scope, exercise=exercise)]
 
 
 @router.post("/api/assignments/{assignment_id}/similarity", status_code=201, responses=START_ERRORS)
@@ -191,13 +171,13 @@ def start_assignment_run(
 
 
 @router.get("/api/assignments/{assignment_id}/similarity")
-def assignment_runs(access: AssignmentStaffDep, session: SessionDep) -> list[RunOut]:
+def assignment_runs(access: AssignmentStaffDep, scope: WorkScopeDep, session: SessionDep) -> list[RunOut]:
     """List the assignment's similarity checks, newest first."""
-    return [RunOut.of(run) for run in runs_of(session=session, assignment=access.assignment)]
+    return [RunOut.of(run) for run in runs_of(session=session, scope=scope, assignment=access.assignment)]
 
 
 READ_ERRORS = problem_responses(
-    403, 404, described={403: "Not an instructor, an admin, or staff of the run's course", 404: "No such run or pair"}
+    403, 404, described={403: "Not an admin or staff of the run's course", 404: "No such run or pair"}
 )
 
 

@@ -40,6 +40,7 @@ from app.web.deps import (
     ExerciseDep,
     SessionDep,
     SubmitDep,
+    WorkScopeDep,
 )
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from app.web.routes.api_courses import AssignmentOut, assignment_out
@@ -190,10 +191,10 @@ def submit_under_assignment(
 
 @router.get("/courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/insights")
 def assignment_insights_page(
-    request: Request, here: HereStaffDep, exercise: ExerciseDep, session: SessionDep
+    request: Request, here: HereStaffDep, exercise: ExerciseDep, work: WorkScopeDep, session: SessionDep
 ) -> Response:  # fmt: skip
     """Show what the course's learners get wrong on one exercise: any of its staff, TAs included, read-only."""
     item_of(here.assignment, exercise)
-    found = exercise_insights(session=session, exercise=exercise, course=here.course)
+    found = exercise_insights(session=session, exercise=exercise, scope=work, course=here.course)
     scope = {"course": here.course, "assignment": here.assignment, "url": assignment_url(here.assignment)}
     return render(request, "instructor/insights.html", exercise=exercise, ins=found, scope=scope)

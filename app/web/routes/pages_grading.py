@@ -1,8 +1,10 @@
 """Staff grading pages: a grading queue (an exercise's, or the work under an assignment), one answer's form, release.
 
-Contract: an exercise's queue is for instructors and admins (``InstructorDep``); an assignment's for its course's
+Contract: an exercise's queue is for instructors and admins (``InstructorDep``) and holds only the work of the
+courses they staff (``WorkScopeDep``; its release, of those they instruct); an assignment's for its course's
 instructors and TAs (``AssignmentStaffDep``), whose instructors (not TAs) may release it. One grade's page is for
-whoever ``manual_grading.may_grade``; anyone else gets the 404 page. The page keeps the queue it was opened from
+whoever ``app.domain.courses.policy.may_grade`` lets grade it (``GradeDep``); anyone else gets the 404 page. The page
+keeps the queue it was opened from
 (``queue=a<assignment id>``, or the exercise's), so "save and next" and "skip" stay in it. Forms carry the CSRF
 token and answer with a redirect; a refused save (an unknown item, a comment too long: 422; another grader saved
 first: 409) shows the form again with the reason and the grader's input kept and, on a conflict, the other
@@ -19,11 +21,20 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import Response
 from sqlalchemy.orm import Session
 
+from app.domain.courses.policy import WorkScope
 from app.domain.models import Assignment, Exercise, ManualGrade, User
 from app.domain.platform.markdown import render_markdown
 from app.domain.results import staff_grades as sg
 from app.domain.review import staff_grading as mg
-from app.web.deps import AssignmentStaffDep, CurrentUser, InstructorDep, RowId, SessionDep, StaffExerciseDep
+from app.web.deps import (
+    AssignmentStaffDep,
+    CurrentUser,
+    GradeDep,
+    InstructorDep,
+    SessionDep,
+    StaffExerciseDep,
+    WorkScopeDep,
+)
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from worker.core import humane
@@ -60,18 +71,22 @@ def assignment_scope(assignment: Assignment) -> Scope:
                          (assignment.title, url)))  # fmt: skip
 
 
-def _queue_page(request: Request, user: User, session: Session, scope: Scope, *, can_release: bool) -> Response:
-    rows = mg.queue(session=session, exercise=scope.exercise, assignment=scope.assignment)
-    counts = mg.counts(session=session, exercise=scope.exercise, assignment=scope.assignment)
+def _queue_page(
+    request: Request, user: User, session: Session, scope: Scope, work: WorkScope, *, can_release: bool
+) -> Response:
+    rows = mg.queue(session=session, scope=work, exercise=scope.exercise, assignment=scope.assignment)
+    counts = mg.counts(session=session, scope=work, exercise=scope.exercise, assignment=scope.assignment)
     return render(request, "instructor/grading.html", user=user, scope=scope, rows=rows, counts=counts,
                   can_release=can_release)  # fmt: skip
 
 
-def _next(request: Request, session: Session, scope: Scope, after: int) -> Response:
+def _next(request: Request, session: Session, scope: Scope, work: WorkScope, after: int) -> Response:
     previous = session.get(ManualGrade, after) if 0 < after <= mg.MAX_ID else None
-    found = mg.next_ungraded(session=session, exercise=scope.exercise, assignment=scope.assignment, after=previous)
+    found = mg.next_ungraded(
+        session=session, scope=work, exercise=scope.exercise, assignment=scope.assignment, after=previous
+    )
     if found is None and previous is not None:  # wrap around to the ones skipped
-        found = mg.next_ungraded(session=session, exercise=scope.exercise, assignment=scope.assignment)
+        found = mg.next_ungraded(session=session, scope=work, exercise=scope.exercise, assignment=scope.assignment)
     if found is None:
         flash(request, "Nothing left to grade here.")
         return redirect(scope.url)
@@ -96,15 +111,22 @@ def _assignment(access: AssignmentStaffDep, slug: str) -> Assignment:
 
 
 @router.get("/instructor/exercises/{slug}/grading")
-def exercise_queue(request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> Response:
-    return _queue_page(request, user, session, exercise_scope(exercise), can_release=True)
+def exercise_queue(
+    request: Request, user: InstructorDep, exercise: StaffExerciseDep, work: WorkScopeDep, session: SessionDep
+) -> Response:
+    return _queue_page(request, user, session, exercise_scope(exercise), work, can_release=True)
 
 
 @router.get("/instructor/exercises/{slug}/grading/next")
 def exercise_next(
-    request: Request, _user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep, after: int = 0
+    request: Request,
+    _user: InstructorDep,
+    exercise: StaffExerciseDep,
+    work: WorkScopeDep,
+    session: SessionDep,
+    after: int = 0,
 ) -> Response:
-    return _next(request, session, exercise_scope(exercise), after)
+    return _next(request, session, exercise_scope(exercise), work, after)
 
 
 @router.post("/instructor/exercises/{slug}/grading/release")
@@ -118,17 +140,19 @@ def exercise_release(
 
 
 @router.get("/courses/{slug}/assignments/{assignment_id}/grading")
-def assignment_queue(request: Request, slug: str, access: AssignmentStaffDep, session: SessionDep) -> Response:
+def assignment_queue(
+    request: Request, slug: str, access: AssignmentStaffDep, work: WorkScopeDep, session: SessionDep
+) -> Response:
     assignment = _assignment(access, slug)
     can_release = mg.may_release(session=session, user=access.user, assignment=assignment)
-    return _queue_page(request, access.user, session, assignment_scope(assignment), can_release=can_release)
+    return _queue_page(request, access.user, session, assignment_scope(assignment), work, can_release=can_release)
 
 
 @router.get("/courses/{slug}/assignments/{assignment_id}/grading/next")
 def assignment_next(
-    request: Request, slug: str, access: AssignmentStaffDep, session: SessionDep, after: int = 0
+    request: Request, slug: str, access: AssignmentStaffDep, work: WorkScopeDep, session: SessionDep, after: int = 0
 ) -> Response:
-    return _next(request, session, assignment_scope(_assignment(access, slug)), after)
+    return _next(request, session, assignment_scope(_assignment(access, slug)), work, after)
 
 
 @router.post("/courses/{slug}/assignments/{assignment_id}/grading/release")
@@ -163,7 +187,7 @@ def _scope_of(session: Session, grade: ManualGrade, key: str) -> Scope:
 
 
 def _grade_page(
-    request: Request, user: User, session: Session, grade: ManualGrade, key: str, *, error: str = "",
+    request: Request, user: User, session: Session, grade: ManualGrade, key: str, work: WorkScope, *, error: str = "",
     mine: tuple[list[str], str, list[tuple[int, str]]] | None = None, status_code: int = 200,
 ) -> Response:  # fmt: skip
     exercise = session.get(Exercise, grade.exercise_id)
@@ -181,22 +205,23 @@ def _grade_page(
         checked=checked, comment=comment, error=error, conflict=status_code == 409, scope=scope,
         code_lines=sg.answer_text(grade).split("\n") if question.kind == "code" else [],
         line_comments=dict(lines),
-        counts=mg.counts(session=session, exercise=scope.exercise, assignment=scope.assignment),
+        counts=mg.counts(session=session, scope=work, exercise=scope.exercise, assignment=scope.assignment),
     )  # fmt: skip
 
 
 @router.get("/grading/{grade_id}")
 def grade_page(
-    request: Request, grade_id: RowId, user: CurrentUser, session: SessionDep, queue: QueueKey = ""
+    request: Request, grade: GradeDep, user: CurrentUser, work: WorkScopeDep, session: SessionDep, queue: QueueKey = ""
 ) -> Response:
-    return _grade_page(request, user, session, mg.get_grade(session=session, grade_id=grade_id, user=user), queue)
+    return _grade_page(request, user, session, grade, queue, work)
 
 
 @router.post("/grading/{grade_id}")
 def save_grade(
     request: Request,
-    grade_id: RowId,
+    grade: GradeDep,
     user: CurrentUser,
+    work: WorkScopeDep,
     session: SessionDep,
     item: Annotated[list[str] | None, Form(max_length=200)] = None,
     comment: Annotated[str, Form(max_length=mg.MAX_COMMENT_CHARS + 100)] = "",
@@ -206,7 +231,7 @@ def save_grade(
     line: Annotated[list[str] | None, Form(max_length=mg.MAX_LINE_COMMENTS + 50)] = None,
     line_text: Annotated[list[str] | None, Form(max_length=mg.MAX_LINE_COMMENTS + 50)] = None,
 ) -> Response:
-    grade = mg.get_grade(session=session, grade_id=grade_id, user=user)
+    grade_id = grade.id
     checked = list(item or [])
     lines: list[tuple[int, str]] = []
     try:
@@ -218,8 +243,8 @@ def save_grade(
         session.rollback()
         grade = mg.get_grade(session=session, grade_id=grade_id, user=user)
         code = 409 if isinstance(exc, Conflict) else http_status(exc)
-        return _grade_page(request, user, session, grade, queue, error=exc.message, mine=(checked, comment, lines),
-                           status_code=code)  # fmt: skip
+        return _grade_page(request, user, session, grade, queue, work, error=exc.message,
+                           mine=(checked, comment, lines), status_code=code)  # fmt: skip
     flash(request, f"Saved: {humane.number(grade.points or 0)} of {humane.number(grade.max_points)} points.")
     scope = _scope_of(session, grade, queue)
     if then == "next":

@@ -4,7 +4,9 @@ a learner, review submissions and regrade them, and see what the class gets wron
 Contract: instructors and admins only (``InstructorDep``); every POST is an HTML form with the session's CSRF
 token, answers with a redirect (POST-redirect-GET) or, when the input is refused, the same form again with the
 error and the input kept. A refused upload or draft writes nothing. Checks and regrades run in the background;
-their pages poll ``/api/instructor/...`` for progress.
+their pages poll ``/api/instructor/...`` for progress. Learners' work (an exercise's submissions, one submission,
+its insights, what a regrade reaches) is that of the courses the viewer staffs (``WorkScopeDep``,
+``StaffSubmissionDep``: ``app.domain.courses.policy``); authoring the bank is the site role's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 
+from app.domain.courses import policy
 from app.domain.courses.assignments import places_made
 from app.domain.exercises import authoring
 from app.domain.exercises.authoring import AuthoringForm, WrongForm
@@ -36,6 +39,7 @@ from app.web.deps import (
     StaffExerciseDep,
     StaffSubmissionDep,
     StaffVersionDep,
+    WorkScopeDep,
 )
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from app.web.schemas.exercises import ExerciseDetail
@@ -248,6 +252,7 @@ def submissions_page(
     request: Request,
     user: InstructorDep,
     exercise: StaffExerciseDep,
+    work: WorkScopeDep,
     session: SessionDep,
     learner: str = "",
     verdict: str = "",
@@ -257,7 +262,7 @@ def submissions_page(
     filters = SubmissionFilter(learner=learner, verdict=verdict, since=since, until=until)
     error = ""
     try:
-        rows = filter_submissions(session=session, exercise=exercise, filters=filters)
+        rows = filter_submissions(session=session, exercise=exercise, scope=work, filters=filters)
     except GpulabError as exc:
         rows, error = [], exc.message
     where = places_made(session=session, assignment_ids=[s.assignment_id for s in rows])
@@ -279,8 +284,10 @@ def submission_page(
 
 
 @router.get("/exercises/{slug}/insights")
-def insights_page(request: Request, user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep) -> Response:
-    found = exercise_insights(session=session, exercise=exercise)
+def insights_page(
+    request: Request, user: InstructorDep, exercise: StaffExerciseDep, work: WorkScopeDep, session: SessionDep
+) -> Response:
+    found = exercise_insights(session=session, exercise=exercise, scope=work)
     return render(request, "instructor/insights.html", user=user, exercise=exercise, ins=found, scope=None)
 
 
@@ -289,6 +296,7 @@ def regrade(
     request: Request,
     user: InstructorDep,
     exercise: StaffExerciseDep,
+    work: WorkScopeDep,
     session: SessionDep,
     dispatcher: DispatcherDep,
     version: Annotated[int, Form()] = 0,
@@ -301,10 +309,12 @@ def regrade(
         flash(request, "This exercise has no version to grade against.", "error")
         return redirect(back)
     if submission_id:
-        one = session.get(Submission, submission_id)
-        chosen = [one] if one is not None else []
-    else:
-        chosen = settled_submissions(session=session, exercise=exercise)
+        one = session.get(Submission, submission_id[:64])
+        if one is None or not policy.may_view_work(session=session, user=user, work=one):
+            raise NotFound(f"no submission {submission_id[:64]!r}")
+        chosen = [one]
+    else:  # the work of the courses they staff, never another course's
+        chosen = settled_submissions(session=session, exercise=exercise, within=work.submissions())
     try:
         job, jobs = start_regrade(session=session, exercise=exercise, target=target, submissions=chosen, user=user)
         session.commit()
@@ -321,7 +331,10 @@ def regrade(
 
 
 @router.get("/regrades/{regrade_id}")
-def regrade_page(request: Request, user: InstructorDep, job: RegradeDep, session: SessionDep) -> Response:
+def regrade_page(
+    request: Request, user: InstructorDep, job: RegradeDep, work: WorkScopeDep, session: SessionDep
+) -> Response:
     exercise = session.get(Exercise, job.exercise_id)
-    ids = list(session.scalars(select(GradingRecord.submission_id).where(GradingRecord.regrade_id == job.id)))
+    regraded = select(GradingRecord.submission_id).join(Submission, GradingRecord.submission_id == Submission.id)
+    ids = list(session.scalars(regraded.where(GradingRecord.regrade_id == job.id, work.submissions())))
     return render(request, "instructor/regrade.html", user=user, job=job, exercise=exercise, ids=ids)

@@ -1,7 +1,8 @@
 """Regrade request pages: the list (``/regrade-requests``), one thread with its forms, and asking from an attempt.
 
-Contract: any logged-in user; ``app.domain.review.regrade_requests`` decides who sees and answers what (an outsider gets
-the 404 page). Forms carry the session's CSRF token and answer with a redirect (POST-redirect-GET); refused input
+Contract: any logged-in user; ``app.domain.review.regrade_requests`` (with ``app.domain.courses.policy``) decides who
+sees and answers what (``RegradeRequestDep``: an outsider gets the 404 page). Forms carry the session's CSRF token and
+answer with a redirect (POST-redirect-GET); refused input
 comes back as the thread page with the error and the text kept (422 or 409), and writes nothing.
 """
 
@@ -16,7 +17,7 @@ from sqlalchemy.orm import Session
 from app.domain.models import RegradeRequest, User
 from app.domain.review import regrade_requests as rr
 from app.domain.submissions.lifecycle import get_for_user
-from app.web.deps import CurrentUser, DispatcherDep, RowId, SessionDep, dispatch_committed
+from app.web.deps import CurrentUser, DispatcherDep, RegradeRequestDep, SessionDep, dispatch_committed
 from app.web.errors import http_status
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from worker.core.errors import GpulabError, InvalidInput, NotFound
@@ -46,14 +47,14 @@ def list_page(request: Request, user: CurrentUser, session: SessionDep) -> Respo
 
 
 @router.get("/regrade-requests/{request_id}")
-def thread_page(request: Request, request_id: RowId, user: CurrentUser, session: SessionDep) -> Response:
-    return _thread(request, user, session, rr.get_request(session=session, request_id=request_id, user=user))
+def thread_page(request: Request, found: RegradeRequestDep, user: CurrentUser, session: SessionDep) -> Response:
+    return _thread(request, user, session, found)
 
 
 @router.post("/regrade-requests/{request_id}")
 def write(
     request: Request,
-    request_id: RowId,
+    found: RegradeRequestDep,
     user: CurrentUser,
     session: SessionDep,
     dispatcher: DispatcherDep,
@@ -61,7 +62,7 @@ def write(
     action: Annotated[str, Form(max_length=16)] = "",
     score_pct: Annotated[str, Form(max_length=32)] = "",
 ) -> Response:
-    found = rr.get_request(session=session, request_id=request_id, user=user)
+    request_id = found.id
     try:
         chosen = rr.StaffAction(action) if action else None
         score = float(score_pct) if score_pct.strip() else None

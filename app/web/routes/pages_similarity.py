@@ -1,8 +1,9 @@
 """Similarity pages for staff: an exercise's or an assignment's checks and a form to start one, a run's ranked
 pairs and clusters, and one pair side by side with the matched fragments highlighted.
 
-Contract: an exercise's page and its form need the site's instructor or admin role, an assignment's an instructor
-or TA of its course; a run and its pairs are shown to whoever may see them through the API (``SimilarityRunDep``).
+Contract: an exercise's page and its form need the site's instructor or admin role (its list shows the runs of the
+viewer's ``WorkScopeDep``; starting one, the practice course's staff: 403), an assignment's an instructor or TA of
+its course; a run and its pairs are shown to whoever may see them through the API (``SimilarityRunDep``).
 Starting is a CSRF-checked form that commits a queued run, hands it to the dispatcher and redirects to the run's
 page, which polls ``/api/similarity/runs/{id}`` until the run is done (refused thresholds: the form again, 422).
 Learners' code is rendered escaped (Jinja autoescape), split into matched and unmatched runs. Every page says that
@@ -21,14 +22,24 @@ from fastapi.responses import Response
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.domain.courses.policy import WorkScope
 from app.domain.dispatcher import Dispatcher
 from app.domain.models import Assignment, Exercise, SimilarityPair, SimilarityRun, Submission, User
 from app.domain.review import similarity
 from app.domain.review.similarity_runs import create_run, pairs_of, runs_of, segments
-from app.web.deps import AssignmentStaffDep, InstructorDep, SessionDep, StaffExerciseDep
+from app.web.deps import (
+    AssignmentStaffDep,
+    DispatcherDep,
+    InstructorDep,
+    SessionDep,
+    SimilarityPairDep,
+    SimilarityRunDep,
+    StaffExerciseDep,
+    WorkScopeDep,
+)
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from app.web.routes.api_similarity import HINT, DispatcherDep, SimilarityPairDep, SimilarityRunDep
-from worker.core.errors import GpulabError, InvalidInput
+from app.web.routes.api_similarity import HINT
+from worker.core.errors import Forbidden, GpulabError, InvalidInput
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/instructor", include_in_schema=False, dependencies=[FORM_CSRF])
@@ -60,7 +71,7 @@ def _exercise_scope(exercise: Exercise) -> Scope:
     return Scope(
         title=exercise.slug, crumbs=[("/instructor", "Instructor"), (url, exercise.slug)],
         action=f"{url}/similarity", exercise=exercise,
-        compares="each learner's newest graded submission with every other's",
+        compares="each learner's newest graded practice submission with every other's",
     )  # fmt: skip
 
 
@@ -75,8 +86,10 @@ def _assignment_scope(assignment: Assignment) -> Scope:
     )  # fmt: skip
 
 
-def _scope_page(request: Request, scope: Scope, session: Session, error: str = "", status_code: int = 200) -> Response:
-    runs = runs_of(session=session, exercise=scope.exercise, assignment=scope.assignment)
+def _scope_page(
+    request: Request, scope: Scope, session: Session, work: WorkScope, error: str = "", status_code: int = 200
+) -> Response:
+    runs = runs_of(session=session, scope=work, exercise=scope.exercise, assignment=scope.assignment)
     return render(
         request, "instructor/similarity.html", status_code=status_code, scope=scope, runs=runs,
         defaults=similarity.Params(), hint=HINT, error=error,
@@ -84,17 +97,20 @@ def _scope_page(request: Request, scope: Scope, session: Session, error: str = "
 
 
 def _start(
-    request: Request, scope: Scope, session: Session, starter: Dispatcher, user: User, form: tuple[str, ...]
-) -> Response:
+    request: Request, scope: Scope, session: Session, starter: Dispatcher, user: User, form: tuple[str, ...],
+    work: WorkScope,
+) -> Response:  # fmt: skip
     try:
         params = _params_form(*form)
         run = create_run(
             session=session, user=user, params=params, exercise=scope.exercise, assignment=scope.assignment
         )
         session.commit()
+    except Forbidden:
+        raise  # not theirs to start: the error page, not the form
     except GpulabError as exc:
         session.rollback()
-        return _scope_page(request, scope, session, error=exc.message, status_code=422)
+        return _scope_page(request, scope, session, work, error=exc.message, status_code=422)
     try:
         starter.start_similarity(run.id)
     except Exception:  # committed: the page shows it queued; starting again sends a new one
@@ -108,9 +124,9 @@ FormText = Annotated[str, Form()]
 
 @router.get("/exercises/{slug}/similarity")
 def exercise_similarity(
-    request: Request, _user: InstructorDep, exercise: StaffExerciseDep, session: SessionDep
+    request: Request, _user: InstructorDep, exercise: StaffExerciseDep, work: WorkScopeDep, session: SessionDep
 ) -> Response:
-    return _scope_page(request, _exercise_scope(exercise), session)
+    return _scope_page(request, _exercise_scope(exercise), session, work)
 
 
 @router.post("/exercises/{slug}/similarity")
@@ -118,6 +134,7 @@ def start_exercise_similarity(
     request: Request,
     user: InstructorDep,
     exercise: StaffExerciseDep,
+    work: WorkScopeDep,
     session: SessionDep,
     starter: DispatcherDep,
     noise_t: FormText = str(similarity.NOISE_T),
@@ -126,18 +143,21 @@ def start_exercise_similarity(
     cluster_t: FormText = str(similarity.CLUSTER_T),
 ) -> Response:
     form = (noise_t, guarantee_t, display_t, cluster_t)
-    return _start(request, _exercise_scope(exercise), session, starter, user, form)
+    return _start(request, _exercise_scope(exercise), session, starter, user, form, work)
 
 
 @router.get("/assignments/{assignment_id}/similarity")
-def assignment_similarity(request: Request, access: AssignmentStaffDep, session: SessionDep) -> Response:
-    return _scope_page(request, _assignment_scope(access.assignment), session)
+def assignment_similarity(
+    request: Request, access: AssignmentStaffDep, work: WorkScopeDep, session: SessionDep
+) -> Response:
+    return _scope_page(request, _assignment_scope(access.assignment), session, work)
 
 
 @router.post("/assignments/{assignment_id}/similarity")
 def start_assignment_similarity(
     request: Request,
     access: AssignmentStaffDep,
+    work: WorkScopeDep,
     session: SessionDep,
     starter: DispatcherDep,
     noise_t: FormText = str(similarity.NOISE_T),
@@ -146,7 +166,7 @@ def start_assignment_similarity(
     cluster_t: FormText = str(similarity.CLUSTER_T),
 ) -> Response:
     form = (noise_t, guarantee_t, display_t, cluster_t)
-    return _start(request, _assignment_scope(access.assignment), session, starter, access.user, form)
+    return _start(request, _assignment_scope(access.assignment), session, starter, access.user, form, work)
 
 
 def _back(run: SimilarityRun) -> tuple[str, str]:
