@@ -459,6 +459,9 @@ def demo_course(*, session: Session) -> None:
     title = "Multi-GPU training (demo)"
     course = membership.create_course(session=session, slug=DEMO_COURSE, title=title, creator=teacher)
     membership.enroll(session=session, course=course, user=learner, role=CourseRole.learner)
+    # The demo instructor reviews practice work too: staff rights are per course, the practice course's included.
+    practice = membership.practice_course(session=session)
+    membership.enroll(session=session, course=practice, user=teacher, role=CourseRole.instructor)
     present = set(session.scalars(select(Exercise.slug).where(Exercise.slug.in_(DEMO_ASSIGNMENT))))
     due_at = (utcnow() + timedelta(days=7)).replace(hour=17, minute=0, second=0, microsecond=0)
     fields = coursework.AssignmentFields(

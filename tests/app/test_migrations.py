@@ -123,3 +123,45 @@ def test_0015_adds_params_to_submissions_and_keeps_them_without_it(tmp_path: Pat
     assert "params" not in {c["name"] for c in inspect(engine_for(url)).get_columns("submissions")}
     with engine_for(url).connect() as conn:
         assert conn.execute(text("SELECT code FROM submissions")).scalars().all() == ["x"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_0017_keeps_site_instructors_reading_practice_work(tmp_path: Path, backend: str) -> None:
+    """Staff rights per course: an upgrade puts each active site instructor on the practice course's staff list."""
+    if backend == "postgres":
+        require_service("PostgreSQL", "127.0.0.1", 5432)
+        url = fresh_postgres_db("gpulab_migration_0017_test")
+    else:
+        url = f"sqlite:///{tmp_path / 'practice.db'}"
+    upgrade("0016", database_url=url)
+    with engine_for(url).begin() as conn:
+        people = [
+            ("t@example.com", "instructor", True),
+            ("l@example.com", "learner", True),
+            ("gone@example.com", "instructor", False),
+            ("ta@example.com", "instructor", True),
+        ]
+        for email, role, active in people:
+            conn.execute(
+                text(
+                    "INSERT INTO users (email, password_hash, role, is_active, name, created_at, must_change_password)"
+                    " VALUES (:e, 'x', :r, :a, '', '2026-12-02 00:00:00', :f)"
+                ),
+                {"e": email, "r": role, "a": active, "f": False},
+            )
+        conn.execute(text(
+            "INSERT INTO course_members (course_id, user_id, role, source, created_at) SELECT c.id, u.id, 'ta', "
+            "'manual', '2026-12-02 00:00:00' FROM courses c, users u WHERE c.is_practice AND u.email = 'ta@example.com'"
+        ))  # fmt: skip
+    upgrade("0017", database_url=url)
+    staff = text(
+        "SELECT u.email, m.role FROM course_members m JOIN users u ON u.id = m.user_id "
+        "JOIN courses c ON c.id = m.course_id WHERE c.is_practice ORDER BY u.email"
+    )
+    with engine_for(url).connect() as conn:
+        # The active instructor joins; the learner and the deactivated one do not; an existing role is kept.
+        assert conn.execute(staff).all() == [("t@example.com", "instructor"), ("ta@example.com", "ta")]
+    command.downgrade(alembic_config(url), "0016")
+    with engine_for(url).connect() as conn:
+        assert conn.execute(staff).all() == [("ta@example.com", "ta")]
+    engine_for(url).dispose()

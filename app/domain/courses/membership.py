@@ -73,7 +73,7 @@ from worker.core.errors import Conflict, Forbidden, GpulabError, InvalidInput, N
 PRACTICE_SLUG = "practice"
 PRACTICE_TITLE = "Practice"
 MAX_TITLE_CHARS = 200
-SOURCES = frozenset({"manual", "csv", "invite", "lti"})
+SOURCES = frozenset({"manual", "csv", "invite", "lti", "upgrade"})  # upgrade: migration 0017 (practice staff)
 STAFF = COURSE_STAFF  # the course roles that see and grade its work (``models.COURSE_STAFF``)
 ANY_ROLE = frozenset(CourseRole)
 RANK = {CourseRole.learner: 0, CourseRole.ta: 1, CourseRole.instructor: 2}
