@@ -64,7 +64,7 @@ def test_publish_without_subscribers_is_dropped() -> None:
 
 def _publish_from_another_process(broker_url: str, submission_id: str) -> None:
     """Publish as a Celery worker would: a separate interpreter, configured by GPULAB_* only."""
-    code = f"from app.domain import news; news.publish({submission_id!r})"
+    code = f"from app.domain.platform import news; news.publish({submission_id!r})"
     done = subprocess.run(
         [sys.executable, "-c", code],
         env=child_env(mode="dev", broker_url=broker_url),

@@ -173,7 +173,7 @@ def test_a_score_the_platform_refuses_for_good_is_given_up_until_retried(
     db_session: Session, linked: Linked, tiny_exercise: TinyExercise, platform: LoopbackPlatform, http: httpx.Client,
     admin: User, instructor: User, client: TestClient, login: Callable[..., None],
 ) -> None:  # fmt: skip
-    from app.domain import courses
+    from app.domain.courses import membership
     from app.domain.models import CourseRole
 
     submission = graded(db_session, user=linked.learner, exercise=tiny_exercise, assignment=linked.assignment, score=2)
@@ -194,7 +194,7 @@ def test_a_score_the_platform_refuses_for_good_is_given_up_until_retried(
     login(client, admin)
     [shown] = client.get("/api/admin/lti/outbox").json()
     assert (shown["state"], shown["attempts"]) == ("failed", 1) and shown["given_up_at"] is not None
-    courses.enroll(session=db_session, course=linked.assignment.course, user=instructor, role=CourseRole.instructor,
+    membership.enroll(session=db_session, course=linked.assignment.course, user=instructor, role=CourseRole.instructor,
                    source="manual")  # fmt: skip
     db_session.commit()
     login(client, instructor)
