@@ -32,7 +32,7 @@ def production_passwords(monkeypatch: pytest.MonkeyPatch) -> PasswordHash:
 def moodle(db_session: Session) -> LtiPlatform:
     """A Moodle registered by hand (the fields of ``platform_body``)."""
     from app.domain.lti import platforms
-    from tests.app.test_api_lti_admin import platform_body
+    from tests.app.web.test_api_lti_admin import platform_body
 
     row = platforms.register(session=db_session, **platform_body())
     db_session.commit()

@@ -23,8 +23,8 @@ import httpx
 import pytest
 from sqlalchemy.orm import Session
 
+from tests.app.domain.lti.platform import LaunchSpec, LoopbackPlatform
 from tests.e2e.conftest import CHROMIUM, watched_page
-from tests.lti.platform import LaunchSpec, LoopbackPlatform
 from tests.support import REPO_ROOT, child_env, free_port, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
