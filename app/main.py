@@ -51,7 +51,6 @@ from app.web.errors import document_problems, install_error_handlers
 from app.web.middleware import BodySizeLimitMiddleware, CSRFMiddleware, SecurityHeadersMiddleware
 from app.web.pages import error_page, templates
 from app.web.routers import api_router, page_router
-from app.web.routes import api_lti
 from app.web.sessions import SESSION_COOKIE, UNSAFE_METHODS
 
 log = logging.getLogger(__name__)
@@ -85,7 +84,7 @@ DEPENDENCY_PROBLEMS: dict[Callable[..., object], tuple[int, ...]] = {
         for loader in (
             deps.get_exercise, deps.get_submission, deps.get_staff_exercise, deps.get_staff_version,
             deps.get_staff_submission, deps.get_check, deps.get_regrade, deps.get_user, deps.get_course_access,
-            deps.get_assignment_access, deps.get_extension, api_lti.get_platform, api_lti.get_outbox_row,
+            deps.get_assignment_access, deps.get_extension, deps.get_platform, deps.get_outbox_row,
         )
     },
 }  # fmt: skip

@@ -47,13 +47,14 @@ from __future__ import annotations
 
 import logging
 import typing
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Annotated, Any
 
 import anyio
+import httpx
 from fastapi import Depends, Path, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.security import APIKeyCookie, HTTPAuthorizationCredentials, HTTPBearer
@@ -68,6 +69,7 @@ from app.domain.courses.policy import WorkScope
 from app.domain.dispatcher import Dispatcher
 from app.domain.exercises.authoring import get_version
 from app.domain.exercises.bank import get_published
+from app.domain.lti import platforms, scores
 from app.domain.models import (
     Assignment,
     Course,
@@ -76,6 +78,8 @@ from app.domain.models import (
     ExerciseCheck,
     ExerciseVersion,
     Extension,
+    LtiPlatform,
+    LtiScoreOutbox,
     ManualGrade,
     Regrade,
     RegradeRequest,
@@ -594,3 +598,34 @@ def _acts_as_staff(request: Request) -> bool:
     """Say whether this request may use its user's staff rights: a session, or a token with the staff scope."""
     scopes = getattr(request.state, "token_scopes", None)
     return scopes is None or Scope.staff in scopes
+
+
+# --- the LTI admin's rows ---------------------------------------------------------------------------------------
+
+
+def get_platform(platform_id: RowId, session: SessionDep, _admin: AdminDep) -> LtiPlatform:
+    return platforms.get(session=session, platform_id=platform_id)
+
+
+PlatformDep = Annotated[LtiPlatform, Depends(get_platform)]
+
+
+def get_outbox_row(row_id: RowId, session: SessionDep, _admin: AdminDep) -> LtiScoreOutbox:
+    return scores.unsent(session=session, row_id=row_id)
+
+
+OutboxRowDep = Annotated[LtiScoreOutbox, Depends(get_outbox_row)]
+
+
+# --- the LMS roster's HTTP client ------------------------------------------------------------------------------
+
+ROSTER_HTTP_TIMEOUT_S = 15.0
+
+
+def get_roster_http() -> Iterator[httpx.Client]:
+    """The HTTP client the sync reads the platforms with, closed after the request."""
+    with httpx.Client(timeout=ROSTER_HTTP_TIMEOUT_S, follow_redirects=False) as client:
+        yield client
+
+
+RosterHttpDep = Annotated[httpx.Client, Depends(get_roster_http)]

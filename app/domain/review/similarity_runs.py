@@ -71,6 +71,8 @@ SETTLED = ("done", "failed")
 MAX_ERROR_CHARS = 2000
 EXHAUSTED = "the check was interrupted {attempts} times (the machine running it stopped); start it again"
 
+HINT = "A similarity is a hint for a person to read both submissions, never a verdict or a penalty."
+
 
 def create_run(
     *,

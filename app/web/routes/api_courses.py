@@ -11,17 +11,13 @@ grades.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
-
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from sqlalchemy import select
 
 from app.domain.accounts import people
-from app.domain.courses import assignments, coursework, gradebook, membership
-from app.domain.models import Assignment, AssignmentItem, Course, CourseRole, Extension, User, utcnow
-from app.domain.platform.clock import UtcDatetime
+from app.domain.courses import coursework, gradebook, membership
+from app.domain.models import AssignmentItem, CourseRole, User
 from app.domain.results import settle
 from app.web.deps import (
     AssignmentDep,
@@ -35,216 +31,25 @@ from app.web.deps import (
     SessionDep,
 )
 from app.web.errors import problem_responses
+from app.web.schemas.courses import (
+    AssignmentIn,
+    AssignmentOut,
+    CourseDetailOut,
+    CourseIn,
+    CourseOut,
+    CsvIn,
+    EnrollRowOut,
+    ExtensionIn,
+    ExtensionOut,
+    InviteIn,
+    InviteOut,
+    MemberOut,
+    OverrideIn,
+    assignment_out,
+)
 from worker.core.errors import NotFound
 
 router = APIRouter(tags=["courses"])
-
-MAX_CSV_CHARS = 1_000_000
-
-
-When = Annotated[AwareDatetime, Field(description="an ISO 8601 date-time with its offset, e.g. 2026-12-08T17:00Z")]
-
-
-class CourseIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    slug: str = Field(min_length=1, max_length=64)
-    title: str = Field(min_length=1, max_length=200)
-
-
-class CourseOut(BaseModel):
-    slug: str
-    title: str
-    is_practice: bool
-    role: CourseRole
-
-    @classmethod
-    def of(cls, course: Course, role: CourseRole) -> CourseOut:
-        return cls(slug=course.slug, title=course.title, is_practice=course.is_practice, role=role)
-
-
-class ItemIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    exercise: str = Field(min_length=1, max_length=64, description="the exercise's slug")
-    weight: float = Field(default=1.0, ge=0, le=100)
-
-
-class AssignmentIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    title: str = Field(min_length=1, max_length=200)
-    opens_at: When | None = None
-    due_at: When | None = None
-    late_until: When | None = None
-    late_credit_pct: float = Field(default=50.0, ge=0, le=100)
-    counts: str = Field(default="best", pattern="^(best|last)$")
-    practice: Literal["examples_only", "counted"] = Field(
-        default="examples_only",
-        description="what learners' practice on its exercises does while it is published: examples_only (only "
-        "the visible example tests run) or counted (each practice submission is an attempt under it)",
-    )
-    max_attempts: int | None = Field(default=None, ge=1, le=10_000)
-    rate_burst: int | None = Field(default=None, ge=1, le=10_000)
-    rate_refill_s: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
-    is_published: bool = True
-    items: list[ItemIn] = Field(default_factory=list, max_length=coursework.MAX_ITEMS)
-
-    def fields(self) -> coursework.AssignmentFields:
-        return coursework.AssignmentFields(
-            title=self.title, opens_at=self.opens_at, due_at=self.due_at, late_until=self.late_until,
-            late_credit_pct=self.late_credit_pct, counts=self.counts, max_attempts=self.max_attempts,
-            rate_burst=self.rate_burst, rate_refill_s=self.rate_refill_s, is_published=self.is_published,
-            practice=self.practice,
-        )  # fmt: skip
-
-    def chosen(self) -> list[tuple[str, float]]:
-        return [(item.exercise, item.weight) for item in self.items]
-
-
-class GateOut(BaseModel):
-    """What the learner may do on one exercise now (see ``app.domain.courses.assignments.gate``)."""
-
-    window: assignments.Window
-    allowed: bool
-    reason: str
-    credit_pct: float | None
-    attempts_used: int
-    attempts_left: int | None
-    tokens_left: int | None
-    next_at: UtcDatetime | None
-
-
-class ItemOut(BaseModel):
-    exercise: str
-    title: str
-    kind: str
-    weight: float
-    gate: GateOut | None = None  # learners only
-    score_pct: float | None = None  # learners only: the score that counts, late credit and overrides applied
-    late: bool = False
-    overridden: bool = False
-
-
-class AssignmentOut(BaseModel):
-    id: int
-    course: str
-    title: str
-    position: int
-    is_published: bool
-    opens_at: UtcDatetime | None
-    due_at: UtcDatetime | None
-    late_until: UtcDatetime | None
-    late_credit_pct: float
-    counts: str
-    practice: str = Field(description="examples_only or counted (see AssignmentIn)")
-    max_attempts: int | None
-    extra_attempts: int = Field(default=0, description="learners only: the extra attempts their extension grants")
-    rate_burst: int | None
-    rate_refill_s: int | None
-    extended: bool = Field(description="the dates shown are this learner's extension")
-    items: list[ItemOut]
-
-
-class CourseDetailOut(CourseOut):
-    assignments: list[AssignmentOut]
-
-
-class MemberOut(BaseModel):
-    email: str
-    name: str
-    role: CourseRole
-    source: str
-
-
-class EnrollRowOut(BaseModel):
-    line: int
-    email: str
-    outcome: membership.Outcome
-    role: str = Field(description="the role the person has in the course after this row")
-    reason: str
-    password: str = Field(description="a new account's one-time password (hand it over; it is not stored)")
-
-
-class CsvIn(BaseModel):
-    """A CSV as JSON text (state-changing API calls are JSON: the CSRF rule)."""
-
-    model_config = ConfigDict(extra="forbid")
-    csv: str = Field(max_length=MAX_CSV_CHARS, description="email[,name[,role]] rows, a header optional")
-
-
-class InviteIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    rotate: bool = False
-
-
-class InviteOut(BaseModel):
-    token: str
-    path: str
-
-
-class ExtensionIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    email: str = Field(min_length=3, max_length=320)
-    due_at: When
-    late_until: When | None = None
-    extra_attempts: int = Field(default=0, ge=0, le=1000)
-    reason: str = Field(min_length=1, max_length=coursework.MAX_REASON_CHARS)
-
-
-class ExtensionOut(BaseModel):
-    id: int
-    email: str
-    due_at: UtcDatetime
-    late_until: UtcDatetime | None
-    extra_attempts: int
-    reason: str
-    granted_by: str | None
-    created_at: UtcDatetime
-    revoked_at: UtcDatetime | None
-    revoked_by: str | None
-
-    @classmethod
-    def of(cls, extension: Extension, emails: dict[int, str]) -> ExtensionOut:
-        return cls(
-            id=extension.id, email=extension.user.email, due_at=extension.due_at, late_until=extension.late_until,
-            extra_attempts=extension.extra_attempts, reason=extension.reason,
-            granted_by=emails.get(extension.granted_by_id) if extension.granted_by_id else None,
-            created_at=extension.created_at, revoked_at=extension.revoked_at,
-            revoked_by=emails.get(extension.revoked_by_id) if extension.revoked_by_id else None,
-        )  # fmt: skip
-
-
-def assignment_out(*, session: SessionDep, assignment: Assignment, user: User, staff: bool) -> AssignmentOut:
-    """Describe ``assignment`` for ``user``: their own dates, gates and scores when they are a learner."""
-    now = utcnow()
-    dates = assignments.effective_dates(session=session, assignment=assignment, user=user)
-    items = []
-    for item in assignment.items:
-        exercise = item.exercise
-        version = exercise.current_version
-        out = ItemOut(
-            exercise=exercise.slug, title=version.title if version else exercise.slug,
-            kind=version.kind if version else "code", weight=item.weight,
-        )  # fmt: skip
-        if not staff:
-            gate = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=now)
-            counted = assignments.counted(session=session, assignment=assignment, item=item, user=user, dates=dates)
-            out.gate = GateOut(
-                window=gate.window, allowed=gate.allowed, reason=gate.reason, credit_pct=gate.credit_pct,
-                attempts_used=gate.attempts_used, attempts_left=gate.attempts_left, tokens_left=gate.tokens_left,
-                next_at=gate.next_at,
-            )  # fmt: skip
-            out.score_pct, out.late, out.overridden = counted.score_pct, counted.late, counted.overridden
-        items.append(out)
-    own = assignments.Dates(assignment.opens_at, assignment.due_at, assignment.late_until, None)
-    shown = own if staff else dates
-    return AssignmentOut(
-        id=assignment.id, course=assignment.course.slug, title=assignment.title, position=assignment.position,
-        is_published=assignment.is_published, opens_at=shown.opens_at, due_at=shown.due_at,
-        late_until=shown.late_until, late_credit_pct=assignment.late_credit_pct, counts=assignment.counts,
-        practice=assignment.practice, max_attempts=assignment.max_attempts,
-        extra_attempts=shown.extension.extra_attempts if shown.extension is not None else 0,
-        rate_burst=assignment.rate_burst, rate_refill_s=assignment.rate_refill_s, extended=shown.extended, items=items,
-    )  # fmt: skip
-
 
 # --- courses -------------------------------------------------------------------------------------------------
 
@@ -380,14 +185,6 @@ def revoke_extension(extension: ExtensionDep, session: SessionDep, user: Current
 
 
 # --- the gradebook -------------------------------------------------------------------------------------------
-
-
-class OverrideIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    item_id: int = Field(ge=1, le=2**31 - 1, description="the gradebook column (an assignment item)")
-    email: str = Field(min_length=3, max_length=320, description="the learner's e-mail")
-    score_pct: float = Field(ge=0, le=100)
-    comment: str = Field(min_length=1, max_length=2000, description="why (kept in the audit list)")
 
 
 @router.get("/api/courses/{slug}/gradebook")

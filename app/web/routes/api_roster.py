@@ -10,30 +10,15 @@ answers 422 with the reason, and nothing is written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated
-
-import httpx
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from pydantic import BaseModel
 
 from app.domain.lti import roster
 from app.domain.models import CourseRole
-from app.web.deps import CourseDep, SessionDep
+from app.web.deps import CourseDep, RosterHttpDep, SessionDep
 from app.web.errors import problem_responses
 
 router = APIRouter(tags=["courses"])
-
-ROSTER_HTTP_TIMEOUT_S = 15.0
-
-
-def get_roster_http() -> Iterator[httpx.Client]:
-    """The HTTP client the sync reads the platforms with, closed after the request."""
-    with httpx.Client(timeout=ROSTER_HTTP_TIMEOUT_S, follow_redirects=False) as client:
-        yield client
-
-
-RosterHttpDep = Annotated[httpx.Client, Depends(get_roster_http)]
 
 
 class RosterEntryOut(BaseModel):

@@ -21,7 +21,7 @@ from app.domain.dispatcher import Dispatcher
 from app.domain.models import SimilarityPair, SimilarityRun, Submission
 from app.domain.platform.clock import UtcDatetime
 from app.domain.review import similarity
-from app.domain.review.similarity_runs import create_run, pairs_of, runs_of
+from app.domain.review.similarity_runs import HINT, create_run, pairs_of, runs_of
 from app.web.deps import (
     AssignmentStaffDep,
     DispatcherDep,
@@ -36,7 +36,6 @@ from app.web.errors import problem_responses
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["similarity"])
-HINT = "A similarity is a hint for a person to read both submissions, never a verdict or a penalty."
 
 
 class RunIn(BaseModel):

@@ -33,7 +33,7 @@ from app.web.deps import (
     AssignmentDep,
     AssignmentStaffDep,
 )
-from app.web.routes.api_courses import AssignmentIn, ExtensionIn
+from app.web.schemas.courses import AssignmentIn, ExtensionIn
 from worker.core.errors import InvalidInput, NotFound
 
 _ZONE_DATA = {z for z in zoneinfo.available_timezones() if not z.startswith(("posix/", "right/"))}

@@ -36,11 +36,10 @@ from app.web.deps import (
     CourseStaffDep,
     CurrentUser,
     ExtensionDep,
+    RosterHttpDep,
     SessionDep,
 )
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from app.web.routes.api_courses import ExtensionOut, assignment_out
-from app.web.routes.api_roster import RosterHttpDep
 from app.web.routes.course_forms import (
     ZONES,
     AssignmentForm,
@@ -50,6 +49,7 @@ from app.web.routes.course_forms import (
     course_url,
     local_value,
 )
+from app.web.schemas.courses import ExtensionOut, assignment_out
 from worker.core.errors import GpulabError, InvalidInput, NotFound
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])

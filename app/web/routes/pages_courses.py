@@ -5,8 +5,8 @@ Contract:
 - Every page needs a login (``CurrentUser``: the log-in redirect otherwise). What a user may not see is the 404
   page, what they may see but not do the 403 page: ``CourseDep`` and ``AssignmentDep`` of ``app.web.deps``
   decide; an assignment named under another course's slug is "not found" too.
-- What a learner sees of an assignment is ``api_courses.assignment_out`` (their own dates, the gate's sentence
-  per exercise, the score that counts), exactly what ``GET /api/courses/{slug}`` answers; the window is
+- What a learner sees of an assignment is ``app.web.schemas.courses.assignment_out`` (their own dates, the gate's
+  sentence per exercise, the score that counts), exactly what ``GET /api/courses/{slug}`` answers; the window is
   ``assignments.window`` of those dates. Dates are ``<time>`` elements shown in the viewer's own time zone.
 - An exercise under an assignment is ``/courses/{course}/assignments/{id}/exercises/{slug}``: the exercise page
   (``exercise.html`` through ``courses/exercise.html``) with the gate's sentence above Submit; ``exercise.js``
@@ -43,9 +43,9 @@ from app.web.deps import (
     WorkScopeDep,
 )
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from app.web.routes.api_courses import AssignmentOut, assignment_out
 from app.web.routes.course_forms import HereDep, HereStaffDep, assignment_url, course_url, item_of
 from app.web.routes.pages import exercise_context
+from app.web.schemas.courses import AssignmentOut, assignment_out
 from app.web.schemas.exercises import ExerciseDetail
 from worker.core.errors import GpulabError, NotFound
 

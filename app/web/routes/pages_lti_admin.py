@@ -26,15 +26,9 @@ from app.domain.lti import keys, platforms, scores
 from app.domain.lti.toolconfig import tool_urls
 from app.domain.models import User
 from app.settings import Settings
-from app.web.deps import AdminDep, SessionDep, SettingsDep
+from app.web.deps import AdminDep, OutboxRowDep, PlatformDep, SessionDep, SettingsDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from app.web.routes.api_lti import (
-    OutboxRowDep,
-    PlatformDep,
-    key_listing,
-    outbox_row_out,
-    platform_listing,
-)
+from app.web.schemas.lti import key_listing, outbox_row_out, platform_listing
 from worker.core.errors import GpulabError
 
 router = APIRouter(prefix="/admin/lti", include_in_schema=False, dependencies=[FORM_CSRF])

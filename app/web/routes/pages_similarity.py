@@ -26,7 +26,7 @@ from app.domain.courses.policy import WorkScope
 from app.domain.dispatcher import Dispatcher
 from app.domain.models import Assignment, Exercise, SimilarityPair, SimilarityRun, Submission, User
 from app.domain.review import similarity
-from app.domain.review.similarity_runs import create_run, pairs_of, runs_of, segments
+from app.domain.review.similarity_runs import HINT, create_run, pairs_of, runs_of, segments
 from app.web.deps import (
     AssignmentStaffDep,
     DispatcherDep,
@@ -38,7 +38,6 @@ from app.web.deps import (
     WorkScopeDep,
 )
 from app.web.pages import FORM_CSRF, flash, redirect, render
-from app.web.routes.api_similarity import HINT
 from worker.core.errors import Forbidden, GpulabError, InvalidInput
 
 log = logging.getLogger(__name__)

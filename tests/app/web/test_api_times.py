@@ -19,7 +19,7 @@ from fastapi.routing import APIRoute, iter_route_contexts
 from pydantic import AwareDatetime, BaseModel
 
 from app.domain.platform.clock import as_utc
-from app.web.routes.api_lti import KeyOut
+from app.web.schemas.lti import KeyOut
 
 
 def _aware(metadata: list[Any]) -> bool:
