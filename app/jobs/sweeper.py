@@ -46,7 +46,7 @@ from app.settings import Settings
 from worker.core.outcome import Verdict
 
 if TYPE_CHECKING:
-    from app.jobs.dispatch import Dispatcher
+    from app.domain.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 SWEEP_BATCH = 500  # rows per sweep: a huge backlog is worked through over several intervals
