@@ -61,8 +61,8 @@ def _mistakes() -> list[tuple[float, str]]:
         ),
         (
             dup,
-            f"the padding counted: DistributedSampler pads {N_VAL} samples to {TOTAL_PADDED} by repeating the first "
-            f"{PAD} index(es), so rank {N_VAL % WORLD} evaluates sample 0 a second time. Summing counts over the padded "
+            f"counting the padding: DistributedSampler pads {N_VAL} samples to {TOTAL_PADDED} by repeating the start "
+            f"of its index list, so rank {N_VAL % WORLD} evaluates sample 0 a second time. Summing counts over the padded "
             "shards (or averaging the accuracies of the equal padded shards) counts that duplicate. Leave out each "
             "rank's samples past its real share (the padding comes last), or shard without padding",
         ),
@@ -75,8 +75,8 @@ def _mistakes() -> list[tuple[float, str]]:
         ),
         (
             float(hits[[i for d in dropped for i in d]].sum()) / (N_VAL - N_VAL % WORLD),
-            f"the accuracy without the last {N_VAL % WORLD} sample(s): DistributedSampler(drop_last=True) drops the "
-            "tail instead of padding, so the metric misses samples. Keep drop_last=False and leave out the padded "
+            f"the accuracy of the first {N_VAL - N_VAL % WORLD} samples only: DistributedSampler(drop_last=True) drops "
+            "the tail instead of padding, so the metric misses samples. Keep drop_last=False and leave out the padded "
             "duplicates instead, or shard without padding",
         ),
     ]
@@ -150,8 +150,8 @@ def test_each_rank_evaluates_its_share(probe, measure):
         )
     if sum(rows) < N_VAL:
         why = (
-            f" DistributedSampler(drop_last=True) drops the last {N_VAL % WORLD} sample(s) so that the shards are "
-            "equal: keep drop_last=False (it pads instead) and leave the padded duplicates out of the counts."
+            f" DistributedSampler(drop_last=True) leaves samples {N_VAL - N_VAL % WORLD} and up out so that the "
+            "shards are equal: keep drop_last=False (it pads instead) and leave the padded duplicates out of the counts."
             if sum(rows) == N_VAL - N_VAL % WORLD
             else ""
         )
@@ -179,8 +179,8 @@ def test_counts_each_sample_once(probe):
     if total == N_VAL - N_VAL % WORLD:
         pytest.fail(
             f"rank 0 reported total = {total:g}; the validation set has {N_VAL} samples. DistributedSampler("
-            f"drop_last=True) drops the last {N_VAL % WORLD} sample(s) to make the shards equal, so they are never "
-            "evaluated. Keep drop_last=False and leave the padded duplicates out of the counts instead."
+            f"drop_last=True) leaves samples {N_VAL - N_VAL % WORLD} and up out to make the shards equal, so they are "
+            "never evaluated. Keep drop_last=False and leave the padded duplicates out of the counts instead."
         )
     if total in (SHARE, len(range(0, N_VAL, WORLD)), len(range(1, N_VAL, WORLD))):
         pytest.fail(
@@ -225,6 +225,7 @@ def test_ranks_agree(probe):
     for r, m in zip(runs[1:], got[1:], strict=True):
         assert all(abs(m[k] - got[0][k]) <= 1e-9 for k in m), (
             f"rank 0 reported {got[0]}, rank {r['rank']} reported {m}. Every rank must return the whole set's "
-            "metrics; different numbers mean each rank returned its own shard's. Gather the counts with a collective "
-            "every rank calls (dist.all_reduce of [correct, total]) so that every rank divides the same sums."
+            "metrics, so at least one of them returned numbers it did not combine from all ranks: its own shard's, "
+            "or a result only some ranks receive (dist.reduce leaves the sum on its dst rank alone). Combine the "
+            "counts with a collective that hands every rank the result (dist.all_reduce of [correct, total])."
         )
