@@ -1,0 +1,48 @@
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+N_VAL, FEATURES, CLASSES, BATCH = 101, 8, 3, 16
+
+
+def _classifier() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(FEATURES, 16), nn.ReLU(), nn.Linear(16, CLASSES))
+
+
+def build_model() -> nn.Module:
+    """The trained classifier (its weights come from seed 0). Do not change."""
+    return _classifier()
+
+
+def make_val_data() -> tuple[torch.Tensor, torch.Tensor]:
+    """The 101 validation samples and their labels. Do not change."""
+    g = torch.Generator().manual_seed(22)
+    x = torch.randn(N_VAL, FEATURES, generator=g)
+    with torch.no_grad():
+        predicted = _classifier()(x).argmax(dim=1)
+    noise = torch.randint(0, CLASSES, (N_VAL,), generator=g)
+    flip = torch.rand(N_VAL, generator=g) < 0.4  # 40% of the labels at random: the accuracy is neither 0 nor 1
+    return x, torch.where(flip, noise, predicted)
+
+
+def evaluate(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    dist.init_process_group("gloo")
+    model = build_model().eval()
+    dataset = TensorDataset(*make_val_data())
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+    loader = DataLoader(dataset, batch_size=BATCH, sampler=sampler)
+    # Which sample each prediction belongs to, in the order the loader yields them.
+    order = iter(list(sampler))
+    results: dict[int, bool] = {}
+    with torch.no_grad():
+        for x, y in loader:
+            for hit in (model(x).argmax(dim=1) == y).tolist():
+                results[next(order)] = hit  # a padded duplicate overwrites its own, equal, entry
+    everyone: list = [None] * world_size
+    dist.all_gather_object(everyone, results)
+    dist.destroy_process_group()
+    merged = {index: hit for part in everyone for index, hit in part.items()}  # keyed by index: each sample once
+    correct, total = sum(merged.values()), len(merged)
+    return {"correct": correct, "total": total, "accuracy": correct / total}
