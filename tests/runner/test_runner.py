@@ -355,3 +355,29 @@ def test_without_params_the_fixture_is_empty(tmp_path: Path) -> None:
     tests = {"test_p.py": "def test_empty(params):\n    assert params == {}, params\n"}
     _, result = run_runner(make_job(tmp_path, "x = 1\n", tests))
     assert result is not None and result["tests"][0]["outcome"] == "passed", result
+
+
+def test_a_learner_process_that_never_starts_is_a_platform_error_not_a_time_limit(tmp_path: Path) -> None:
+    """The judge alone (no subject connects): its wait for the subject runs out long before the time limit."""
+    job = make_job(tmp_path, "def add(a, b):\n    return a + b\n", ADD_TESTS, timeout_s=30)
+    spec = json.loads((job / "job.json").read_text())
+    (job / "job.json").write_text(json.dumps({**spec, "accept_wait_s": 0.5}))
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(WORKER_DIR), "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "runner.judge", str(job)], cwd=job, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((job / "out" / "result.json").read_text())
+    assert "timed_out" not in result  # the learner's 30 s were not spent: no time limit was reached
+    assert result["platform_error"] == (
+        "Not graded: the process that runs your code did not start within 0.5 s (the grader, not your code)"
+    )
+    assert all(t["outcome"] != "passed" for t in result["tests"])
+
+
+def test_a_job_with_a_bad_accept_wait_is_a_bad_job(tmp_path: Path) -> None:
+    job = make_job(tmp_path, "def add(a, b):\n    return a + b\n", ADD_TESTS)
+    spec = json.loads((job / "job.json").read_text())
+    (job / "job.json").write_text(json.dumps({**spec, "accept_wait_s": 0}))
+    proc, result = run_runner(job)
+    assert proc.returncode != 0 and result is None and "accept_wait_s" in proc.stderr

@@ -97,6 +97,29 @@ def test_judge_that_never_reports_is_a_crash(tiny_spec: SpecFactory) -> None:
     assert {message for _, message in outcomes(result).values()} == {NOT_REPORTED}
 
 
+def test_a_subject_that_never_started_is_a_platform_error_even_when_the_clock_ran_out(tiny_spec: SpecFactory) -> None:
+    """The runner's ``platform_error`` (no learner code ran) outranks every verdict that would blame the learner."""
+    reported = "Not graded: the process that runs your code did not start within 60 s (the grader, not your code)"
+
+    class StalledSandbox:
+        name = "stalled"
+        isolated = True
+
+        def check(self) -> None:
+            pass
+
+        def run(self, job_dir: Path, limits: Limits) -> SandboxRun:
+            tests = [{"id": t, "outcome": "error", "message": reported, "duration_ms": 1} for t in ("test_add",)]
+            result = {"version": 1, "tests": tests, "error": None, "platform_error": reported, "timed_out": True}
+            (job_dir / "out" / "result.json").write_text(json.dumps(result))
+            return SandboxRun(exit_code=0, timed_out=True)
+
+    result = grade(tiny_spec(timeout_s=5), CORRECT, sandbox=StalledSandbox())
+    assert result.verdict is Verdict.internal_error and result.verdict.is_platform_error
+    assert result.message == reported
+    assert "time limit" not in result.message
+
+
 def test_memory_bomb_is_memory_limit(local_sandbox: LocalSandbox, tiny_spec: SpecFactory) -> None:
     code = "hog = [bytearray(16 * 1024 * 1024) for _ in range(64)]\n"
     result = grade(tiny_spec(timeout_s=5, memory_mb=128), code, sandbox=local_sandbox)

@@ -36,7 +36,7 @@ MAX_MESSAGE_CHARS = 8000
 MAX_ERROR_CHARS = 8000
 OUTCOMES = frozenset({"passed", "failed", "error", "skipped"})
 RESULT_KEYS = {"version", "tests", "error"}
-OPTIONAL_RESULT_KEYS = {"timed_out", "measurements"}
+OPTIONAL_RESULT_KEYS = {"timed_out", "measurements", "platform_error"}
 TEST_KEYS = {"id", "outcome", "message", "duration_ms"}
 OPTIONAL_TEST_KEYS = {"credit"}  # a failed test's share of its points (0 < credit < 1): runner.measure.grade
 # Measurements (runner/measure.py): the same caps as the runner's, checked again here.
@@ -193,6 +193,9 @@ def validate_result(data: Any) -> bool:
     if error is not None and not (isinstance(error, str) and len(error) <= MAX_ERROR_CHARS):
         return False
     if "timed_out" in data and not isinstance(data["timed_out"], bool):
+        return False
+    found_error = data.get("platform_error")
+    if "platform_error" in data and not (isinstance(found_error, str) and 0 < len(found_error) <= MAX_ERROR_CHARS):
         return False
     if "measurements" in data:
         found = data["measurements"]

@@ -3,9 +3,11 @@
 Contract:
 - ``grade(spec, code, sandbox=...)`` writes a private job directory, runs the sandbox, reads the runner's
   result and decides everything on the host: the verdict, each expected test's outcome and the score.
-- Verdicts, first match wins: ``memory_limit`` (OOM kill), ``timeout`` (wall clock or the runner's own
-  limit), ``crashed`` (too much output, or no valid result: the program exited or was killed before
-  reporting), else ``passed`` iff every point was earned (and there are points to earn), else ``failed``.
+- Verdicts, first match wins: ``internal_error`` (the runner's ``platform_error``: the process that runs the
+  learner's code never started, so nothing about it was learned; retried at no cost), ``memory_limit`` (OOM
+  kill), ``timeout`` (wall clock or the runner's own limit), ``crashed`` (too much output, or no valid result:
+  the program exited or was killed before reporting), else ``passed`` iff every point was earned (and there are
+  points to earn), else ``failed``.
   The score always counts the passed expected tests, whatever the verdict.
 - Only ``spec.tests`` count: unknown reported ids are ignored, expected ids that never reported fail.
 - A failed test with ``credit`` (``runner.measure.grade``: a measured outcome short of its target) earns that
@@ -86,6 +88,8 @@ def _measurements(spec: ExerciseData, result: dict[str, Any] | None) -> list[dic
 def decide(spec: ExerciseData, run: SandboxRun, result: dict[str, Any] | None) -> tuple[Verdict, str]:
     """Return the verdict and its message from what the sandbox saw and what the runner reported."""
     limits = spec.limits
+    if result is not None and result.get("platform_error"):  # the learner's code never ran: ours to retry
+        return Verdict.internal_error, clean_message(result["platform_error"])
     # An OOM kill explains a run better than the clock that may have expired after it.
     if run.memory_exceeded:
         return Verdict.memory_limit, f"Your code used more than the memory limit of {limits.memory_mb} MB."

@@ -35,6 +35,14 @@ class RunnerTimeout(BaseException):
     """Raised in the judge when the job's time limit is reached (BaseException: harder to swallow)."""
 
 
+class SubjectNotStarted(BaseException):
+    """The process that runs the learner's code never connected: the platform's failure, never the learner's.
+
+    The subject connects after importing only the preloads and probes, before any learner code runs, so nothing
+    a learner wrote can delay it: the run is reported as a platform error, graded again at no cost.
+    """
+
+
 class SubmissionImportError(BaseException):
     """The learner's module could not be imported; the text is the teaching message.
 
@@ -104,8 +112,9 @@ class SubjectClient:
     """One connection to the subject for a whole test session."""
 
     def __init__(self, *, deadline: float, max_reply_bytes: int, listener: socket.socket | None = None,
-                 sock: socket.socket | None = None) -> None:  # fmt: skip
+                 sock: socket.socket | None = None, accept_wait_s: float = ACCEPT_WAIT_S) -> None:  # fmt: skip
         self.deadline = deadline
+        self.accept_wait_s = accept_wait_s
         self.max_frame = max_reply_bytes + REPLY_OVERHEAD
         self.listener = listener
         self.sock = sock
@@ -117,10 +126,15 @@ class SubjectClient:
     def _connection(self) -> socket.socket:
         if self.sock is None:
             assert self.listener is not None
-            self.listener.settimeout(max(0.01, min(ACCEPT_WAIT_S, self.deadline - time.monotonic())))
+            wait_s = min(self.accept_wait_s, self.deadline - time.monotonic())
+            self.listener.settimeout(max(0.01, wait_s))
             try:
                 self.sock, _ = self.listener.accept()
             except TimeoutError as exc:
+                if time.monotonic() < self.deadline:  # our own wait ran out, not the learner's time
+                    raise SubjectNotStarted(
+                        f"the process that runs your code did not start within {self.accept_wait_s:g} s"
+                    ) from exc
                 raise RunnerTimeout() from exc
             finally:
                 self.listener.close()

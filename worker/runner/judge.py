@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from . import JOB_VERSION, RESULT_VERSION
-from .client import SubjectClient, listen
+from .client import ACCEPT_WAIT_S, SubjectClient, listen
 from .plugin import LEARNER_PROCESS_MODES, Job, run_tests
 
 EXIT_BAD_JOB = 2
@@ -42,6 +42,9 @@ def read_job(job_dir: Path) -> Job:
     max_reply = data.get("max_reply_bytes", 4 * 1024 * 1024)
     learner_process = data.get("learner_process", "per-test")
     params = data.get("params", {})
+    accept_wait_s = data.get("accept_wait_s", ACCEPT_WAIT_S)
+    if not isinstance(accept_wait_s, int | float) or isinstance(accept_wait_s, bool) or not 0 < accept_wait_s <= 600:
+        raise ValueError("job.json accept_wait_s must be a number of seconds in (0, 600]")
     if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or timeout_s <= 0:
         raise ValueError("job.json timeout_s must be a positive number")
     if not isinstance(module, str) or not module.isidentifier():
@@ -62,6 +65,7 @@ def read_job(job_dir: Path) -> Job:
         module=module,
         expected=[t["id"] for t in tests],
         max_reply_bytes=max_reply,
+        accept_wait_s=float(accept_wait_s),
         learner_process=learner_process,
         params=params,
     )
@@ -123,9 +127,11 @@ def main(argv: list[str], *, spawn_subject: bool = False) -> int:
         client = SubjectClient(deadline=deadline, max_reply_bytes=job.max_reply_bytes, sock=sock)
     else:
         listener = listen(job_dir / "ipc" / "judge.sock")
-        client = SubjectClient(deadline=deadline, max_reply_bytes=job.max_reply_bytes, listener=listener)
+        client = SubjectClient(
+            deadline=deadline, max_reply_bytes=job.max_reply_bytes, listener=listener, accept_wait_s=job.accept_wait_s
+        )
     try:
-        tests, error, timed_out, measurements = run_tests(job, client)
+        tests, error, timed_out, measurements, platform_error = run_tests(job, client)
     finally:
         if subject is not None:
             # Closing our end makes the subject stop its current child; then the subject itself goes.
@@ -139,6 +145,8 @@ def main(argv: list[str], *, spawn_subject: bool = False) -> int:
         result["timed_out"] = True
     if measurements:
         result["measurements"] = measurements
+    if platform_error:
+        result["platform_error"] = platform_error
     try:
         write_result(job_dir / "out", result)
     except OSError as exc:

@@ -1,11 +1,12 @@
 """The judge's pytest run: hidden tests that reach the learner's code only through the subject.
 
 Contract:
-- ``run_tests(job, client)`` returns ``(tests, error, timed_out, measurements)``: ``tests`` is the
+- ``run_tests(job, client)`` returns ``(tests, error, timed_out, measurements, platform_error)``: ``tests`` is the
   ``result.json`` test list (ids relative to the tests folder, parametrized ids folded into their base id;
   a failed test that earned partial credit through ``measure.grade`` carries ``credit``), ``error`` a
   collection/setup problem or ``None``, ``timed_out`` whether the inner time limit fired, ``measurements``
-  what the tests recorded with the ``measure`` fixture (``runner.measure``).
+  what the tests recorded with the ``measure`` fixture (``runner.measure``), ``platform_error`` why the run says
+  nothing about the learner's code (its process never started: ``client.SubjectNotStarted``) or ``None``.
 - Tests reach the learner's code through the ``submission`` fixture (or ``import submission``), a
   ``SubmissionProxy`` whose calls run in the subject, and the ``probe`` fixture: ``probe("name", *args)``
   runs ``probes.name(submission_module, *args)`` there. Both return data only. Each test gets a fresh
@@ -35,6 +36,7 @@ from .client import (
     RunnerTimeout,
     SubjectClient,
     SubjectExited,
+    SubjectNotStarted,
     SubjectProtocolError,
     SubmissionImportError,
     SubmissionProxy,
@@ -60,6 +62,7 @@ class Job:
     max_reply_bytes: int = 4 * 1024 * 1024
     learner_process: str = "per-test"
     params: dict[str, int | float | str] = field(default_factory=dict)
+    accept_wait_s: float = 60.0  # how long the judge waits for the learner's process to connect (the host's choice)
 
     @property
     def probes_dir(self) -> Path:
@@ -131,6 +134,7 @@ class GradingPlugin:
         self.client = client
         self.proxy = SubmissionProxy(job.module, client)
         self.timed_out = False
+        self.platform_error: str | None = None  # the learner's process never started (client.SubjectNotStarted)
         self.records: dict[str, _Record] = {}
         self.param_records: dict[str, list[tuple[str, _Record]]] = {}
         self.collect_errors: list[tuple[str, str, bool]] = []
@@ -181,6 +185,10 @@ class GradingPlugin:
                 self.timed_out = True
                 item.session.shouldstop = "time limit reached"
                 report.gpulab_message = f"Time limit of {self.job.timeout_s:g} s reached while this test was running"
+            elif isinstance(exc, SubjectNotStarted):
+                self.platform_error = self.platform_error or f"Not graded: {exc} (the grader, not your code)"
+                item.session.shouldstop = "the learner's process did not start"
+                report.gpulab_message = self.platform_error
             else:
                 report.gpulab_message = describe(exc)
             report.gpulab_learner = isinstance(exc, LEARNER_CAUSED)
@@ -212,6 +220,8 @@ class GradingPlugin:
             exc = exc.__cause__
         if isinstance(exc, RunnerTimeout):
             self.timed_out = True
+        if isinstance(exc, SubjectNotStarted):
+            self.platform_error = self.platform_error or f"Not graded: {exc} (the grader, not your code)"
         learner_caused = isinstance(exc, LEARNER_CAUSED)
         message = describe(exc)
         self.collect_errors.append((node.nodeid, message, learner_caused))
@@ -320,8 +330,11 @@ def pytest_args(job: Job) -> list[str]:
     ]  # fmt: skip
 
 
-def run_tests(job: Job, client: SubjectClient) -> tuple[list[dict[str, Any]], str | None, bool, list[dict[str, Any]]]:
-    """Run the job's tests; return the result test list, the collection error, whether time ran out, measurements."""
+def run_tests(
+    job: Job, client: SubjectClient
+) -> tuple[list[dict[str, Any]], str | None, bool, list[dict[str, Any]], str | None]:
+    """Run the job's tests; return the tests, the collection error, whether time ran out, measurements, a platform
+    error."""
     _scrub_environment(job)
     plugin = GradingPlugin(job, client)
     sys.modules[job.module] = plugin.proxy
@@ -342,4 +355,4 @@ def run_tests(job: Job, client: SubjectClient) -> tuple[list[dict[str, Any]], st
     if not plugin.timed_out and time.monotonic() - started > job.timeout_s:
         plugin.timed_out = True
     tests, collect_error = plugin.results()
-    return tests, error or collect_error, plugin.timed_out, plugin.measurements
+    return tests, error or collect_error, plugin.timed_out, plugin.measurements, plugin.platform_error
