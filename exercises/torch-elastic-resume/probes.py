@@ -220,6 +220,9 @@ def launch(submission, kill_rank: int = 1, kill_step: int = 14, max_restarts: in
     os.mkdir(ckpt_dir)
     os.mkdir(log_dir)
     os.environ.update({
+        # torch 2.13's torchrun keeps one store for all its restarts, and a restarted gloo group can read the dead
+        # workers' addresses from it and never connect (exercises/FACTS.md, P40): a fresh store every restart.
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
         LOG_ENV: log_dir,
         KILL_ENV: f"{kill_rank}:{kill_step}",
         DEADLINE_ENV: str(time.time() + timeout_s),
