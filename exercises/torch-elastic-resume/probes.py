@@ -90,7 +90,8 @@ def _worker(argv: list[str]) -> None:
     def where(f) -> str:
         if isinstance(f, (str, os.PathLike)):
             return os.path.abspath(os.fspath(f))
-        return str(getattr(f, "name", type(f).__name__))
+        name = getattr(f, "name", None)
+        return os.path.abspath(name) if isinstance(name, str) else type(f).__name__
 
     save, load = torch.save, torch.load
 
