@@ -177,6 +177,10 @@ def test_saves_the_plain_model(probe):
     assert keys == ["bias", "weight"], f"--out holds keys {keys[:6]}; expected nn.Linear(4, 1)'s: ['bias', 'weight']."
 
 
+def _ranks(ranks: list[int]) -> str:
+    return f"restarted rank {ranks[0]}" if len(ranks) == 1 else "restarted ranks " + " and ".join(map(str, ranks))
+
+
 def _diagnose_resume(restarted: dict[int, list[dict]], first: dict[int, list[dict]] | None = None) -> str:
     """What the workers (events by rank) did that explains a difference from the uninterrupted run."""
     notes = []
@@ -185,21 +189,27 @@ def _diagnose_resume(restarted: dict[int, list[dict]], first: dict[int, list[dic
             "no rank called sampler.set_epoch(epoch): without it every epoch repeats the first one's order, even in "
             "a run that is never killed"
         )
+    no_load, no_optimizer, from_zero = [], [], []
     for rank, events in sorted(restarted.items()):
-        epochs = [e["epoch"] for e in _of(events, "set_epoch")]
         if not (_of(events, "load") or _of(events, "model_load")):
-            notes.append(f"restarted rank {rank} loaded no checkpoint")
+            no_load.append(rank)
         elif not _of(events, "optimizer_load"):
-            notes.append(
-                f"restarted rank {rank} loaded a checkpoint but never called optimizer.load_state_dict, so SGD's "
-                "momentum buffers started again from zero: save optimizer.state_dict() in the checkpoint and "
-                "restore it with optimizer.load_state_dict(...) before training on"
-            )
-        if epochs[:1] == [0]:
-            notes.append(
-                f"restarted rank {rank} began again at epoch 0: store the epoch in the checkpoint and continue with "
-                "the one after it"
-            )
+            no_optimizer.append(rank)
+        if [e["epoch"] for e in _of(events, "set_epoch")][:1] == [0]:
+            from_zero.append(rank)
+    if no_load:
+        notes.append(f"{_ranks(no_load)} loaded no checkpoint")
+    if no_optimizer:
+        notes.append(
+            f"{_ranks(no_optimizer)} loaded a checkpoint but never called optimizer.load_state_dict, so SGD's "
+            "momentum buffers started again from zero: save optimizer.state_dict() in the checkpoint and restore it "
+            "with optimizer.load_state_dict(...) before training on"
+        )
+    if from_zero:
+        notes.append(
+            f"{_ranks(from_zero)} began again at epoch 0: store the epoch in the checkpoint and continue with the "
+            "one after it"
+        )
     return (" " + "; ".join(notes) + ".") if notes else ""
 
 
