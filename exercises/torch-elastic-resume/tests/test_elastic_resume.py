@@ -122,11 +122,19 @@ def _finished(probe) -> dict:
             "problem of the grader, not of your script. Please report it."
         )
     if run["timed_out"]:
-        pytest.fail(
-            f"the run did not finish within {RUN_TIMEOUT_S:.0f} s ({_last_seen(attempts)}). A worker that waits "
-            "forever is usually waiting in a collective the other rank never joins: after the restart, every rank "
-            "must resume from the same checkpoint and run the same number of steps."
-        )
+        seen = _last_seen(attempts)
+        if "before its first optimizer step" in seen:
+            why = (
+                "A worker that never made a step was still starting: each is a new Python process that imports torch "
+                "and joins the group, which takes seconds, and minutes on a busy grading machine. If your script "
+                "does no slow work before its first step, submit it again."
+            )
+        else:
+            why = (
+                "A worker that stops making steps is usually waiting in a collective the other rank never joins: "
+                "after the restart, every rank must resume from the same checkpoint and run the same number of steps."
+            )
+        pytest.fail(f"the run did not finish within {RUN_TIMEOUT_S:.0f} s ({seen}). {why}")
     first = attempts.get(0, {})
     if not any(_of(events, "killed") for events in first.values()):
         errors = [e for r, events in sorted(first.items()) if (e := _error(r, events))]
