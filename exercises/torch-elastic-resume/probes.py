@@ -199,7 +199,7 @@ def _read_logs(log_dir: str) -> list[dict]:
     return runs
 
 
-def launch(submission, kill_rank: int = 1, kill_step: int = 14, max_restarts: int = 1, timeout_s: float = 240.0):
+def launch(submission, kill_rank: int = 1, kill_step: int = 14, max_restarts: int = 1, timeout_s: float = 420.0):
     """Run the learner's script under torchrun with one kill; return torchrun's exit code, the logs, the weights.
 
     torchrun's agent runs here, in this process: `torch.distributed.run.main(argv)` is what the `torchrun` command

@@ -6,7 +6,7 @@ from probes import EPOCHS, STEPS_PER_EPOCH
 
 
 def test_example_survives_a_killed_rank(probe):
-    run = probe("launch", kill_rank=1, kill_step=14, timeout_s=240.0)
+    run = probe("launch", kill_rank=1, kill_step=14, timeout_s=420.0)
     for worker in run["runs"]:
         events = worker["events"]
         steps = sum(e["event"] == "step" for e in events)

@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils.data import DistributedSampler
 
 KILL_RANK, KILL_STEP = 1, 14
-RUN_TIMEOUT_S = 240.0
+RUN_TIMEOUT_S = 420.0
 TOTAL_STEPS = EPOCHS * STEPS_PER_EPOCH  # 24 optimizer steps per rank, uninterrupted
 STEP_BUDGET = TOTAL_STEPS + STEPS_PER_EPOCH  # a resume may redo the epoch that was cut short, no more
 TOL = 1e-5
