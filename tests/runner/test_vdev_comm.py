@@ -8,6 +8,8 @@ parameters, 196 bytes, one DDP bucket; two ``Linear(256, 256)`` have 2 * (65,536
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -158,3 +160,118 @@ def test_a_hook_registered_after_the_first_forward_replaces_the_twin() -> None:
     assert comm is not None
     assert [(w["calls"], w["bytes"]) for w in comm["per_step"]] == [(1, SMALL_BYTES // 2)] * 2
     assert comm["own_hooks"] == 1 and comm["ddp_default_hooks"] == 1
+
+
+def test_bytes_are_summed_by_dtype() -> None:
+    accumulating = _comm(train_accumulating)[0].comm
+    fp16 = _comm(train_fp16_hook)[0].comm
+    assert accumulating is not None and fp16 is not None
+    assert accumulating["dtypes"] == {"float32": 3 * SMALL_BYTES + 8, "float64": 24}
+    assert fp16["dtypes"] == {"float16": 2 * (SMALL_BYTES // 2)}
+
+
+def train_refused_hook(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """Try torch's bf16 hook, which DDP refuses on a CPU build, then train on without a hook."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    model = DistributedDataParallel(_small())
+    with contextlib.suppress(TypeError):  # "BF16 all reduce communication hook required CUDA 11+ and NCCL 2.10+"
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(rank))
+    for _ in range(2):
+        model(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+    return dict(model.module.state_dict())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="DDP accepts the bf16 hook where CUDA and NCCL are available")
+def test_a_refused_hook_leaves_ddps_own_reduction_counted() -> None:
+    comm = _comm(train_refused_hook)[0].comm
+    assert comm is not None
+    assert [(w["calls"], w["bytes"]) for w in comm["per_step"]] == [(1, SMALL_BYTES)] * 2
+    assert comm["dtypes"] == {"float32": 2 * SMALL_BYTES}
+    assert comm["ddp_default_hooks"] == 1 and comm["own_hooks"] == 0
+
+
+# torch-ddp-comm-tuning's model: Linear(16, 256), Tanh, Linear(256, 256), Tanh, Linear(256, 256), Tanh,
+# Linear(256, 1). Its parameter tensors hold 4,096, 256, 65,536, 256, 65,536, 256, 256 and 1 float32 values:
+# 136,193 in all, 544,772 bytes. From step 2 on DDP's buckets follow the gradients' ready order (last layer first)
+# and close once they hold at least the cap; 0.25 MiB (262,144 bytes) gives (257 + 65,792) * 4 = 264,196,
+# 65,792 * 4 = 263,168 and 4,352 * 4 = 17,408 bytes. Under find_unused_parameters=True the constructor already
+# applies the cap, in parameter order (4,352 + 65,536 values = 279,552 bytes; 256 + 65,536 = 263,168; 256 + 256 + 1
+# = 2,052), and never rebuilds (exercises/FACTS.md P23, P27).
+MLP_BYTES = 544_772
+MLP_BUCKETS = [264_196, 263_168, 17_408]
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Linear(16, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 1)
+    )
+
+
+def _bf16_hook(state, bucket):  # type: ignore[no-untyped-def]
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.bfloat16).div_(dist.get_world_size())
+    return dist.all_reduce(compressed, async_op=True).get_future().then(lambda f: buffer.copy_(f.value()[0]))
+
+
+def _train_mlp(options: dict, hook: bool = False):  # type: ignore[no-untyped-def]
+    def train(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        dist.init_process_group("gloo")
+        model = DistributedDataParallel(_mlp(), **options)
+        if hook:
+            model.register_comm_hook(None, _bf16_hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(rank))
+        for _ in range(3):
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+        dist.destroy_process_group()
+        return {"w": model.module[0].weight[:1]}
+
+    return train
+
+
+def _calls_by_step(comm: dict, steps: int = 3) -> list[list[int]]:
+    return [[nbytes for step, _op, nbytes in comm["calls"] if step == i] for i in range(steps)]
+
+
+def test_a_quarter_mib_cap_gives_three_buckets_from_step_two() -> None:
+    comm = _comm(_train_mlp({"bucket_cap_mb": 0.25}))[0].comm
+    assert comm is not None
+    assert _calls_by_step(comm) == [[MLP_BYTES], MLP_BUCKETS, MLP_BUCKETS]
+
+
+def test_a_bf16_hook_halves_every_bucket_but_keeps_the_layout() -> None:
+    comm = _comm(_train_mlp({"bucket_cap_mb": 0.25, "gradient_as_bucket_view": True}, hook=True))[0].comm
+    assert comm is not None
+    halves = [b // 2 for b in MLP_BUCKETS]
+    assert _calls_by_step(comm) == [[MLP_BYTES // 2], halves, halves]
+    assert comm["dtypes"] == {"bfloat16": MLP_BYTES // 2 * 3}
+
+
+def test_a_cap_given_in_bytes_is_read_as_mib() -> None:
+    comm = _comm(_train_mlp({"bucket_cap_mb": 262_144}))[0].comm  # 256 GiB
+    assert comm is not None
+    assert _calls_by_step(comm) == [[MLP_BYTES]] * 3
+
+
+def test_find_unused_parameters_keeps_the_constructors_buckets() -> None:
+    comm = _comm(_train_mlp({"bucket_cap_mb": 0.25, "find_unused_parameters": True}))[0].comm
+    assert comm is not None
+    assert _calls_by_step(comm) == [[2_052, 263_168, 279_552]] * 3

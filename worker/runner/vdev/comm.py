@@ -12,10 +12,13 @@ Contract (torch 2.13, any backend; measured on gloo, see README.md "Communicatio
   through Python, so every ``DistributedDataParallel`` gets, at its first ``forward``, the Python twin of the
   built-in reduction (``default_hooks.allreduce_hook``: divide by the world size, then all-reduce the bucket),
   unless the learner registered a hook of their own (which goes through the wrapped methods itself); one the
-  learner registers after that forward (DDP allows it until the first backward) replaces the twin.
-  Not seen: DDP's start-up broadcast of rank 0's weights (``_broadcast_coalesced`` in C++) and C++ built-in
-  hooks (``_register_builtin_comm_hook``), whose buckets are counted as plain all-reduces.
-- **Bytes** are the payload a rank hands to the collective: ``numel * element_size`` of its input tensors.
+  learner registers after that forward (DDP allows it until the first backward) replaces the twin; one DDP
+  refuses (it raises) changes nothing, so the twin still counts DDP's reduction.
+  Not seen: DDP's start-up broadcast of rank 0's weights (``_broadcast_coalesced`` in C++), its all-reduce of
+  the used-parameter map each step under ``find_unused_parameters=True`` (C++), and C++ built-in hooks
+  (``_register_builtin_comm_hook``).
+- **Bytes** are the payload a rank hands to the collective: ``numel * element_size`` of its input tensors;
+  ``dtypes`` sums them by dtype name over the run (``float32``, ``bfloat16``), so a compression hook shows.
   What travels on the wire depends on the algorithm (a ring all-reduce sends ``2 (n - 1) / n`` of it); the
   cost model (``runner/costmodel.py``) says which figure it uses.
 - **Compute** per window is the main thread's CPU time (``time.thread_time``): gloo works and waits in threads
@@ -61,17 +64,23 @@ def _new_window() -> dict[str, Any]:
 def reset() -> None:
     """Forget everything recorded so far (a fresh rank starts empty)."""
     _state.clear()
-    _state.update(windows=[_new_window()], calls=[], ops={}, clock=time.thread_time(), ddp_hooks=0, own_hooks=0)
+    _state.update(
+        windows=[_new_window()], calls=[], ops={}, dtypes={}, clock=time.thread_time(), ddp_hooks=0, own_hooks=0
+    )
 
 
-def _payload(value: Any) -> int:
-    """Return the bytes of every tensor in ``value`` (a tensor or nested lists of tensors)."""
+def _payload(value: Any, by_dtype: dict[str, int] | None = None) -> int:
+    """Return the bytes of the tensors in ``value`` (nested lists too), adding each to ``by_dtype`` by dtype name."""
     import torch
 
     if isinstance(value, torch.Tensor):
-        return int(value.numel() * value.element_size())
+        nbytes = int(value.numel() * value.element_size())
+        if by_dtype is not None:
+            name = str(value.dtype).removeprefix("torch.")
+            by_dtype[name] = by_dtype.get(name, 0) + nbytes
+        return nbytes
     if isinstance(value, (list, tuple)):
-        return sum(_payload(v) for v in value)
+        return sum(_payload(v, by_dtype) for v in value)
     return 0
 
 
@@ -86,13 +95,15 @@ def _inputs(op: str, args: tuple[Any, ...]) -> Any:
     return args[0]
 
 
-def note(op: str, nbytes: int) -> None:
-    """Record one collective of ``nbytes`` payload bytes in the current window."""
+def note(op: str, nbytes: int, by_dtype: dict[str, int] | None = None) -> None:
+    """Record one collective of ``nbytes`` payload bytes (``by_dtype``: the same bytes by dtype name)."""
     if not _state:
         return
     window = _state["windows"][-1]
     window["calls"] += 1
     window["bytes"] += nbytes
+    for name, part in (by_dtype or {}).items():
+        _state["dtypes"][name] = _state["dtypes"].get(name, 0) + part
     stats = _state["ops"].setdefault(op, {"calls": 0, "bytes": 0})
     stats["calls"] += 1
     stats["bytes"] += nbytes
@@ -107,7 +118,8 @@ def _wrap_collectives(pg_class: Any) -> None:
             continue
 
         def wrapper(self: Any, *args: Any, _op: str = op, _original: Any = original, **kwargs: Any) -> Any:
-            note(_op, _payload(_inputs(_op, args)))
+            by_dtype: dict[str, int] = {}
+            note(_op, _payload(_inputs(_op, args), by_dtype), by_dtype)
             return _original(self, *args, **kwargs)
 
         wrapper._gpulab_comm = True  # type: ignore[attr-defined]
@@ -172,21 +184,27 @@ def _wrap_ddp(ddp: Any) -> None:
         return forward(self, *inputs, **kwargs)
 
     def own_hook(self: Any, state: Any, hook: Any) -> Any:
+        # A hook DDP refuses (a second one, a bad signature, a bf16 hook without CUDA and NCCL) raises before
+        # anything changes: a learner who catches the error and trains on keeps DDP's own reduction, which the
+        # twin must then still count. So a wrapper counts as hooked only once its hook was accepted.
         dispatch = getattr(self, "_gpulab_dispatch", None)
-        if _state:
-            _state["own_hooks"] += 1
         if dispatch is not None and dispatch.hook is default_hooks.allreduce_hook:
             self._check_comm_hook(hook)  # DDP's own checks of the hook's signature
             dispatch.state, dispatch.hook = state, hook
-            return None
-        self._gpulab_hooked = True
-        return register(self, state, hook)  # a second registration fails here, as DDP would make it fail
+            registered = None
+        else:
+            registered = register(self, state, hook)  # a second registration fails here, as in DDP
+            self._gpulab_hooked = True
+        if _state:
+            _state["own_hooks"] += 1
+        return registered
 
     def own_builtin(self: Any, *args: Any, **kwargs: Any) -> Any:
+        registered = builtin(self, *args, **kwargs)
         self._gpulab_hooked = True  # C++ hook: its all-reduces stay invisible (documented)
         if _state:
             _state["own_hooks"] += 1
-        return builtin(self, *args, **kwargs)
+        return registered
 
     counted_forward._gpulab_comm = True  # type: ignore[attr-defined]
     ddp.forward = counted_forward
@@ -222,6 +240,7 @@ def report() -> dict[str, Any]:
         "per_step": per_step,
         "tail": tail,
         "ops": {k: dict(v) for k, v in sorted(_state["ops"].items())},
+        "dtypes": dict(sorted(_state["dtypes"].items())),
         "calls": [list(c) for c in _state["calls"]],
         "calls_truncated": len(_state["calls"]) >= MAX_CALLS,
         "samples": sum(w["samples"] for w in windows),
