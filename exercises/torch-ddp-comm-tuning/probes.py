@@ -1,0 +1,165 @@
+"""Probes for torch-ddp-comm-tuning: run the learner's train and train_two_heads in real processes with real DDP
+over gloo (runner.vdev.ddp), measure each rank's communication (runner.vdev.comm: collective calls, bytes and their
+dtypes per optimizer step), and observe what the learner's wrappers did:
+
+- ``wrappers``: for each DistributedDataParallel the rank made, its ``find_unused_parameters``,
+  ``gradient_as_bucket_view``, ``static_graph`` and ``bucket_bytes_cap`` (bytes) as DDP holds them;
+- ``grads``: at each optimizer step (a global step pre-hook), how many parameters have a ``.grad``, in how many
+  distinct storages, and how many bytes of them sit in a storage of their own (a ``.grad`` that is not a view into
+  one of DDP's flat buckets: gradients that share a storage are views into one bucket).
+
+They travel back from the rank as int64 tensors beside the learner's state dict (keys starting ``probe.``) and are
+split off here; the learner's tensors come back as raw bytes (``_plain``). Like every probe's, these are
+observations a learner who patches this file could forge; the accuracy, which the tests compute from the returned
+weights, cannot be forged without training. The hidden tests import the data, the models and the constants from
+here.
+"""
+
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+
+# Warm the subject before it forks per-test children, so ranks start in ~0.1 s instead of seconds.
+import torch._dynamo  # noqa: E402,F401
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402,F401
+
+torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+
+# The prompt's and the starter's settings.
+N_TRAIN, N_VAL, BATCH, EPOCHS, LR = 512, 256, 32, 8, 3e-3
+W_PER_KW = 1000.0
+BUCKET_MB = 0.25
+TWO_HEAD_STEPS, TWO_HEAD_LR = 6, 0.1
+_PREFIX = "probe."
+
+
+def make_dataset() -> tuple[torch.Tensor, torch.Tensor]:
+    """The starter's 768 samples: 16 readings x ~ N(0, 1), y in watts within about 3 kW of a baseline."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(N_TRAIN + N_VAL, 16, generator=g)
+    w = torch.randn(16, 1, generator=g) / 4
+    return x, 3000 * torch.tanh(x @ w) + 50 * torch.randn(N_TRAIN + N_VAL, 1, generator=g)
+
+
+def build_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(16, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 256), nn.Tanh(), nn.Linear(256, 1)
+    )
+
+
+class TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.trunk = nn.Sequential(nn.Linear(8, 16), nn.Tanh())
+        self.head_a = nn.Linear(16, 1)
+        self.head_b = nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor, task: str) -> torch.Tensor:
+        h = self.trunk(x)
+        return self.head_a(h) if task == "a" else self.head_b(h)
+
+
+def two_head_batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor, str]:
+    g = torch.Generator().manual_seed(100 * step + rank)
+    x = torch.randn(8, 8, generator=g)
+    task = "a" if step % 2 == 0 else "b"
+    y = x.sum(dim=1, keepdim=True) if task == "a" else x[:, :1] - x[:, 1:2]
+    return x, y, task
+
+
+def _watch() -> tuple[list, list]:
+    """In a rank: keep every DDP wrapper made from now on, and sample the gradients' storages at every step."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    wrappers: list = []
+    grads: list = []
+    original = DistributedDataParallel.__init__
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        wrappers.append(self)
+
+    def before_step(optimizer, args, kwargs):
+        tensors = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        by_storage: dict[int, list] = {}
+        for t in tensors:
+            by_storage.setdefault(t.untyped_storage().data_ptr(), []).append(t)
+        own = sum(
+            t.numel() * t.element_size()
+            for group in by_storage.values()
+            if len(group) == 1
+            for t in group
+            if t.untyped_storage().nbytes() == t.numel() * t.element_size()
+        )
+        grads.append([len(tensors), len(by_storage), own])
+
+    DistributedDataParallel.__init__ = init
+    register_optimizer_step_pre_hook(before_step)
+    return wrappers, grads
+
+
+def _observed(wrappers: list, grads: list) -> dict[str, torch.Tensor]:
+    rows = [
+        [int(w.find_unused_parameters), int(w.gradient_as_bucket_view), int(w.static_graph), int(w.bucket_bytes_cap)]
+        for w in wrappers
+    ]
+    return {
+        _PREFIX + "wrappers": torch.tensor(rows, dtype=torch.int64).reshape(-1, 4),
+        _PREFIX + "grads": torch.tensor(grads, dtype=torch.int64).reshape(-1, 3),
+    }
+
+
+def _plain(rank_result) -> dict:
+    """Return a rank's result as data, its ``probe.`` tensors split off into ``observed`` (lists of dicts).
+
+    The weights travel as raw little-endian bytes (``bytes``, with ``dtype`` and ``shape``), not as lists of
+    numbers: build_model()'s 136,193 float32 values on two ranks would not fit in one reply as JSON numbers.
+    """
+    result = rank_result.plain()
+    result["state"] = {
+        k: {"dtype": str(v.dtype), "shape": list(v.shape), "bytes": v.astype(v.dtype.newbyteorder("<")).tobytes()}
+        for k, v in rank_result.state.items()
+        if not k.startswith(_PREFIX)
+    }
+    raw = {k[len(_PREFIX) :]: v.ravel().tolist() for k, v in rank_result.state.items() if k.startswith(_PREFIX)}
+
+    def rows(name: str, width: int) -> list:
+        data = raw.get(name, [])
+        return [data[i : i + width] for i in range(0, len(data), width)]
+
+    result["observed"] = {
+        "wrappers": [
+            {"find_unused_parameters": bool(a), "gradient_as_bucket_view": bool(b), "static_graph": bool(c),
+             "bucket_bytes_cap": int(d)}
+            for a, b, c, d in rows("wrappers", 4)
+        ],
+        "grads": [{"grads": a, "storages": b, "own_bytes": c} for a, b, c in rows("grads", 3)],
+    }  # fmt: skip
+    return result
+
+
+def _run(fn, world_size: int, timeout_s: float) -> list:
+    from runner.vdev import ddp
+
+    def train(rank: int, ws: int):
+        wrappers, grads = _watch()
+        state = fn(rank, ws)
+        if not isinstance(state, Mapping):
+            return state  # the harness reports what train returned instead of a dict
+        return {**dict(state), **_observed(wrappers, grads)}
+
+    return [_plain(r) for r in ddp.run(train, world_size=world_size, timeout_s=timeout_s, measure=True)]
+
+
+def run(submission, world_size: int = 2, timeout_s: float = 40.0) -> list:
+    """Run submission.train on world_size ranks, measuring; return each rank's result with ``observed``."""
+    return _run(submission.train, world_size, timeout_s)
+
+
+def run_two_heads(submission, world_size: int = 2, timeout_s: float = 40.0) -> list:
+    """Run submission.train_two_heads on world_size ranks, measuring; return each rank's result with ``observed``."""
+    return _run(submission.train_two_heads, world_size, timeout_s)
