@@ -6,9 +6,10 @@ dtypes per optimizer step), and observe what the learner's wrappers did:
   ``gradient_as_bucket_view``, ``static_graph`` and ``bucket_bytes_cap`` (bytes) as DDP holds them;
 - ``grads``: at each optimizer step (a global step pre-hook), how many parameters have a ``.grad``, in how many
   distinct storages, and how many bytes of them sit in a storage of their own (a ``.grad`` that is not a view into
-  one of DDP's flat buckets: gradients that share a storage are views into one bucket).
+  one of DDP's flat buckets: gradients that share a storage are views into one bucket); and ``norm``, the L2 norm
+  of all of them together (what the optimizer is about to step on, after DDP and any hook).
 
-They travel back from the rank as int64 tensors beside the learner's state dict (keys starting ``probe.``) and are
+They travel back from the rank as tensors beside the learner's state dict (keys starting ``probe.``) and are
 split off here; the learner's tensors come back as raw bytes (``_plain``). Like every probe's, these are
 observations a learner who patches this file could forge; the accuracy, which the tests compute from the returned
 weights, cannot be forged without training. The hidden tests import the data, the models and the constants from
@@ -95,7 +96,8 @@ def _watch() -> tuple[list, list]:
             for t in group
             if t.untyped_storage().nbytes() == t.numel() * t.element_size()
         )
-        grads.append([len(tensors), len(by_storage), own])
+        norm = float(torch.sqrt(sum((t.detach().double() ** 2).sum() for t in tensors))) if tensors else 0.0
+        grads.append([len(tensors), len(by_storage), own, norm])
 
     DistributedDataParallel.__init__ = init
     register_optimizer_step_pre_hook(before_step)
@@ -109,7 +111,8 @@ def _observed(wrappers: list, grads: list) -> dict[str, torch.Tensor]:
     ]
     return {
         _PREFIX + "wrappers": torch.tensor(rows, dtype=torch.int64).reshape(-1, 4),
-        _PREFIX + "grads": torch.tensor(grads, dtype=torch.int64).reshape(-1, 3),
+        _PREFIX + "grads": torch.tensor([g[:3] for g in grads], dtype=torch.int64).reshape(-1, 3),
+        _PREFIX + "grad_norms": torch.tensor([g[3] for g in grads], dtype=torch.float64),
     }
 
 
@@ -137,7 +140,10 @@ def _plain(rank_result) -> dict:
              "bucket_bytes_cap": int(d)}
             for a, b, c, d in rows("wrappers", 4)
         ],
-        "grads": [{"grads": a, "storages": b, "own_bytes": c} for a, b, c in rows("grads", 3)],
+        "grads": [
+            {"grads": a, "storages": b, "own_bytes": c, "norm": n}
+            for (a, b, c), n in zip(rows("grads", 3), raw.get("grad_norms", []), strict=False)
+        ],
     }  # fmt: skip
     return result
 

@@ -12,6 +12,7 @@ and closes a bucket once it holds at least the cap, so a 0.25 MiB (262,144-byte)
 (257 + 65,792) * 4 = 264,196, 65,792 * 4 = 263,168 and 4,352 * 4 = 17,408 bytes (exercises/FACTS.md P23).
 """
 
+import math
 import statistics
 
 import pytest
@@ -32,6 +33,7 @@ from probes import (
 )
 from runner import costmodel
 from torch import nn
+from torch.utils.data import DistributedSampler, TensorDataset
 
 WORLD = 2
 STEPS = EPOCHS * (N_TRAIN // WORLD) // BATCH  # 8 steps per epoch and rank
@@ -161,8 +163,8 @@ def test_accuracy_target(probe, measure):
     dtypes = runs[0]["comm"].get("dtypes", {})
     if not finite:
         why = (
-            "rank 0's final weights hold nan or inf: a gradient overflowed on its way through your hook. "
-            "This loss is in watts squared, and its gradients reach about 1e6 at the first step"
+            "rank 0's final weights hold nan or inf. This loss is in watts squared, and its gradients reach about "
+            "1e6 at the first step"
         )
         if "float16" in dtypes:
             why += (
@@ -172,8 +174,8 @@ def test_accuracy_target(probe, measure):
             )
         else:
             why += (
-                f" (your all-reduces carried {', '.join(sorted(dtypes)) or 'nothing'}). Compress to torch.bfloat16, "
-                "which keeps float32's range, and divide by the world size, not by zero"
+                f"; your all-reduces carried {', '.join(sorted(dtypes)) or 'nothing'}. A hook must hand DDP finite "
+                "averages: compress to torch.bfloat16, which keeps float32's range, and divide by the world size"
             )
     else:
         why = (
@@ -204,6 +206,54 @@ def test_replicas_identical(probe):
             "not the same average: your hook must all-reduce the bucket and write the result (divided by the world "
             "size) back into it, or return it, on every rank; returning the local bucket skips the averaging."
         )
+
+
+def first_step_gradient_norm():
+    """Return the L2 norm of step 1's gradient, averaged over both ranks' first batches, in one process (float32)."""
+    x, y = make_dataset()
+    data = TensorDataset(x[:N_TRAIN], y[:N_TRAIN])
+    model = build_model()
+    for rank in range(WORLD):
+        sampler = DistributedSampler(data, WORLD, rank, shuffle=True, seed=0)  # as train() makes it
+        sampler.set_epoch(0)
+        rows = list(sampler)[:BATCH]
+        (nn.functional.mse_loss(model(x[rows]) * W_PER_KW, y[rows]) / WORLD).backward()
+    return float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters())))
+
+
+def test_hook_averages(probe, measure):
+    runs = _all_reducing(_ok_ranks(probe))
+    grads = runs[0]["observed"]["grads"]
+    if not grads or not math.isfinite(grads[0]["norm"]):
+        pytest.fail(
+            "rank 0's gradients at its first optimizer step were missing or not finite, so there is no average to "
+            "compare: see test_accuracy_target's message."
+        )
+    ratio = grads[0]["norm"] / first_step_gradient_norm()
+    measure.record(
+        "step 1 gradient / the ranks' average (rank 0)", round(ratio, 4), unit="x", target=1, compare="=="
+    )
+    if abs(ratio - 1) <= 0.02:  # bfloat16 keeps about 2 to 3 digits: the norm moves by far less than 2 %
+        return
+    if abs(ratio - WORLD) <= 0.05 * WORLD:
+        why = (
+            f"the gradient rank 0 stepped on at step 1 is {ratio:.2f} times the average of the two ranks' gradients: "
+            "your hook hands DDP their sum. Divide by the world size (dist.get_world_size()), before or after the "
+            "all-reduce. Adam happens to hide the factor (it divides by the gradient's own size), SGD would not"
+        )
+    elif abs(ratio - 1 / WORLD) <= 0.05 / WORLD:
+        why = (
+            f"the gradient rank 0 stepped on at step 1 is {ratio:.2f} times the average of the two ranks' gradients: "
+            "your hook divides by the world size twice (DDP does not divide for you once a hook is registered; "
+            "divide once)"
+        )
+    else:
+        why = (
+            f"the gradient rank 0 stepped on at step 1 is {ratio:.3g} times the average of the two ranks' gradients "
+            "(computed here in float32). A hook must hand DDP that average: the all-reduced sum of the bucket, "
+            "divided by the world size once, cast back to float32"
+        )
+    pytest.fail(why + ".")
 
 
 def test_bytes_per_step(probe, measure):
