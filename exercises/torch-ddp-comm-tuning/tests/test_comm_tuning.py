@@ -65,8 +65,9 @@ def _ranks(probe, name):
 def _describe(r, what):
     if r["timed_out"]:
         return (
-            f"rank {r['rank']} of {what} did not finish within 40 s: a rank waits forever in a collective the other "
-            "rank never joins (a hook must all-reduce every bucket it is given, on every rank)"
+            f"rank {r['rank']} of {what} did not finish within 40 s (the reference needs a few seconds): a rank "
+            "waits forever in a collective the other rank never joins (a hook must all-reduce every bucket it is "
+            "given, on every rank), or the training did far more work than the starter's loop"
         )
     if r["error"]:
         e = r["error"]
