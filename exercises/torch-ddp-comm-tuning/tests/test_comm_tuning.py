@@ -67,7 +67,8 @@ def _describe(r, what):
         return (
             f"rank {r['rank']} of {what} did not finish within 40 s (the reference needs a few seconds): a rank "
             "waits forever in a collective the other rank never joins (a hook must all-reduce every bucket it is "
-            "given, on every rank), or the training did far more work than the starter's loop"
+            "given, on every rank), the training did far more work than the starter's loop, or the grading machine "
+            "was overloaded (then submit again)"
         )
     if r["error"]:
         e = r["error"]
@@ -231,10 +232,15 @@ def test_hook_averages(probe, measure):
             "compare: see test_accuracy_target's message."
         )
     ratio = grads[0]["norm"] / first_step_gradient_norm()
+    off_percent = abs(ratio - 1) * 100
     measure.record(
-        "step 1 gradient / the ranks' average (rank 0)", round(ratio, 4), unit="x", target=1, compare="=="
+        "step 1 gradient's distance from the ranks' average (rank 0, by norm)",
+        round(off_percent, 3),
+        unit="%",
+        target=2,
+        compare="<=",
     )
-    if abs(ratio - 1) <= 0.02:  # bfloat16 keeps about 2 to 3 digits: the norm moves by far less than 2 %
+    if off_percent <= 2:  # bfloat16 keeps about 2 to 3 digits: the norm moves by far less than 2 %
         return
     if abs(ratio - WORLD) <= 0.05 * WORLD:
         why = (
