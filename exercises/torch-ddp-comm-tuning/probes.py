@@ -21,12 +21,6 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-# Warm the subject before it forks per-test children, so ranks start in ~0.1 s instead of seconds.
-import torch._dynamo  # noqa: E402,F401
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402,F401
-
-torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-
 # The prompt's and the starter's settings.
 N_TRAIN, N_VAL, BATCH, EPOCHS, LR = 512, 256, 32, 8, 3e-3
 W_PER_KW = 1000.0
@@ -148,8 +142,20 @@ def _plain(rank_result) -> dict:
     return result
 
 
+def _warm() -> None:
+    """Import what DDP's first forward and the optimizer import lazily, before the ranks fork (they then start in
+    ~0.1 s instead of paying seconds each). Done here, not at import: the judge imports this file too, for the
+    data and the models, and never forks ranks."""
+    import torch._dynamo  # noqa: F401
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: F401
+
+    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+
+
 def _run(fn, world_size: int, timeout_s: float) -> list:
     from runner.vdev import ddp
+
+    _warm()
 
     def train(rank: int, ws: int):
         wrappers, grads = _watch()
@@ -169,3 +175,11 @@ def run(submission, world_size: int = 2, timeout_s: float = 40.0) -> list:
 def run_two_heads(submission, world_size: int = 2, timeout_s: float = 40.0) -> list:
     """Run submission.train_two_heads on world_size ranks, measuring; return each rank's result with ``observed``."""
     return _run(submission.train_two_heads, world_size, timeout_s)
+
+
+def run_both(submission, world_size: int = 2, timeout_s: float = 40.0) -> dict:
+    """Run train, then train_two_heads, in one call (one learner process to start, not two): their results."""
+    return {
+        "run": run(submission, world_size, timeout_s),
+        "run_two_heads": run_two_heads(submission, world_size, timeout_s),
+    }
