@@ -148,6 +148,12 @@ def _batch_problem(seen):
     return None
 
 
+def _in_order(seen):
+    """Whether the first noted training epoch took the examples in the dataset's order (replica by replica)."""
+    passes = _train_passes(seen)
+    return bool(passes) and [i for step in passes[0] for r in step for i in r] == list(range(N_TRAIN))
+
+
 def _lr(seen):
     trained = [o for o in seen["optimizers"] if o["iterations"] > 0]
     return trained[0]["learning_rate"] if trained else None
@@ -198,17 +204,24 @@ def test_trains_like_one_device_on_the_global_batch(probe):
     said = (f"the final weights differ by up to {diff:.3g} from {EPOCHS} epochs of SGD({SCALED_LR:g}) on global "
             f"batches of {GLOBAL_BATCH} in the dataset's order, computed on one device.")
     lr = _lr(seen)
+    steps = max((o["iterations"] for o in seen["optimizers"]), default=0)
     if _scope_problem(seen):
         why = " " + _scope_problem(seen)
     elif _batch_problem(seen):
         why = " The batches were not the expected global batches (see the test on the replicas' shares)."
     elif lr is not None and abs(lr - SCALED_LR) >= 1e-9:
         why = f" The learning rate was {lr:g}, not {SCALED_LR:g} (see the learning-rate test)."
+    elif steps != EPOCHS * STEPS_PER_EPOCH:
+        why = f" The optimizer took {steps} steps, not {EPOCHS * STEPS_PER_EPOCH} ({EPOCHS} epochs of {STEPS_PER_EPOCH})."
+    elif _train_passes(seen) and not _in_order(seen):
+        why = (" The first epoch did not take the examples in the dataset's order: keep the order (no shuffle), the "
+               "grader recomputes the training in it.")
     elif _train_passes(seen):
-        why = (" The batches and the rate were right, so the difference is in the step: in each replica, divide the "
-               "sum of its per-example losses by the global batch (tf.nn.compute_average_loss(per_example, "
-               f"global_batch_size={GLOBAL_BATCH})), not by the replica's own batch (tf.reduce_mean): the strategy "
-               "sums the replicas' gradients.")
+        why = (" The batches, their order, the rate and the number of steps were right, so the difference is in the "
+               "step itself. The usual cause: in each replica, divide the sum of its per-example losses by the global "
+               f"batch (tf.nn.compute_average_loss(per_example, global_batch_size={GLOBAL_BATCH})), not by the "
+               "replica's own batch (tf.reduce_mean): the strategy sums the replicas' gradients. Otherwise check the "
+               "loss (sparse categorical cross-entropy from logits) and the optimizer (plain SGD).")
     else:
         why = (" Check each replica's loss (divided by the global batch: tf.nn.compute_average_loss(per_example, "
                f"global_batch_size={GLOBAL_BATCH})), the batches and the order of the data (no shuffle).")

@@ -58,7 +58,8 @@ def _run(probe):
         try:
             _RUN["seen"] = probe("run")
         except Exception as exc:
-            pytest.fail(f"running train_worker on two workers raised {type(exc).__name__}: {_first_line(exc)}")
+            pytest.fail(f"running train_worker on two workers failed: {type(exc).__name__}: {_first_line(exc)}",
+                        pytrace=False)
     return _RUN["seen"]
 
 
@@ -88,7 +89,7 @@ def _config_problem(seen, index):
         return (f"worker {index} created its MultiWorkerMirroredStrategy with no TF_CONFIG in the environment, so it "
                 "formed a cluster of one and trained alone. TF_CONFIG is read when the strategy is created: set "
                 "os.environ[\"TF_CONFIG\"] = json.dumps({...}) before creating the strategy.")
-    if "unreadable" in config:
+    if isinstance(config, dict) and "unreadable" in config:
         return f"worker {index}'s TF_CONFIG is not JSON: {config['unreadable']!r}. Write it with json.dumps(...)."
     cluster = config.get("cluster") if isinstance(config, dict) else None
     task = config.get("task") if isinstance(config, dict) else None
@@ -126,8 +127,8 @@ def _describe(w):
     """One sentence (no final period) on why worker w gave no result."""
     i = w["index"]
     if w["stopped"]:
-        return (f"worker {i} was still running {GRACE_S:.0f} s after the other worker had stopped with an error, and "
-                "was stopped (a worker waits for all the others at every collective step)")
+        return (f"worker {i} was still running {GRACE_S:.0f} s after the other worker had failed, and was stopped "
+                "(a worker waits for all the others at every collective step)")
     if w["timed_out"]:
         return f"worker {i} did not finish within {RUN_TIMEOUT_S:.0f} s"
     if w["error"]:
@@ -275,6 +276,19 @@ def _batch_problem(seen):
     return None
 
 
+def _in_order(seen):
+    """Whether step k of the first epoch learned from examples k*GLOBAL_BATCH .. (k+1)*GLOBAL_BATCH-1, all workers
+    together."""
+    firsts = _first_passes(seen)
+    if firsts is None or len({len(f) for f in firsts}) != 1:
+        return False
+    for k, steps in enumerate(zip(*firsts)):
+        ids = sorted(i for step in steps for replica in step for i in replica)
+        if ids != list(range(k * GLOBAL_BATCH, (k + 1) * GLOBAL_BATCH)):
+            return False
+    return True
+
+
 def _unseen(what, workers):
     """When no batch was seen, judge by the weights; say so, and that this test cannot confirm its part."""
     diff = min(_diff(_weights(w), reference()) for w in workers)
@@ -325,6 +339,10 @@ def test_trains_like_one_device_on_the_global_batch(probe):
     elif _share_problem(seen) or _batch_problem(seen):
         why = (" The data each step learned from was not one global batch of distinct examples (see the tests on the "
                "workers' shares and on the global batch).")
+    elif _first_passes(seen) is not None and not _in_order(seen):
+        why = (" The steps did not learn from the dataset's global batches in order (step k from examples "
+               f"{GLOBAL_BATCH}k to {GLOBAL_BATCH}k+{GLOBAL_BATCH - 1}, shared between the workers): keep the order of "
+               "make_dataset() (no shuffle).")
     elif _first_passes(seen) is not None:
         why = (" Each step took the right examples, so the difference is in the step itself: divide the sum of each "
                f"replica's per-example losses by the global batch (tf.nn.compute_average_loss(per_example, "
