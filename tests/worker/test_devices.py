@@ -42,6 +42,7 @@ def spec_for(
         ("torch", 2, "auto", "2 virtual CUDA devices (CPU)"),
         ("torch", 2, "processes", "2 CPU processes (gloo)"),
         ("tensorflow", 4, "auto", "4 virtual CPU replicas"),
+        ("tensorflow", 2, "processes", "2 CPU processes (gRPC)"),
     ],
 )
 def test_labels_follow_the_exercise(framework: str, replicas: int, devices: str, label: str) -> None:

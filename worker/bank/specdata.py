@@ -30,7 +30,8 @@ Queue = Literal["cpu", "gpu"]
 Framework = Literal["python", "torch", "tensorflow"]
 Difficulty = Literal["beginner", "intermediate", "advanced"]
 # "auto": the framework's virtual devices on CPU workers (virtual CUDA for torch, logical CPUs for TensorFlow);
-# "processes": one real process per replica (DistributedDataParallel over gloo), no virtual CUDA.
+# "processes": one real process per replica, no virtual devices: DDP ranks over gloo (runner.vdev.ddp), or
+# TensorFlow workers forming a MultiWorkerMirroredStrategy cluster over gRPC on loopback (runner.vdev.tf_workers).
 DeviceMode = Literal["auto", "processes"]
 # "per-test": each test gets a fresh learner process (nothing leaks between tests); "per-file": the tests of one
 # file share it (the learner's module is imported once per file), for exercises whose set-up dominates.

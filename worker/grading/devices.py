@@ -3,9 +3,9 @@
 Contract: ``device_label(spec, sandbox, gpus=...)`` is a short human label, computed on the host from the
 exercise, the backend and the real GPUs the run was given (never from anything the sandbox reports, so learner
 code cannot change it). It matches what the subject prepares with ``runner.vdev.setup``: virtual CUDA devices
-for PyTorch, logical CPU replicas for TensorFlow, real processes for ``devices = "processes"``; with at
-least as many real GPUs as replicas, those GPUs ("2 <multiplication sign> NVIDIA H200"); with fewer, the job
-runs as on a CPU worker and is labelled so. Unsandboxed runs always say so.
+for PyTorch, logical CPU replicas for TensorFlow, real processes for ``devices = "processes"`` (DDP ranks over
+gloo, TensorFlow workers over gRPC); with at least as many real GPUs as replicas, those GPUs ("2 <multiplication
+sign> NVIDIA H200"); with fewer, the job runs as on a CPU worker and is labelled so. Unsandboxed runs always say so.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ def device_label(spec: ExerciseData, sandbox: Sandbox, *, gpus: tuple[str, ...] 
         real = f"{spec.replicas} {TIMES} {gpus[0]}"
         label = f"{_plural(spec.replicas, 'process', 'processes')} on {real}" if spec.devices == "processes" else real
     elif spec.replicas > 1 and spec.devices == "processes":
-        label = f"{_plural(spec.replicas, 'CPU process', 'CPU processes')} (gloo)"
+        # DDP ranks talk over gloo; TensorFlow workers (MultiWorkerMirroredStrategy) over gRPC.
+        link = "gRPC" if spec.framework == "tensorflow" else "gloo"
+        label = f"{_plural(spec.replicas, 'CPU process', 'CPU processes')} ({link})"
     elif spec.vdev_framework == "torch":
         label = f"{_plural(spec.replicas, 'virtual CUDA device')} (CPU)"
     elif spec.vdev_framework == "tensorflow":
