@@ -20,7 +20,6 @@ from app.domain.exercises import notebooks
 from app.web.deps import CurrentUser, ExerciseDep, SessionDep, SubmitDep
 from app.web.errors import problem_responses
 from app.web.routes.api_exercises import SUBMIT_ERRORS
-from app.web.schemas.exercises import ExerciseDetail
 from app.web.schemas.submissions import NotebookIn, SubmissionCreated
 
 router = APIRouter(prefix="/api/exercises", tags=["notebooks"])
@@ -50,8 +49,7 @@ NOTEBOOK_SUBMIT_ERRORS = {
 @router.get("/{slug}/notebook", response_class=Response, responses=NOTEBOOK_ANSWER)
 def download_notebook(exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> Response:
     """Return the exercise as a Jupyter notebook to work on and submit (in the caller's variant, as on its page)."""
-    params = coursework.learner_params(session=session, exercise=exercise, user=user)
-    params = ExerciseDetail.of(exercise, params=params).params  # the default variant where there is none
+    params = coursework.learner_params(session=session, exercise=exercise, user=user)  # None: the default variant
     return Response(
         notebooks.notebook_text(exercise, params),
         media_type=notebooks.MEDIA_TYPE,
