@@ -176,19 +176,34 @@ def user() -> None:
 @click.argument("email")
 @click.option("--role", type=click.Choice(["learner", "instructor", "admin"]), default="learner", show_default=True)
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input (first line).")
-def user_add(email: str, role: str, password_stdin: bool) -> None:
+@click.option(
+    "--practice-staff/--no-practice-staff",
+    default=None,
+    help="Put the user on the practice course's staff (reviews practice work); instructors are by default.",
+)
+def user_add(email: str, role: str, password_stdin: bool, practice_staff: bool | None) -> None:
     """Create a user; the password comes from stdin, or a random one is printed."""
     from app.domain.accounts.passwords import create_user
-    from app.domain.models import Role
+    from app.domain.courses import membership
+    from app.domain.models import CourseRole, Role
     from app.domain.platform.db import session_scope
 
     password = sys.stdin.readline().rstrip("\r\n") if password_stdin else secrets.token_urlsafe(12)
+    # Like migration 0017 for the instructors it found: a new site instructor reviews practice work unless told not
+    # to; staff rights stay per course, so this is a membership of the practice course, nothing site-wide.
+    on_practice = role == Role.instructor.value if practice_staff is None else practice_staff
+    if on_practice and role == Role.learner.value:
+        raise click.UsageError("a learner cannot be on the practice course's staff")
     try:
         with session_scope() as session:
-            create_user(session=session, email=email, password=password, role=Role(role))
+            user = create_user(session=session, email=email, password=password, role=Role(role))
+            if on_practice:
+                practice = membership.practice_course(session=session)
+                membership.enroll(session=session, course=practice, user=user, role=CourseRole.instructor)
     except GpulabError as exc:
         raise click.ClickException(exc.message) from exc
-    click.echo(f"created {role} {email}" + ("" if password_stdin else f" with password {password}"))
+    staff_note = " (practice course staff)" if on_practice else ""
+    click.echo(f"created {role} {email}{staff_note}" + ("" if password_stdin else f" with password {password}"))
 
 
 @cli.group()

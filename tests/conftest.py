@@ -19,6 +19,8 @@ Contract:
   ``other_learner``, ``instructor`` (on the practice course's staff list), ``admin`` are ready-made; fixture
   ``login`` gives ``login(client, user)``;
   ``learner_client`` is ``client`` logged in as ``learner``, ``admin_client`` as ``admin``.
+- ``warm_pool`` is one session-wide ``WarmPool`` of every runtime: the security suite's warm backend, the bank
+  checks and the examples check share its templates, so each framework is imported once per run.
 - ``fake_sandbox`` makes every grading in this process use one ``worker.grading.sandbox.fake.FakeSandbox``
   (every test passes until the test sets its ``handler``), for tests that need only that a grading happened.
 - ``tiny_exercise`` syncs a small code exercise (hidden test, solution, wrong variant and example test
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
     from worker.grading.sandbox.fake import FakeSandbox
+    from worker.grading.sandbox.warm import WarmPool
 
 PASSWORD = "correct horse battery staple"
 
@@ -208,6 +211,16 @@ class RecordingDispatcher:
 
     def shutdown(self) -> None:
         self.shut_down = True
+
+
+@pytest.fixture(scope="session")
+def warm_pool() -> Iterator[WarmPool]:
+    """One pool of warm templates for the whole run, as a worker process has: every suite that grades shares it."""
+    from worker.grading.sandbox.warm import RUNTIMES, WarmPool
+
+    pool = WarmPool(RUNTIMES, size=1)
+    yield pool
+    pool.close()
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ from worker.core.outcome import GradeOutcome
 from worker.grading.pipeline import grade
 from worker.grading.sandbox.base import Sandbox
 from worker.grading.sandbox.local import LocalSandbox
-from worker.grading.sandbox.warm import RUNTIMES, WarmLocalSandbox, WarmPool
+from worker.grading.sandbox.warm import WarmLocalSandbox
 
 CGROUP_NAME = "gpulab-security"
 SANDBOX_USERS = ("gpulab-sandbox", "gpulab-judge")
@@ -125,14 +125,6 @@ def _docker_backend(tmp_path: Path, *, warm: bool = False) -> Sandbox:
     except (SandboxUnavailable, ImportError, OSError) as exc:
         unavailable(f"no Docker engine answers: {exc}")
     return sandbox
-
-
-@pytest.fixture(scope="session")
-def warm_pool() -> Iterator[WarmPool]:
-    """One pool of warm templates for the whole suite, as a worker process has."""
-    pool = WarmPool(RUNTIMES, size=1)
-    yield pool
-    pool.close()
 
 
 @pytest.fixture(scope="session")
