@@ -5,11 +5,12 @@ Contract:
   ``default_visibility``; ``worker.bank.spec``): ``now``, ``after_due`` or ``never``. A quiz's questions are
   ``now``. A stored ``exercise.toml`` that no longer reads withholds every test from learners (logged): a
   result shown too little can be fixed, one shown too much cannot.
-- Staff see everything: site instructors and admins, and the instructors and TAs (``courses.STAFF``) of the
-  course of the submission's assignment. Anyone else (the learner) sees a ``now`` test whole; an ``after_due``
-  test whole once their window on the submission's assignment is closed (``assignments.window`` on the owner's
-  ``dates_from``: after the late period when there is one, else after the due date; an extension in force
-  moves it), by name and points only before; a ``never`` test by name and points only.
+- Staff see everything: admins, and the instructors and TAs (``courses.STAFF``) of the submission's course (its
+  assignment's course; the practice course for practice work). A site instructor is staff only of their courses:
+  their own work as a learner elsewhere is shown as to any learner. Anyone else (the learner) sees a ``now`` test
+  whole; an ``after_due`` test whole once their window on the submission's assignment is closed
+  (``assignments.window`` on the owner's ``dates_from``: after the late period when there is one, else after the due
+  date; an extension in force moves it), by name and points only before; a ``never`` test by name and points only.
 - Quiz answers: a learner's quiz attempt under an assignment shows its questions' feedback but not their
   explanations or model answers (``answers_withheld``; ``message_of`` cuts them and says when they show) while
   the learner has attempts left and their window is open: they show after the last attempt (the limit plus an
@@ -23,10 +24,11 @@ Contract:
   ``reveals_at`` (the deadline after which the withheld ``after_due`` tests show; None when none waits or there
   is no deadline). ``EVERYTHING`` is what staff get. ``app.web.schemas.SubmissionOut.of`` applies it; the
   grade (score, verdict) and the program's own output are not withheld.
-- Reads: ``shown_for`` answers a whole list in a fixed number of queries: none for site staff; one for the
+- Reads: ``shown_for`` answers a whole list in a fixed number of queries: none for admins; one for the
   ``exercise.toml`` of versions not read before by this process (kept by content hash: a version never
   changes); and only when some listed test is not ``now`` and some submission was made under an assignment,
-  one each for those assignments, the viewer's staff roles in their courses and the extensions in force.
+  one each for those assignments, the practice course (when practice work is listed), the viewer's staff roles
+  in those courses and the extensions in force.
   Functions take the session keyword-only and only read.
 """
 
@@ -42,13 +44,13 @@ from sqlalchemy.orm import Session
 
 from app.domain.courses.assignments import Window, dates_from, extensions_in_force, not_platform_failure, window
 from app.domain.courses.membership import STAFF
-from app.domain.models import Assignment, CourseMember, ExerciseVersion, Role, Submission, User
+from app.domain.models import Assignment, Course, CourseMember, ExerciseVersion, Role, Submission, User
 from worker.bank.spec import Visibility, read_meta
 from worker.core.errors import ExerciseFormatError
 
 log = logging.getLogger(__name__)
 
-SITE_STAFF = frozenset({Role.instructor, Role.admin})
+SITE_WIDE = frozenset({Role.admin})  # sees every course's work whole; instructors are staff per course
 EVERY_TEST_NOW = Visibility()
 NOTHING_SHOWN = Visibility(default="never")  # a stored exercise.toml that no longer reads
 MAX_KEPT = 4096  # rules kept per process; each is a few test ids
@@ -92,14 +94,16 @@ def shown_for(
 ) -> dict[str, ShownTests]:
     """Return what ``viewer`` may see of each submission's test results at ``now``, by submission id."""
     shown = {s.id: EVERYTHING for s in submissions}
-    if viewer.role in SITE_STAFF:
+    if viewer.role in SITE_WIDE:
         return shown
     rules = _rules_of(session, [s.exercise_version for s in submissions])
     quizzes = [s for s in submissions if s.exercise_version.kind == "quiz" and s.assignment_id is not None]
     held = [s for s in submissions if any(rules[s.exercise_version.content_hash].of(t.name) != "now" for t in s.tests)]
     under = sorted({s.assignment_id for s in [*held, *quizzes] if s.assignment_id is not None})
     assignments = _assignments(session, under)
-    staff_in = _staff_courses(session, viewer, {a.course_id for a in assignments.values()})
+    practice_id = _practice_course_id(session) if any(s.assignment_id is None for s in held) else None
+    courses = {a.course_id for a in assignments.values()} | ({practice_id} if practice_id is not None else set())
+    staff_in = _staff_courses(session, viewer, courses)
     owners = sorted({s.user_id for s in [*held, *quizzes] if s.user_id is not None})
     extensions = extensions_in_force(session=session, assignment_ids=under, user_ids=owners)
     limited = [s for s in quizzes if getattr(assignments.get(s.assignment_id or 0), "max_attempts", None) is not None]
@@ -118,7 +122,8 @@ def shown_for(
         shown[submission.id] = ShownTests(answers_withheld=not (closed or last_used))
     for submission in held:
         assignment = assignments.get(submission.assignment_id) if submission.assignment_id is not None else None
-        if assignment is not None and assignment.course_id in staff_in:
+        course_id = assignment.course_id if assignment is not None else practice_id
+        if course_id is not None and course_id in staff_in:
             continue
         deadline, passed = None, False
         if assignment is not None:
@@ -202,6 +207,11 @@ def _assignments(session: Session, ids: list[int]) -> dict[int, Assignment]:
     if not ids:
         return {}
     return {a.id: a for a in session.scalars(select(Assignment).where(Assignment.id.in_(ids)))}
+
+
+def _practice_course_id(session: Session) -> int | None:
+    """Return the practice course's id (None before migration 0004 made it)."""
+    return session.scalar(select(Course.id).where(Course.is_practice.is_(True)))
 
 
 def _staff_courses(session: Session, viewer: User, course_ids: set[int]) -> set[int]:

@@ -263,7 +263,7 @@ def test_practice_and_an_assignment_without_due_date_never_reveal_after_due_test
 
 
 @pytest.mark.parametrize("role", [Role.instructor, Role.admin])
-def test_site_staff_see_everything(
+def test_staff_see_everything(
     client: TestClient,
     login: Callable[..., None],
     make_user: Callable[..., User],
@@ -304,6 +304,28 @@ def test_course_staff_see_everything_of_their_course_only(
     staffed, learning = submit(ta, exercise, theirs), submit(ta, exercise, elsewhere)
     shown = shown_for(session=db_session, submissions=[staffed, learning], viewer=ta, now=NOW)
     assert shown[staffed.id] == EVERYTHING and shown[learning.id].withheld == {NEGATIVE}
+
+
+def test_a_site_instructor_is_staff_of_their_courses_only(
+    make_user: Callable[..., User],
+    learner: User,
+    make_tiered: MakeExercise,
+    make_assignment: Callable[..., Assignment],
+    submit: Submit,
+    db_session: Session,
+) -> None:
+    exercise = make_tiered(f'[visibility]\n"{NEGATIVE}" = "never"\n')
+    elsewhere = make_assignment(exercise, due_at=FUTURE)
+    lecturer, reviewer = make_user(Role.instructor), make_user(Role.instructor)
+    practice = membership.practice_course(session=db_session)
+    membership.enroll(session=db_session, course=practice, user=reviewer, role=CourseRole.instructor)
+    db_session.commit()
+    own_work = submit(lecturer, exercise, elsewhere)  # a lecturer taking another course as a learner
+    practised = submit(learner, exercise)
+    by_lecturer = shown_for(session=db_session, submissions=[own_work, practised], viewer=lecturer, now=NOW)
+    assert by_lecturer[own_work.id].withheld == {NEGATIVE} and by_lecturer[practised.id].withheld == {NEGATIVE}
+    by_reviewer = shown_for(session=db_session, submissions=[practised], viewer=reviewer, now=NOW)
+    assert by_reviewer[practised.id] == EVERYTHING  # the practice course's staff review practice work whole
 
 
 # --- no tiers -------------------------------------------------------------------------------------------------------
