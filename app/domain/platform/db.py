@@ -38,15 +38,19 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+CONNECT_TIMEOUT_S = 5
+# How long a SQLite writer waits for another's lock before the request fails with "database is locked". A
+# machine under heavy load (a deadline burst beside the in-process graders) was seen holding a writer past 10 s;
+# waiting longer costs nothing when the lock is free.
+SQLITE_BUSY_TIMEOUT_S = 30
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
-
-
-CONNECT_TIMEOUT_S = 5
 
 
 @lru_cache(maxsize=8)
@@ -57,9 +61,8 @@ def engine_for(url: str) -> Engine:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # max_overflow=-1: as many connections as there are threads asking (see the module contract).
-        engine = create_engine(
-            url, connect_args={"check_same_thread": False, "timeout": 10}, pool_size=20, max_overflow=-1
-        )
+        connect_args = {"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S}
+        engine = create_engine(url, connect_args=connect_args, pool_size=20, max_overflow=-1)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if url.startswith("postgresql://"):
