@@ -28,8 +28,8 @@ the
   its course's staff), ``SimilarityRunDep``/``SimilarityPairDep`` (``Forbidden`` for anyone but its course's
   staff), and ``WorkScopeDep``: the courses whose work an exercise-level list may show them. Admins:
   ``UserDep``. Courses: ``CourseDep`` (a member, or an admin; an outsider gets "not found"), ``CourseStaffDep``
-  (its instructors and TAs), ``AssignmentDep`` (published, or any for its staff), ``AssignmentStaffDep``,
-  ``ExtensionDep`` (staff of its course). Integer ids are
+  (its instructors and TAs), ``CourseInstructorDep`` (its instructors: invite links), ``AssignmentDep``
+  (published, or any for its staff), ``AssignmentStaffDep``, ``ExtensionDep`` (staff of its course). Integer ids are
   ``RowId``: 1..2**31-1 (every id and version number is an ``Integer`` column, 32 bits in PostgreSQL), so an
   id no column can hold is a 422, never a 500.
 - ``DispatcherDep`` is the process dispatcher (``app.domain.dispatcher``'s one port; ``app.jobs.dispatch`` makes
@@ -443,6 +443,16 @@ def get_course_staff(access: CourseDep, session: SessionDep) -> CourseAccess:
 
 
 CourseStaffDep = Annotated[CourseAccess, Depends(get_course_staff)]
+
+
+def get_course_instructor(access: CourseDep, session: SessionDep) -> CourseAccess:
+    membership.require_course_role(
+        session=session, course=access.course, user=access.user, roles=(CourseRole.instructor,)
+    )
+    return access
+
+
+CourseInstructorDep = Annotated[CourseAccess, Depends(get_course_instructor)]  # what TAs may not: invite links
 
 
 @dataclass(frozen=True)

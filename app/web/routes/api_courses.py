@@ -23,6 +23,7 @@ from app.web.deps import (
     AssignmentDep,
     AssignmentStaffDep,
     CourseDep,
+    CourseInstructorDep,
     CourseStaffDep,
     CurrentUser,
     ExtensionDep,
@@ -101,11 +102,8 @@ def enroll_members(body: CsvIn, access: CourseStaffDep, session: SessionDep) -> 
 
 
 @router.post("/api/courses/{slug}/invite", responses=problem_responses(403, 409))
-def course_invite(access: CourseStaffDep, session: SessionDep, body: InviteIn) -> InviteOut:
+def course_invite(access: CourseInstructorDep, session: SessionDep, body: InviteIn) -> InviteOut:
     """Return the course's invite link (``rotate``: a new one, which ends the old)."""
-    membership.require_course_role(
-        session=session, course=access.course, user=access.user, roles=(CourseRole.instructor,)
-    )
     token = membership.invite_token_for(session=session, course=access.course, rotate=body.rotate)
     session.commit()
     return InviteOut(token=token, path=f"/join/{token}")

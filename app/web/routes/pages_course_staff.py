@@ -33,6 +33,7 @@ from app.domain.platform.clock import as_utc
 from app.web.deps import (
     AssignmentAccess,
     CourseAccess,
+    CourseInstructorDep,
     CourseStaffDep,
     CurrentUser,
     ExtensionDep,
@@ -134,12 +135,9 @@ def roster_sync_form(request: Request, access: CourseStaffDep, session: SessionD
 
 @router.post("/courses/{slug}/invite")
 def invite_form(
-    request: Request, access: CourseStaffDep, session: SessionDep, rotate: Annotated[str, Form()] = ""
+    request: Request, access: CourseInstructorDep, session: SessionDep, rotate: Annotated[str, Form()] = ""
 ) -> Response:
     """Make the course's invite link, or replace it (``rotate``), which ends the old one (instructors)."""
-    membership.require_course_role(
-        session=session, course=access.course, user=access.user, roles=(CourseRole.instructor,)
-    )
     membership.invite_token_for(session=session, course=access.course, rotate=bool(rotate))
     session.commit()
     flash(request, "A new invite link: the old one no longer works." if rotate else "The invite link is ready.")
