@@ -52,14 +52,14 @@ def test_a_good_path_keeps_order_and_round_trips_as_json() -> None:
     [
         (module("basics", '"Not_A_Slug"'), "module[0] ('basics').exercises[0] 'Not_A_Slug' is not a slug"),
         (module("basics", '"ab-cd"', extra='colour = "red"'), "module[0] ('basics').colour is not a known key"),
-        ('off_path = []\nlevel = 1\n' + module("basics", '"ab-cd"'), "level is not a known key"),
+        ("off_path = []\nlevel = 1\n" + module("basics", '"ab-cd"'), "level is not a known key"),
         (module("basics", ""), "module[0] ('basics').exercises needs at least 1 entry (got 0)"),
         (module("basics", '"ab-cd"', extra="why = 3"), "path.toml is not valid TOML"),
         ('[[module]]\nslug = "basics"\ntitle = "B"\nexercises = ["ab-cd"]\n', "module[0] ('basics').why is required"),
         (module("basics", '"ab-cd"', '"basics"'), "requires names the module itself ('basics')"),
         (module("aaa", '"ab-cd"') + module("aaa", '"ef-gh"'), "two modules have the slug 'aaa'"),
         (module("aaa", '"ab-cd"', '"nope"'), "module[0] ('aaa').requires names 'nope', which is no module"),
-        (module("aaa", '"ab-cd"', '"bbb"') + module("bbb", '"ef-gh"', '"aaa"'), "go round in a circle: aaa -> bbb -> aaa"),
+        (module("aaa", '"ab-cd"', '"bbb"') + module("bbb", '"ef-gh"', '"aaa"'), "circle: aaa -> bbb -> aaa"),
         (module("aaa", '"ab-cd"', '"bbb"') + module("bbb", '"ef-gh"'), "requires 'bbb', which comes later in the file"),
         (module("aaa", '"ab-cd"') + module("bbb", '"ab-cd"'), "exercise 'ab-cd' is in modules 'aaa' and 'bbb'"),
         (module("aaa", '"ab-cd", "ab-cd"'), "exercises names 'ab-cd' twice"),
@@ -73,18 +73,17 @@ def test_refusals_name_the_file_and_the_field(text: str, says: str) -> None:
 
 
 def test_a_longer_cycle_is_named_whole() -> None:
-    text = (
-        module("aaa", '"ab-cd"', '"ccc"') + module("bbb", '"ef-gh"', '"aaa"') + module("ccc", '"ij-kl"', '"bbb"')
-    )
+    text = module("aaa", '"ab-cd"', '"ccc"') + module("bbb", '"ef-gh"', '"aaa"') + module("ccc", '"ij-kl"', '"bbb"')
     assert "aaa -> ccc -> bbb -> aaa" in problem(text)
 
 
 def test_against_the_bank_every_slug_exists_and_every_exercise_is_placed() -> None:
     path = parse_path(GOOD)
     check_against(path, ["split-one", "split-two", "more-one"])
-    with pytest.raises(PathFormatError, match=r"module\[1\] \('more'\)\.exercises names 'more-one', which is no exercise"):
+    unknown = r"module\[1\] \('more'\)\.exercises names 'more-one', which is no exercise"
+    with pytest.raises(PathFormatError, match=unknown):
         check_against(path, ["split-one", "split-two"])
-    with pytest.raises(PathFormatError, match="'lonely' is in no module; add each to a module's exercises or to off_path"):
+    with pytest.raises(PathFormatError, match="'lonely' is in no module; add each to a module's exercises or to"):
         check_against(path, ["split-one", "split-two", "more-one", "lonely"])
     check_against(parse_path('off_path = ["lonely"]\n' + GOOD), ["split-one", "split-two", "more-one", "lonely"])
     with pytest.raises(PathFormatError, match="off_path names 'gone', which is no exercise of the bank"):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,8 +34,8 @@ MAX_MODULES = 50
 MAX_WHY_CHARS = 200
 
 
-
 def _slug(value: str) -> str:
+    """Refuse a name that cannot be an exercise's or a module's slug."""
     if not SLUG_RE.match(value):
         raise ValueError(f"{value!r} is not a slug (3-64 characters of a-z, 0-9 and '-', as the folder names)")
     return value
@@ -75,7 +75,7 @@ class PathMeta(FormatModel):
 
     @model_validator(mode="after")
     def _graph(self) -> PathMeta:
-        """Refuse repeated modules, unknown or circular prerequisites, a prerequisite listed later, doubled exercises."""
+        """Refuse repeated modules, unknown, circular or later-listed prerequisites, and doubled exercises."""
         slugs = [m.slug for m in self.module]
         twice = first_repeat(slugs)
         if twice:
@@ -120,11 +120,11 @@ def _cycle(requires: Mapping[str, Collection[str]]) -> list[str]:
 
     def visit(slug: str, trail: list[str]) -> list[str]:
         if slug in trail:
-            return trail[trail.index(slug) :] + [slug]
+            return [*trail[trail.index(slug) :], slug]
         if slug in done:
             return []
         for needed in requires.get(slug, ()):
-            found = visit(needed, trail + [slug])
+            found = visit(needed, [*trail, slug])
             if found:
                 return found
         done.add(slug)
@@ -192,7 +192,7 @@ def parse_path(text: str) -> LearningPath:
     return LearningPath(modules=modules, off_path=meta.off_path, content_hash=digest)
 
 
-def _where(raw: Any) -> Any:
+def _where(raw: Any) -> Callable[[tuple[int | str, ...]], str]:
     """Return a location renderer that names a module by its slug too: ``module[2] ('ddp').title``."""
     modules = raw.get("module") if isinstance(raw, dict) else None
 

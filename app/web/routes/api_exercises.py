@@ -22,8 +22,8 @@ from starlette.concurrency import run_in_threadpool
 from app.domain.courses import coursework
 from app.domain.courses.visibility import shown_for
 from app.domain.exercises.bank import list_published
-from app.domain.exercises.learning_path import current_path, path_view
 from app.domain.exercises.example_runs import RunGate, run_examples_now
+from app.domain.exercises.learning_path import current_path, path_view
 from app.domain.models import Exercise, Role, utcnow
 from app.domain.submissions.progress import attempts_for, progress_by_exercise, progress_for
 from app.web.deps import CurrentUser, DispatcherDep, ExerciseDep, SessionDep, SettingsDep, SubmitDep
