@@ -227,6 +227,8 @@ def exercises_sync(directory: Path | None) -> None:
     for label, slugs in (("new", report.created), ("new version", report.updated), ("unpublished", report.unpublished)):
         for slug in slugs:
             click.echo(f"{label:>12}: {slug}")
+    if report.path != "unchanged":
+        click.echo(f"{'learning path':>12}: {report.path}")
     click.echo(f"synced {len(report.created) + len(report.updated) + len(report.unchanged)} exercises from {root}")
 
 

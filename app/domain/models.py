@@ -10,6 +10,9 @@ Contract:
 - Drafts: a version that is not ``Exercise.current_version`` is a draft (or an older version); learners only
   ever get ``current_version`` of an exercise with ``is_published``. ``ExerciseVersion.source`` says where a
   version came from (``bank`` sync, ``upload``, ``editor``): sync only unpublishes exercises it owns.
+- ``LearningPathVersion`` is one synced ``exercises/path.toml`` (its modules as JSON), never edited; the newest row
+  is the path (one with no modules: the bank has none). Its slugs name exercises, loosely: an exercise the path
+  names that is not published is left out where the path is shown.
 - ``GradingRecord`` keeps a submission's earlier result each time staff regrade it; ``ExerciseCheck`` is one
   background run of the bank check on a version. Neither changes the version itself.
 - Leases: a ``running`` submission (or check) is held by whoever claimed it while ``heartbeat_at`` is recent;
@@ -145,6 +148,17 @@ class ExerciseVersion(Base):
 
     exercise: Mapped[Exercise] = relationship(back_populates="versions", foreign_keys=[exercise_id])
     created_by: Mapped[User | None] = relationship()
+
+
+class LearningPathVersion(Base):
+    """One synced ``exercises/path.toml``, never edited: the newest row is the path learners see."""
+
+    __tablename__ = "learning_paths"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    content_hash: Mapped[str] = mapped_column(String(64))  # of the file's text; "" for a bank without a path
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)  # worker.bank.learning_path.LearningPath.as_json()
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class Submission(Base):

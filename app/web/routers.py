@@ -44,6 +44,7 @@ api_router = APIRouter()
 for _router in (
     api_auth.router,
     api_exercises.router,
+    api_exercises.path_router,  # /api/path: the learning path and my standing in it
     api_notebooks.router,  # an exercise as a notebook, and submitting one
     api_quiz.router,
     api_submissions.router,

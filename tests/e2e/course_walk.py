@@ -118,6 +118,7 @@ def pages(walk: Walk) -> list[tuple[str | None, str]]:
         (None, "/login"),
         (None, "/docs"),
         (LEARNER, "/exercises"),
+        (LEARNER, "/exercises?by=topic"),
         (LEARNER, f"/exercises/{CODE}"),
         (LEARNER, f"/exercises/{CODE}/history?attempt={walk.attempt_id}"),
         (LEARNER, f"/exercises/{QUIZ}"),

@@ -1,6 +1,8 @@
-"""``check_exercise`` on a wrong variant's feedback fragment: its message must say what the variant gets wrong."""
+"""``check_exercise`` on a wrong variant's feedback fragment (its message must say what it gets wrong); the path."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from tests.worker.conftest import tiny_add_files
 from worker.bank.spec import ExerciseSpec
@@ -65,3 +67,17 @@ def test_a_variant_without_a_fragment_is_noted_not_failed() -> None:
         line.startswith("  ok  tiny-add/wrong/minus.py") and "no feedback fragment declared" in line for line in lines
     )
     assert spec_with(None).wrong[0].feedback == "" and spec_with("  x ").wrong[0].feedback == "x"
+
+
+def test_the_bank_check_reports_a_path_that_leaves_an_exercise_out(tmp_path: Path) -> None:
+    from worker.grading.bankcheck import check_bank
+
+    for name, text in tiny_add_files().items():
+        (tmp_path / "add-two" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "add-two" / name).write_text(text, encoding="utf-8")
+    (tmp_path / "path.toml").write_text('off_path = []\n[[module]]\nslug = "m-one"\ntitle = "One"\nwhy = "W."\n'
+                                        'exercises = ["gone-away"]\n', encoding="utf-8")  # fmt: skip
+    # Naming no exercise of the bank grades nothing: only the format is checked.
+    problems = check_bank(tmp_path, ["nope"], sandbox=FakeSandbox(lambda job: None), echo=lambda line: None)
+    assert problems[0] == f"no exercise called 'nope' in {tmp_path}"
+    assert problems[1].startswith("path.toml: module[0] ('m-one').exercises names 'gone-away', which is no exercise")

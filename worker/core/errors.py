@@ -69,6 +69,15 @@ class ExerciseFormatError(GpulabError):
         self.problem = problem
 
 
+class PathFormatError(ExerciseFormatError):
+    """The bank's learning path (``path.toml``) does not follow ``exercises/README.md``; ``problem`` names the field."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("path.toml", problem)
+        self.message = problem
+        self.args = (problem,)
+
+
 class ConfigError(GpulabError):
     """Settings are unsafe or inconsistent; raised at start-up, never per request."""
 

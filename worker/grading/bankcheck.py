@@ -131,11 +131,17 @@ def check_bank(root: Path, slugs: Sequence[str], *, sandbox: Sandbox, echo: Call
     """Check the named exercises (all when ``slugs`` is empty)."""
     # Imported here, not above: reading a bank checks its format with pydantic, which the rest of this module
     # (used by scripts/gpu-check on a bare GPU machine) must not need.
+    from worker.bank.learning_path import load_path
     from worker.bank.spec import load_bank
+    from worker.core.errors import PathFormatError
 
     specs = load_bank(root)
     known = {s.slug for s in specs}
     problems = [f"no exercise called {slug!r} in {root}" for slug in slugs if slug not in known]
+    try:
+        load_path(root, known)  # the learning path must place every exercise, as the sync will require
+    except PathFormatError as exc:
+        problems.append(exc.message)
     for spec in specs:
         if slugs and spec.slug not in slugs:
             continue

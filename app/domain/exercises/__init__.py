@@ -1,7 +1,8 @@
 """Exercises: the bank in the database and how instructors change it.
 
 Contract, by module:
-- ``bank``: syncing the exercise folders into versions, the published catalogue.
+- ``bank``: syncing the exercise folders into versions (and the bank's ``path.toml``), the published catalogue.
+- ``learning_path``: the synced learning path over the published exercises, and a learner's standing per module.
 - ``authoring``: drafts made in the browser or uploaded, validated, published (a new current version re-scores
   staff grades through ``app.domain.results.settle.version_changed``).
 - ``checks``: an instructor's check of a version (solutions pass, wrong variants fail), run as a leased job.

@@ -4,6 +4,9 @@ Contract: ``sync_bank`` creates an ``Exercise`` for each new slug and a new ``Ex
 folder's content hash differs from the current version's; unchanged folders are left alone, so syncing is
 idempotent. Exercises that vanished from the folder are unpublished, never deleted (their submissions stay),
 unless their current version came from an upload or the browser editor (``source`` other than ``bank``).
+The bank's learning path (``path.toml``, ``worker.bank.learning_path``) is checked against the folder's exercises and
+synced with them: a changed file (or a removed one) becomes a new ``LearningPathVersion`` row, read by
+``app.domain.exercises.learning_path``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.domain.results import settle
-from app.domain.models import Exercise, ExerciseVersion, User
+from app.domain.models import Exercise, ExerciseVersion, LearningPathVersion, User
+from worker.bank.learning_path import LearningPath, load_path
 from worker.bank.spec import ExerciseSpec, load_bank
 from worker.core.errors import NotFound
 
@@ -26,6 +30,7 @@ class SyncReport:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     unpublished: list[str] = field(default_factory=list)
+    path: str = "unchanged"  # the learning path: "new", "removed" or "unchanged"
 
 
 def add_version(
@@ -73,8 +78,9 @@ def upsert_exercise(*, session: Session, spec: ExerciseSpec) -> tuple[Exercise, 
 
 
 def sync_bank(*, session: Session, root: Path) -> SyncReport:
-    """Load every exercise below ``root`` (all must be valid) and upsert them."""
+    """Load every exercise below ``root`` and its learning path (all must be valid) and upsert them."""
     specs = load_bank(root)
+    path = load_path(root, [s.slug for s in specs])  # checked before anything is stored
     report = SyncReport()
     for spec in specs:
         known = session.scalar(select(Exercise.id).where(Exercise.slug == spec.slug)) is not None
@@ -92,7 +98,20 @@ def sync_bank(*, session: Session, root: Path) -> SyncReport:
         if exercise.slug not in slugs and from_bank:
             exercise.is_published = False
             report.unpublished.append(exercise.slug)
+    report.path = store_path(session=session, path=path)
     return report
+
+
+def store_path(*, session: Session, path: LearningPath | None) -> str:
+    """Store ``path`` (None: the bank has none) as the newest path unless it is the one stored; say what changed."""
+    digest = path.content_hash if path is not None else ""
+    newest = session.scalar(select(LearningPathVersion).order_by(LearningPathVersion.id.desc()).limit(1))
+    if (newest.content_hash if newest is not None else "") == digest:
+        return "unchanged"
+    data = path.as_json() if path is not None else {"modules": [], "off_path": []}
+    session.add(LearningPathVersion(content_hash=digest, data=data))
+    session.flush()
+    return "new" if path is not None else "removed"
 
 
 def list_published(*, session: Session) -> list[Exercise]:

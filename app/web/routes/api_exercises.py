@@ -1,4 +1,5 @@
 """``/api/exercises``: the published exercises, their safe details, submitting code, my progress and attempts.
+``/api/path``: the learning path's modules, with the caller's standing in each when they are a learner.
 
 Contract: everything needs a login. A submission is committed before it is dispatched, so a crash between
 the two (or a broker that is down) leaves a queued row that the sweeper (``app.jobs.sweeper``) sends later, never
@@ -22,16 +23,18 @@ from app.domain.courses import coursework
 from app.domain.courses.visibility import shown_for
 from app.domain.exercises.bank import list_published
 from app.domain.exercises.example_runs import RunGate, run_examples_now
-from app.domain.models import Exercise, utcnow
-from app.domain.submissions.progress import attempts_for, progress_for
+from app.domain.exercises.learning_path import current_path, path_view
+from app.domain.models import Exercise, Role, utcnow
+from app.domain.submissions.progress import attempts_for, progress_by_exercise, progress_for
 from app.web.deps import CurrentUser, DispatcherDep, ExerciseDep, SessionDep, SettingsDep, SubmitDep
 from app.web.errors import problem_responses
 from app.web.routes.preload import with_current_versions, with_submission_details
-from app.web.schemas.exercises import ExerciseDetail, ExerciseSummary
+from app.web.schemas.exercises import ExerciseDetail, ExerciseSummary, PathOut
 from app.web.schemas.submissions import ProgressOut, SubmissionCreated, SubmissionIn, SubmissionOut, example_run_out
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/exercises", tags=["exercises"])
+path_router = APIRouter(prefix="/api/path", tags=["exercises"])
 _gate_lock = threading.Lock()
 
 
@@ -84,6 +87,17 @@ async def exercise_detail_of(exercise: Exercise) -> ExerciseDetail:
         while len(_details) > DETAIL_CACHE_SIZE:
             _details.popitem(last=False)
     return detail
+
+
+@path_router.get("")
+def learning_path(session: SessionDep, user: CurrentUser) -> PathOut:
+    """Return the learning path: its modules in order and, for a learner, how far they are through each."""
+    path = current_path(session=session)
+    if path is None:
+        return PathOut.of(None)
+    exercises = list(with_current_versions(session, list_published(session=session)))
+    progress = progress_by_exercise(session=session, user=user) if user.role is Role.learner else None
+    return PathOut.of(path_view(path, exercises, progress))
 
 
 @router.get("")

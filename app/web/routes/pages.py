@@ -34,7 +34,8 @@ from app.domain.courses import coursework, membership
 from app.domain.courses.assignments import gate, places_made
 from app.domain.courses.visibility import shown_for
 from app.domain.exercises.bank import list_published
-from app.domain.models import Assignment, Exercise, Submission, User, utcnow
+from app.domain.exercises.learning_path import current_path, path_view
+from app.domain.models import Assignment, Exercise, Role, Submission, User, utcnow
 from app.domain.platform.highlight import highlight_blocks, highlight_python
 from app.domain.platform.markdown import render_markdown
 from app.domain.review.regrade_requests import request_for_item
@@ -130,19 +131,30 @@ def logout_form(request: Request, session: SessionDep, settings: SettingsDep) ->
 
 
 @router.get("/exercises")
-def exercises_page(request: Request, user: CurrentUser, session: SessionDep) -> Response:
+def exercises_page(
+    request: Request, user: CurrentUser, session: SessionDep, by: Annotated[str, Query(max_length=16)] = ""
+) -> Response:
+    """The catalogue: the learning path's modules in order (``?by=topic``, or a bank without a path: by topic)."""
     exercises = list(with_current_versions(session, list_published(session=session)))
     progress = progress_by_exercise(session=session, user=user)
+    rows = {e.id: (ExerciseSummary.of(e), progress.get(e.id, Progress())) for e in exercises}
+    path = current_path(session=session)
+    view = None
+    if path is not None and by != "topic":
+        # Staff see the path without a standing of their own: they do not take the course.
+        view = path_view(path, exercises, progress if user.role is Role.learner else None)
     topics: dict[str, list[tuple[ExerciseSummary, Progress]]] = defaultdict(list)
-    for exercise in exercises:
-        summary = ExerciseSummary.of(exercise)
-        topics[summary.topic].append((summary, progress.get(exercise.id, Progress())))
-    for rows in topics.values():
-        rows.sort(key=lambda row: (DIFFICULTY_ORDER.get(row[0].difficulty, 9), row[0].title))
+    for row in rows.values():
+        topics[row[0].topic].append(row)
+    for grouped in topics.values():
+        grouped.sort(key=lambda row: (DIFFICULTY_ORDER.get(row[0].difficulty, 9), row[0].title))
     return render(
         request,
         "exercises.html",
-        topics=sorted(topics.items(), key=lambda item: item[0].lower()),
+        topics=sorted(topics.items(), key=lambda item: item[0].lower()) if view is None else [],
+        path=view,
+        rows=rows,
+        has_path=path is not None,
         summary=summarize(progress, exercises),
     )
 

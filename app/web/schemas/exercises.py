@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from app.domain.catalog.specs import spec_of
+from app.domain.exercises.learning_path import PathView
 from app.domain.models import (
     Exercise,
     ExerciseVersion,
@@ -126,3 +127,44 @@ def current_version_of(exercise: Exercise) -> ExerciseVersion:
     if exercise.current_version is None:  # list_published/get_published never return these
         raise ValueError(f"exercise {exercise.slug!r} has no current version")
     return exercise.current_version
+
+
+class PathModuleOut(BaseModel):
+    """One module of the learning path: its published exercises in order and, for a learner, their standing.
+
+    ``status`` is ``ready``, ``in_progress``, ``done`` or ``locked`` (advice only: nothing is refused), and
+    ``waiting_for`` the prerequisites not done yet; both, like ``passed``, are null for staff.
+    """
+
+    slug: str
+    number: int = Field(description="The module's place in the path, from 1")
+    title: str
+    why: str
+    exercises: list[str] = Field(description="Slugs of the module's published exercises, in the path's order")
+    requires: list[str] = Field(description="Slugs of the modules to finish first")
+    total: int
+    passed: int | None
+    status: Literal["ready", "in_progress", "done", "locked"] | None
+    waiting_for: list[str]
+
+
+class PathOut(BaseModel):
+    """The learning path of the practice course; ``modules`` is empty when the bank has none."""
+
+    modules: list[PathModuleOut]
+    others: list[str] = Field(description="Slugs of published exercises on no module of the path")
+
+    @classmethod
+    def of(cls, view: PathView | None) -> PathOut:
+        if view is None:
+            return cls(modules=[], others=[])
+        modules = [
+            PathModuleOut(
+                slug=m.module.slug, number=m.number, title=m.module.title, why=m.module.why,
+                exercises=[e.slug for e in m.exercises], requires=[r.slug for r in m.requires], total=m.total,
+                passed=m.passed, status=m.status.value if m.status else None,
+                waiting_for=[r.slug for r in m.waiting_for],
+            )
+            for m in view.modules
+        ]  # fmt: skip
+        return cls(modules=modules, others=[e.slug for e in view.others])

@@ -300,3 +300,59 @@ def test_the_error_page_shows_a_refusals_time_in_the_viewers_zone() -> None:
         request=None, user=None, title="Not allowed", code=403, message="closed on 2026-12-08 17:00 UTC"
     )
     assert '<time datetime="2026-12-08T17:00:00Z" data-format="long">2026-12-08 17:00 UTC</time>' in page
+
+
+# --- the learning path on the catalogue ------------------------------------------------------------------------
+
+
+def test_catalogue_shows_the_learning_path_with_a_learners_standing(
+    learner_client: TestClient, learner: User, make_exercise: Callable[..., TinyExercise], db_session: Session
+) -> None:
+    from app.domain.exercises.bank import store_path
+    from tests.app.domain.exercises.test_learning_path import grade, path_of
+
+    first, second, later, loose = make_exercise(), make_exercise(), make_exercise(), make_exercise()
+    store_path(session=db_session, path=path_of([("basics", [second.slug, first.slug], []),
+                                                 ("next-step", [later.slug], ["basics"])]))  # fmt: skip
+    db_session.commit()
+    html = learner_client.get("/exercises").text
+    assert '<h2 id="path-title">Learning path</h2>' in html and "Warm-up" not in html  # topics give way to modules
+    basics = html.split('id="module-basics"', 1)[1].split('id="module-next-step"', 1)[0]
+    assert '<span class="module-number">1.</span> Module basics</h3>' in basics and "Why basics." in basics
+    assert "<strong>Ready</strong>" in basics and "0 of 2 passed" in basics
+    assert basics.index(second.slug) < basics.index(first.slug)  # the path's order, not the title's
+    step = html.split('id="module-next-step"', 1)[1]
+    assert '<strong>Locked</strong>: finish <a href="#module-basics">Module basics</a> first' in step
+    assert "Builds on" not in step  # the lock already names the prerequisite
+    assert '<progress max="1" value="0" aria-label="Module next-step: exercises passed">0 of 1</progress>' in step
+    assert '<h2 id="others-title">More exercises</h2>' in html and f'href="/exercises/{loose.slug}"' in step
+
+    grade(db_session, learner, first, Verdict.passed)
+    grade(db_session, learner, second, Verdict.passed)
+    html = learner_client.get("/exercises").text
+    basics = html.split('id="module-basics"', 1)[1].split('id="module-next-step"', 1)[0]
+    assert "<strong>Done</strong>" in basics and "2 of 2 passed" in basics and "module-done" in html
+    step = html.split('id="module-next-step"', 1)[1].split("</section>", 1)[0]
+    assert "<strong>Ready</strong>" in step and "finish" not in step
+    assert 'Builds on <a href="#module-basics">Module basics</a>.' in step
+
+    by_topic = learner_client.get("/exercises", params={"by": "topic"}).text
+    assert '<h2 id="topic-1">Warm-up</h2>' in by_topic and "path-title" not in by_topic
+    assert '<a href="/exercises">Show the learning path</a>' in by_topic
+
+
+def test_staff_see_the_path_without_a_standing(
+    client: TestClient, instructor: User, login: Callable[..., None], make_exercise: Callable[..., TinyExercise],
+    db_session: Session,
+) -> None:  # fmt: skip
+    from app.domain.exercises.bank import store_path
+    from tests.app.domain.exercises.test_learning_path import path_of
+
+    one, two = make_exercise(), make_exercise()
+    store_path(session=db_session, path=path_of([("basics", [one.slug], []), ("next-step", [two.slug], ["basics"])]))
+    db_session.commit()
+    login(client, instructor)
+    html = client.get("/exercises").text
+    assert "Module basics" in html and "Why basics." in html and f'href="/exercises/{one.slug}"' in html
+    assert "module-status" not in html and 'aria-label="Module basics: exercises passed"' not in html
+    assert 'Builds on <a href="#module-basics">Module basics</a>.' in html.split('id="module-next-step"', 1)[1]

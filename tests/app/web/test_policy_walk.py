@@ -78,6 +78,7 @@ ROUTES: dict[str, str] = {
     "POST /api/auth/password": OWN,
     "GET /api/auth/me": OWN,
     "GET /api/exercises": OWN,
+    "GET /api/path": OWN,
     "GET /api/exercises/{slug}": OWN,
     "POST /api/exercises/{slug}/submissions": OWN,
     "POST /api/exercises/{slug}/runs": OWN,

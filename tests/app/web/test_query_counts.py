@@ -11,8 +11,10 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from app.domain.exercises.bank import store_path
 from app.domain.models import Submission, SubmissionStatus, TestResult, User
 from app.domain.submissions.lifecycle import create_submission
+from tests.app.domain.exercises.test_learning_path import path_of
 from tests.conftest import TinyExercise
 from worker.core.outcome import Verdict
 
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from fastapi.testclient import TestClient
 
 pytestmark = pytest.mark.postgres
-PATHS = ("/api/exercises", "/api/me/progress", "/api/me/submissions", "/exercises")
+PATHS = ("/api/exercises", "/api/me/progress", "/api/me/submissions", "/exercises", "/api/path")
 
 
 @contextmanager
@@ -65,8 +67,12 @@ def test_list_endpoints_do_not_query_once_per_row(
     pg_engine: Engine,
 ) -> None:
     learner_id = learner.id
-    for _ in range(2):
-        add_graded_attempt(db_session, db_session.get(User, learner_id) or learner, make_exercise())
+    made = [make_exercise() for _ in range(2)]
+    for ex in made:
+        add_graded_attempt(db_session, db_session.get(User, learner_id) or learner, ex)
+    # The catalogue and /api/path show the learning path: its modules must not cost a query each either.
+    store_path(session=db_session, path=path_of([("aaa", [made[0].slug], []), ("bbb", [made[1].slug], ["aaa"])]))
+    db_session.commit()
     few = select_counts(learner_client, db_session, pg_engine)
     for _ in range(4):
         add_graded_attempt(db_session, db_session.get(User, learner_id) or learner, make_exercise())

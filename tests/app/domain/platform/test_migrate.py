@@ -16,7 +16,7 @@ TABLES = {
     "users", "exercises", "exercise_versions", "submissions", "test_results", "alembic_version",
     "courses", "course_members", "assignments", "assignment_items", "extensions", "grade_overrides",
     "lti_platforms", "lti_tool_keys", "lti_nonces", "lti_users", "lti_contexts", "lti_links", "lti_score_outbox",
-    "api_tokens",
+    "api_tokens", "learning_paths",
 }  # fmt: skip
 
 
@@ -164,4 +164,20 @@ def test_0017_keeps_site_instructors_reading_practice_work(tmp_path: Path, backe
     command.downgrade(alembic_config(url), "0016")
     with engine_for(url).connect() as conn:
         assert conn.execute(staff).all() == [("ta@example.com", "ta")]
+    engine_for(url).dispose()
+
+
+def test_0018_adds_learning_paths_and_takes_only_them_away(tmp_path: Path) -> None:
+    """The catalogue's learning path: an empty table until the next sync; a downgrade drops it and nothing else."""
+    url = f"sqlite:///{tmp_path / 'paths.db'}"
+    upgrade("0017", database_url=url)
+    upgrade("0018", database_url=url)
+    with engine_for(url).begin() as conn:
+        conn.execute(text(
+            "INSERT INTO learning_paths (content_hash, data, created_at) VALUES (:h, :d, '2026-12-02 00:00:00')"
+        ), {"h": "a" * 64, "d": '{"modules": [], "off_path": []}'})  # fmt: skip
+        assert conn.execute(text("SELECT content_hash FROM learning_paths")).scalars().all() == ["a" * 64]
+    command.downgrade(alembic_config(url), "0017")
+    names = set(inspect(engine_for(url)).get_table_names())
+    assert "learning_paths" not in names and {"exercises", "exercise_versions"} <= names
     engine_for(url).dispose()
