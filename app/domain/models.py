@@ -56,6 +56,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    true,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
@@ -386,6 +387,8 @@ class Assignment(Base):
     # What the learners' practice on its exercises does meanwhile: examples_only or counted
     # (app.domain.courses.assignments).
     practice: Mapped[str] = mapped_column(String(16), default="examples_only", server_default="examples_only")
+    # Whether the boards of its exercises that opt in ([leaderboard], app.domain.courses.leaderboard) show.
+    leaderboard: Mapped[bool] = mapped_column(default=True, server_default=true())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     course: Mapped[Course] = relationship(back_populates="assignments")
