@@ -56,8 +56,8 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
-    true,
     text,
+    true,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
