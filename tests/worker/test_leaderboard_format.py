@@ -7,6 +7,7 @@ import pytest
 from tests.support import BANK
 from worker.bank.spec import ExerciseSpec, Leaderboard, load_exercise, recorded_names
 from worker.core.errors import ExerciseFormatError
+from worker.grading.examples import examples_files
 
 MEASURED = (
     "def test_fast(measure):\n"
@@ -87,3 +88,8 @@ def test_the_comm_tuning_exercise_opts_in_to_bytes_per_step() -> None:
     assert board == Leaderboard(
         metric="bytes all-reduced per optimizer step (rank 0)", order="lower", label="Bytes per step"
     )
+
+
+def test_the_example_run_drops_the_board_its_tests_do_not_measure() -> None:
+    spec = load_exercise(BANK / "torch-ddp-comm-tuning")
+    assert ExerciseSpec.from_files(spec.slug, examples_files(spec)).leaderboard is None
