@@ -13,7 +13,7 @@ MEASURED = (
     "def test_fast(measure):\n"
     '    measure.record("bytes per step", 10.0, unit="B")\n'
     '    measure.grade("accuracy", 0.9, target=0.8, compare=">=", message="train longer")\n'
-    "    measure.record(f\"built {1}\", 1.0)\n"
+    '    measure.record(f"built {1}", 1.0)\n'
 )
 
 
