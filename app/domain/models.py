@@ -60,6 +60,7 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
     text,
+    true,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -400,6 +401,8 @@ class Assignment(Base):
     # What the learners' practice on its exercises does meanwhile: examples_only or counted
     # (app.domain.courses.assignments).
     practice: Mapped[str] = mapped_column(String(16), default="examples_only", server_default="examples_only")
+    # Whether the boards of its exercises that opt in ([leaderboard], app.domain.courses.leaderboard) show.
+    leaderboard: Mapped[bool] = mapped_column(default=True, server_default=true())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     course: Mapped[Course] = relationship(back_populates="assignments")

@@ -3,7 +3,8 @@
 ``seed_walk`` makes it through the API as its instructor and learners (a course with a TA and two learners, an
 assignment with dates, late credit and an attempt limit holding a code exercise and a quiz, graded attempts with
 scores that do not round evenly, a staff-graded quiz answer, a regrade request and its answer, a finished
-similarity run, an LTI key) and returns what the tests need to reach every page; ``pages`` lists those pages with
+similarity run, an LTI key, an assignment whose exercise has a leaderboard with two passing learners on it) and
+returns what the tests need to reach every page; ``pages`` lists those pages with
 the role that sees them.
 """
 
@@ -29,6 +30,8 @@ USERS = ((ADMIN, "admin"), (INSTRUCTOR, "instructor"), (TA, "learner"), (LEARNER
 COURSE = "gpu-walk"
 CODE = "python-split-batch"
 QUIZ = "quiz-tf-multigpu-basics"
+BOARD = "torch-ddp-comm-tuning"  # opts in to a leaderboard of bytes per step
+BOARD_METRIC = "bytes all-reduced per optimizer step (rank 0)"
 ZONES = ("America/New_York", "Asia/Kolkata")
 # A graded attempt's time: 23:16 UTC is the day before in New York and the day after in Kolkata.
 GRADED_AT = datetime(2026, 12, 1, 23, 16, tzinfo=UTC)
@@ -53,6 +56,7 @@ class Walk:
     grade_id: int  # the staff-graded answer of LEARNER's quiz attempt
     regrade_id: int
     similarity_run_id: int
+    board_id: int  # an assignment holding BOARD, two passing attempts ranked on its leaderboard
 
 
 def seed_walk(browser: Any, base: str, db_file: Path) -> Walk:
@@ -70,6 +74,13 @@ def seed_walk(browser: Any, base: str, db_file: Path) -> Walk:
     assignment_id = post_json(staff, base, f"/api/courses/{COURSE}/assignments", week)["id"]
     closed = {"title": "Week 0", "due_at": (due - timedelta(days=10)).isoformat(), "items": [{"exercise": CODE}]}
     closed_id = post_json(staff, base, f"/api/courses/{COURSE}/assignments", closed)["id"]
+    board_id = post_json(staff, base, f"/api/courses/{COURSE}/assignments",
+                         {"title": "Week 2", "items": [{"exercise": BOARD}]})["id"]  # fmt: skip
+    for email, nbytes in ((LEARNER, 1_612_345.0), (OTHER, 1_612_345.0)):  # a tie: both rank first
+        measured = [{"test": "test_comm_tuning.py::test_bytes_per_step", "name": BOARD_METRIC, "value": nbytes,
+                     "unit": "B", "target": nbytes, "compare": "<=", "met": True}]  # fmt: skip
+        store_graded(db_file, slug=BOARD, email=email, assignment_id=board_id, measurements=measured,
+                     created_at=GRADED_AT, finished_at=GRADED_AT)  # fmt: skip
 
     # Scores that do not round evenly (4.67/10), once under the assignment and once as practice.
     code = bank_file(CODE, "wrong/round_robin.py")  # a copy, renamed, is what the similarity run finds
@@ -107,7 +118,7 @@ def seed_walk(browser: Any, base: str, db_file: Path) -> Walk:
         page.context.close()
     return Walk(base=base, db_file=db_file, assignment_id=assignment_id, closed_id=closed_id, attempt_id=attempt,
                 quiz_attempt_id=quiz["submission_id"], grade_id=grade_id, regrade_id=asked["id"],
-                similarity_run_id=run["id"])  # fmt: skip
+                similarity_run_id=run["id"], board_id=board_id)  # fmt: skip
 
 
 def pages(walk: Walk) -> list[tuple[str | None, str]]:
@@ -130,6 +141,8 @@ def pages(walk: Walk) -> list[tuple[str | None, str]]:
         (LEARNER, f"{under}/exercises/{QUIZ}"),
         (LEARNER, f"{course}/assignments/{walk.closed_id}/exercises/{CODE}"),
         (LEARNER, f"{course}/grades"),
+        (LEARNER, f"{course}/assignments/{walk.board_id}/exercises/{BOARD}/leaderboard"),
+        (TA, f"{course}/assignments/{walk.board_id}/exercises/{BOARD}/leaderboard"),
         (LEARNER, "/regrade-requests"),
         (LEARNER, f"/regrade-requests/{walk.regrade_id}"),
         (LEARNER, "/account"),

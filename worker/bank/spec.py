@@ -23,10 +23,17 @@ Contract (the format is documented for authors in ``exercises/README.md``):
   integer ``range`` (with ``step``), and a ``default``. ``{{ params.NAME }}`` in ``prompt.md``, ``starter.py``,
   ``solution.py``, ``right/`` and ``wrong/`` is filled in per variant (``specdata.render_params``); a name that is
   not declared is an error. The hidden tests read the values from the ``params`` fixture (``job.json``).
+- A leaderboard (``[leaderboard]``, ``LeaderboardMeta``; code exercises only, off when absent) names one
+  measurement (``metric``), the way it ranks (``order``: ``lower`` or ``higher`` is better) and a column ``label``.
+  The metric must be a name the hidden tests record literally: the first argument, a plain string, of a
+  ``measure.record(...)`` or ``measure.grade(...)`` call in ``tests/`` (``recorded_names``). A name built at run
+  time cannot be checked before grading, so it cannot be a board's metric. Who sees the board, and what it ranks,
+  is ``app.domain.courses.leaderboard``'s.
 """
 
 from __future__ import annotations
 
+import ast
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -44,6 +51,7 @@ from worker.bank.specdata import (
     LEARNER_PROCESS_MODES,
     MAX_FILE_BYTES,
     MAX_FILES,
+    ORDERS,
     PLACEHOLDER_RE,
     PRELOADS,
     QUEUES,
@@ -57,8 +65,10 @@ from worker.bank.specdata import (
     ExpectedTest,
     Framework,
     Kind,
+    Leaderboard,
     LearnerProcess,
     Limits,
+    Order,
     Param,
     Queue,
     Tier,
@@ -73,9 +83,10 @@ from worker.core.errors import ExerciseFormatError
 # What the rest of the project imports from here; the plain shapes live in specdata (no pydantic there).
 __all__ = [
     "DEVICE_MODES", "DIFFICULTIES", "FRAMEWORKS", "KINDS", "LEARNER_PROCESS_MODES", "MAX_FILES", "MAX_FILE_BYTES",
-    "PRELOADS", "QUEUES", "SLUG_RE", "TEXT_SUFFIXES", "TIERS", "ExerciseMeta", "ExerciseSpec", "ExpectedTest",
-    "Limits", "LimitsMeta", "Param", "ParamMeta", "Visibility", "WrongFile", "WrongVariant", "discover_test_ids",
-    "load_bank", "load_exercise", "read_exercise_files", "read_meta",
+    "ORDERS", "PRELOADS", "QUEUES", "SLUG_RE", "TEXT_SUFFIXES", "TIERS", "ExerciseMeta", "ExerciseSpec",
+    "ExpectedTest", "Leaderboard", "LeaderboardMeta", "Limits", "LimitsMeta", "Param", "ParamMeta", "Visibility",
+    "WrongFile", "WrongVariant", "discover_test_ids", "load_bank", "load_exercise", "read_exercise_files",
+    "read_meta", "recorded_names",
 ]  # fmt: skip
 
 
@@ -108,6 +119,8 @@ class WrongVariant(FormatModel):
 
 PARAM_NAME = r"^[a-z][a-z0-9_]{0,31}$"
 MAX_PARAMS = 8
+MAX_METRIC = 120  # runner.measure.MAX_NAME: a measurement name is kept to this many characters
+MAX_LABEL = 60
 MAX_PARAM_VALUES = 1000
 # A value of a choice: a number, or a short one-line word or phrase (it lands in prompts and Python files).
 ChoiceText = Annotated[str, StringConstraints(min_length=1, max_length=80, pattern=r"^[^\n\r{}]*$")]
@@ -153,6 +166,19 @@ class ParamMeta(FormatModel):
         return tuple(range(self.range[0], self.range[1] + 1, self.step))
 
 
+class LeaderboardMeta(FormatModel):
+    """``[leaderboard]``: opt in to a per-assignment board of one measurement the hidden tests record."""
+
+    # As long as runner.measure keeps a measurement's name (MAX_NAME): a longer one could never match.
+    metric: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=MAX_METRIC)]
+    order: Order
+    label: Annotated[str, StringConstraints(strip_whitespace=True, max_length=MAX_LABEL)] = ""
+
+    def leaderboard(self) -> Leaderboard:
+        """Return the table as the plain data the app reads."""
+        return Leaderboard(metric=self.metric, order=self.order, label=self.label)
+
+
 class ExerciseMeta(FormatModel):
     """``exercise.toml``: what the exercise is, where and how it is graded, and what its tests are worth."""
 
@@ -177,6 +203,7 @@ class ExerciseMeta(FormatModel):
     params: dict[Annotated[str, StringConstraints(pattern=PARAM_NAME)], ParamMeta] = Field(
         default={}, max_length=MAX_PARAMS
     )
+    leaderboard: LeaderboardMeta | None = None
 
     @field_validator("rubric")
     @classmethod
@@ -203,7 +230,9 @@ class ExerciseMeta(FormatModel):
         """Refuse ``[points]``, ``[[wrong]]`` and visibility tiers on a quiz: it has no hidden tests."""
         if self.kind != "quiz":
             return self
-        misplaced = sorted({"points", "wrong", "rubric", "rubric_comments", "params"} & self.model_fields_set)
+        misplaced = sorted(
+            {"points", "wrong", "rubric", "rubric_comments", "params", "leaderboard"} & self.model_fields_set
+        )
         if misplaced:
             raise ValueError(f"a quiz takes no {' or '.join(misplaced)}: its questions in quiz.toml carry the points")
         tiers = sorted({"default_visibility", "visibility"} & self.model_fields_set)
@@ -266,6 +295,7 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
         rubric=meta.rubric,
         rubric_comments=meta.rubric_comments,
         params=params_of({name: table.model_dump(exclude_none=True) for name, table in meta.params.items()}),
+        leaderboard=meta.leaderboard.leaderboard() if meta.leaderboard is not None else None,
     )
     if meta.kind == "code":
         for required in ("starter.py", "solution.py"):
@@ -275,6 +305,7 @@ def _build(slug: str, meta: ExerciseMeta, files: dict[str, str]) -> ExerciseSpec
         if not ids:
             raise ExerciseFormatError(slug, "tests/ holds no test functions")
         _check_references(slug, meta, files, set(ids))
+        _check_leaderboard(slug, meta, spec.hidden_test_files)
         spec.tests = [ExpectedTest(id=i, points=meta.points.get(i, 1.0)) for i in ids]
         spec.wrong = [WrongFile(v.path, v.must_fail, v.why, v.feedback) for v in meta.wrong]
     else:
@@ -312,6 +343,42 @@ def _check_references(slug: str, meta: ExerciseMeta, files: dict[str, str], ids:
                 f"{path} uses {{{{ params.{unknown[0]} }}}} but exercise.toml declares no [params.{unknown[0]}] "
                 f"(declared: {declared})",
             )
+
+
+def recorded_names(test_files: dict[str, str]) -> set[str]:
+    """Return the measurement names the test files record literally: ``x.record("name", ...)``/``x.grade(...)``."""
+    names: set[str] = set()
+    for text in test_files.values():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue  # discover_test_ids names the file at fault
+        for node in ast.walk(tree):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("record", "grade")
+                and node.args
+            ):
+                continue
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                names.add(first.value.strip()[:MAX_METRIC])
+    return names
+
+
+def _check_leaderboard(slug: str, meta: ExerciseMeta, test_files: dict[str, str]) -> None:
+    """Refuse a ``[leaderboard]`` metric that no hidden test records by that literal name."""
+    if meta.leaderboard is None:
+        return
+    recorded = recorded_names(test_files)
+    if meta.leaderboard.metric not in recorded:
+        known = ", ".join(repr(n) for n in sorted(recorded)) or "none"
+        raise ExerciseFormatError(
+            slug,
+            f"exercise.toml: leaderboard.metric {meta.leaderboard.metric!r} is not a measurement the hidden tests "
+            f"record by that name (measure.record/measure.grade with a literal name; recorded: {known})",
+        )
 
 
 def load_exercise(folder: Path) -> ExerciseSpec:

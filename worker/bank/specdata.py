@@ -39,6 +39,8 @@ LearnerProcess = Literal["per-test", "per-file"]
 # When a learner may see a hidden test's outcome and message: at once, once their deadline passed, or never
 # (its name and worth only). Who decides from it is app.domain.courses.visibility.
 Tier = Literal["now", "after_due", "never"]
+# Which way a leaderboard ranks its metric: the smallest value first, or the largest.
+Order = Literal["lower", "higher"]
 
 SLUG_RE = re.compile(r"^[a-z0-9][a-z0-9-]{1,62}[a-z0-9]$")
 KINDS: tuple[str, ...] = get_args(Kind)
@@ -48,6 +50,7 @@ DIFFICULTIES: tuple[str, ...] = get_args(Difficulty)
 DEVICE_MODES: tuple[str, ...] = get_args(DeviceMode)
 LEARNER_PROCESS_MODES: tuple[str, ...] = get_args(LearnerProcess)
 TIERS: tuple[str, ...] = get_args(Tier)
+ORDERS: tuple[str, ...] = get_args(Order)
 MAX_FILE_BYTES = 256 * 1024
 MAX_FILES = 200
 PRELOADS: dict[str, tuple[str, ...]] = {"python": (), "torch": ("torch",), "tensorflow": ("tensorflow",)}
@@ -104,6 +107,24 @@ class Visibility:
     def of(self, test_id: str) -> Tier:
         """Return the tier of ``test_id``."""
         return self.tiers.get(test_id, self.default)
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    """``[leaderboard]``: the one measurement an assignment's board ranks its learners by, and which way."""
+
+    metric: str  # a measurement's name exactly as the hidden tests record it (runner.measure)
+    order: Order = "lower"
+    label: str = ""  # what the board's column is called; the metric's name when empty
+
+    @property
+    def heading(self) -> str:
+        """Return the column's heading: the label, or the metric's name."""
+        return self.label or self.metric
+
+    def better(self, a: float, b: float) -> bool:
+        """Say whether ``a`` ranks strictly above ``b``."""
+        return a < b if self.order == "lower" else a > b
 
 
 @dataclass(frozen=True)
@@ -176,6 +197,7 @@ class ExerciseData:
     rubric: tuple[RubricItem, ...] = ()
     rubric_comments: tuple[str, ...] = ()
     params: tuple[Param, ...] = ()  # [params.NAME]: what a learner's variant is drawn from; () for one variant
+    leaderboard: Leaderboard | None = None  # [leaderboard]: the opt-in board of one measurement; None: no board
 
     @property
     def default_params(self) -> dict[str, ParamValue]:

@@ -1,8 +1,8 @@
 """Grade code against an exercise's visible example tests instead of its hidden ones.
 
 Contract: ``run_examples(spec, code, sandbox=...)`` rebuilds the spec with ``ExerciseSpec.from_files`` from a
-copy of ``spec.files`` in which ``examples/*`` take the place of ``tests/*``; ``[points]`` and ``[[wrong]]``
-(which name hidden tests) are dropped from ``exercise.toml`` (written back by
+copy of ``spec.files`` in which ``examples/*`` take the place of ``tests/*``; ``[points]``, ``[[wrong]]`` and
+``[leaderboard]`` (which name hidden tests or what they measure) are dropped from ``exercise.toml`` (written back by
 ``worker.bank.folders.dump_exercise_toml``) together with ``wrong/`` and ``right/``, so every example test is
 worth 1 point. It grades with ``worker.grading.pipeline.grade`` and returns the outcome; nothing is
 stored. An exercise without example tests raises ``ExerciseFormatError``.
@@ -19,7 +19,7 @@ from worker.core.outcome import GradeOutcome
 from worker.grading.pipeline import grade
 from worker.grading.sandbox.base import Sandbox
 
-HIDDEN_ONLY_KEYS = ("points", "wrong")
+HIDDEN_ONLY_KEYS = ("points", "wrong", "leaderboard")
 HIDDEN_ONLY_DIRS = ("tests/", "wrong/", "right/")
 
 

@@ -11,5 +11,6 @@ Contract, by module:
   assignment binds its learners' practice, the variant a page shows.
 - ``gradebook``: every learner's counted results, overrides and their history, the CSV export (overrides land
   through ``app.domain.results.settle``).
+- ``leaderboard``: an assignment's board of one measurement per opted-in exercise, pseudonyms for learners.
 - ``visibility``: which of a learner's test results are shown now, and when the rest will be.
 """

@@ -66,6 +66,7 @@ class AssignmentFields:
     rate_refill_s: int | None = None
     is_published: bool = True
     practice: str = "examples_only"
+    leaderboard: bool = True  # the boards of its exercises that opt in (app.domain.courses.leaderboard)
 
 
 def _title(text: str) -> str:
@@ -111,7 +112,7 @@ def _apply(assignment: Assignment, fields: AssignmentFields) -> None:
     assignment.title = _title(fields.title)
     for name in (
         "opens_at", "due_at", "late_until", "late_credit_pct", "counts", "max_attempts", "rate_burst",
-        "rate_refill_s", "is_published", "practice",
+        "rate_refill_s", "is_published", "practice", "leaderboard",
     ):  # fmt: skip
         setattr(assignment, name, getattr(fields, name))
 

@@ -10,6 +10,8 @@ Contract:
   (``may_author``) and gives no course role.
 - ``may_view_work``: a submission to its learner or its course's staff; an assignment, a course or a run to the
   staff of its course. ``may_grade``: the course's instructors and TAs. ``may_release``: its instructors only.
+- ``may_name_learners``: who sees the people behind an assignment's leaderboard rows (the staff of its course);
+  its learners see pseudonyms only (``app.domain.courses.leaderboard``).
 - ``work_scope(user, roles=...)``: the courses whose work ``user`` sees (``roles``: which of their course roles count;
   instructors and TAs by default, instructors alone for releasing), as a ``WorkScope`` whose ``over(column)`` is a
   SQL condition on a column holding an assignment id (``None``: practice work). Exercise-level views (an exercise's
@@ -94,6 +96,11 @@ def may_grade(*, session: Session, user: User, work: Work) -> bool:
 def may_release(*, session: Session, user: User, work: Work) -> bool:
     """Say whether ``user`` may release staff grades of ``work``'s course: its instructors."""
     return _holds(session, user, work, INSTRUCTORS)
+
+
+def may_name_learners(*, session: Session, user: User, work: Work) -> bool:
+    """Say whether ``user`` sees learners' names on ``work``'s leaderboards: the instructors and TAs of its course."""
+    return _holds(session, user, work, membership.STAFF)
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,9 @@ Contract: every route needs a login; what a user may not see answers 404, what t
 offset; a naive date-time is refused). A learner's view of an assignment shows, per exercise, what the gate of
 ``app.domain.courses.assignments`` says now (the dates their extension gives them, attempts and submissions left, the
 sentence the page shows) and the score that counts. Staff edit assignments (instructors) and grant extensions
-(instructors and TAs); every extension stays in the audit list, revoked or not. Routes commit; nothing here
-grades.
+(instructors and TAs); every extension stays in the audit list, revoked or not. An exercise's leaderboard under an
+assignment (``app.domain.courses.leaderboard``) is for the course's members: pseudonyms, names for its staff. Routes
+commit; nothing here grades.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 
 from app.domain.accounts import people
-from app.domain.courses import coursework, gradebook, membership
+from app.domain.courses import coursework, gradebook, leaderboard, membership
 from app.domain.models import AssignmentItem, CourseRole, User
 from app.domain.results import settle
 from app.web.deps import (
@@ -26,6 +27,7 @@ from app.web.deps import (
     CourseInstructorDep,
     CourseStaffDep,
     CurrentUser,
+    ExerciseDep,
     ExtensionDep,
     InstructorDep,
     RowId,
@@ -44,6 +46,7 @@ from app.web.schemas.courses import (
     ExtensionOut,
     InviteIn,
     InviteOut,
+    LeaderboardOut,
     MemberOut,
     OverrideIn,
     assignment_out,
@@ -138,6 +141,20 @@ def create_assignment(body: AssignmentIn, access: CourseStaffDep, session: Sessi
 def assignment_detail(access: AssignmentDep, session: SessionDep) -> AssignmentOut:
     """Return an assignment as it stands for me (my dates, attempts left, what counts)."""
     return assignment_out(session=session, assignment=access.assignment, user=access.user, staff=access.is_staff)
+
+
+@router.get(
+    "/api/assignments/{assignment_id}/exercises/{slug}/leaderboard",
+    responses=problem_responses(
+        404, described={404: "no such assignment or exercise for the caller, or no leaderboard for them there"}
+    ),
+)
+def assignment_leaderboard(access: AssignmentDep, exercise: ExerciseDep, session: SessionDep) -> LeaderboardOut:
+    """Return the exercise's leaderboard under the assignment: pseudonyms, with names for the course's staff."""
+    board = leaderboard.leaderboard(
+        session=session, assignment=access.assignment, exercise=exercise, viewer=access.user
+    )
+    return LeaderboardOut.of(board)
 
 
 @router.put("/api/assignments/{assignment_id}", responses=problem_responses(422))

@@ -44,6 +44,7 @@ LABELS = {
     "late_credit_pct": "the late credit", "counts": "which attempt counts", "max_attempts": "the attempt limit",
     "rate_burst": "the submissions in a burst", "rate_refill_s": "the refill time", "email": "the learner",
     "extra_attempts": "the extra attempts", "reason": "the reason", "practice": "practice",
+    "leaderboard": "the leaderboard",
 }  # fmt: skip
 
 
@@ -112,6 +113,7 @@ class AssignmentForm:
     rate_refill_s: str = ""
     is_published: bool = True
     practice: str = "examples_only"
+    leaderboard: bool = True
     items: str = ""  # one exercise a line: "slug [weight]"
 
     @classmethod
@@ -124,7 +126,7 @@ class AssignmentForm:
             late_until=local_value(assignment.late_until), tz="UTC", late_credit_pct=text(assignment.late_credit_pct),
             counts=assignment.counts, max_attempts=text(assignment.max_attempts),
             rate_burst=text(assignment.rate_burst), rate_refill_s=text(assignment.rate_refill_s),
-            is_published=assignment.is_published, practice=assignment.practice,
+            is_published=assignment.is_published, practice=assignment.practice, leaderboard=assignment.leaderboard,
             items="\n".join(f"{item.exercise.slug} {item.weight:g}" for item in assignment.items),
         )  # fmt: skip
 
@@ -157,6 +159,7 @@ class AssignmentForm:
                     "rate_refill_s": _optional(self.rate_refill_s),
                     "is_published": self.is_published,
                     "practice": self.practice,
+                    "leaderboard": self.leaderboard,
                     "items": self.chosen(),
                     **({"late_credit_pct": self.late_credit_pct.strip()} if self.late_credit_pct.strip() else {}),
                 }

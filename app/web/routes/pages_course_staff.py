@@ -172,13 +172,14 @@ def posted_assignment(
     title: TextField = "", opens_at: TextField = "", due_at: TextField = "", late_until: TextField = "",
     tz: TextField = "UTC", late_credit_pct: TextField = "", counts: TextField = "best", max_attempts: TextField = "",
     rate_burst: TextField = "", rate_refill_s: TextField = "", is_published: TextField = "",
-    practice: TextField = "examples_only", items: Annotated[str, Form(max_length=100_000)] = "",
+    practice: TextField = "examples_only", leaderboard: TextField = "",
+    items: Annotated[str, Form(max_length=100_000)] = "",
 ) -> AssignmentForm:  # fmt: skip
-    """Return the posted assignment form as typed (an unticked "published" box is not posted at all)."""
+    """Return the posted assignment form as typed (an unticked box, "published" or "leaderboard", is not posted)."""
     return AssignmentForm(
         title=title, opens_at=opens_at, due_at=due_at, late_until=late_until, tz=tz, late_credit_pct=late_credit_pct,
         counts=counts, max_attempts=max_attempts, rate_burst=rate_burst, rate_refill_s=rate_refill_s,
-        is_published=bool(is_published), practice=practice, items=items,
+        is_published=bool(is_published), practice=practice, leaderboard=bool(leaderboard), items=items,
     )  # fmt: skip
 
 

@@ -12,6 +12,9 @@ Contract:
   (``exercise.html`` through ``courses/exercise.html``) with the gate's sentence above Submit; ``exercise.js``
   sends the assignment id (the form's ``data-assignment``) with the submission and shows a refusal's detail.
   Without JavaScript the form posts here and passes the same gate (``SubmitDep``).
+- ``.../exercises/{slug}/leaderboard`` is the exercise's board under the assignment when it has one
+  (``app.domain.courses.leaderboard``: "not found" otherwise), linked from the assignment's card and the exercise's
+  result; learners see pseudonyms, the course's staff names too.
 - Every POST is a form with the session's CSRF token (``FORM_CSRF``); success flashes and redirects. Routes
   commit; nothing here grades.
 """
@@ -28,7 +31,7 @@ from fastapi.responses import Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain.courses import assignments, coursework, membership
+from app.domain.courses import assignments, coursework, leaderboard, membership
 from app.domain.models import Assignment, Course, CourseRole, User, utcnow
 from app.domain.platform.highlight import highlight_blocks
 from app.domain.review.insights import exercise_insights
@@ -45,7 +48,7 @@ from app.web.deps import (
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from app.web.routes.course_forms import HereDep, HereStaffDep, assignment_url, course_url, item_of
 from app.web.routes.pages import exercise_context
-from app.web.schemas.courses import AssignmentOut, assignment_out
+from app.web.schemas.courses import AssignmentOut, assignment_out, board_path
 from app.web.schemas.exercises import ExerciseDetail
 from worker.core.errors import GpulabError, NotFound
 
@@ -166,9 +169,10 @@ def assignment_exercise_page(
     if learner:
         gate = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=utcnow())
         counted = assignments.counted(session=session, assignment=assignment, item=item, user=user, dates=dates)
+    board = board_path(assignment, exercise.slug) if leaderboard.board_for(assignment, exercise) else None
     under: dict[str, Any] = {
         "assignment": assignment, "course": here.course, "learner": learner, "gate": gate, "counted": counted,
-        "dates": dates, "assignment_url": assignment_url(assignment),
+        "dates": dates, "assignment_url": assignment_url(assignment), "board_url": board,
     }  # fmt: skip
     if detail.kind == "quiz":  # answered through quiz.js, which sends the assignment id
         prompt = highlight_blocks(detail.prompt_html)
@@ -176,6 +180,19 @@ def assignment_exercise_page(
         return render(request, "courses/quiz.html", ex=detail, prompt=prompt, progress=progress, **under)
     page = exercise_context(session=session, user=user, exercise=exercise, detail=detail)
     return render(request, "courses/exercise.html", **page, **under)
+
+
+@router.get("/courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/leaderboard")
+def assignment_leaderboard_page(
+    request: Request, here: HereDep, exercise: ExerciseDep, session: SessionDep
+) -> Response:  # fmt: skip
+    """Show the exercise's leaderboard under the assignment (course members; names for its staff)."""
+    board = leaderboard.leaderboard(session=session, assignment=here.assignment, exercise=exercise, viewer=here.user)
+    return render(
+        request, "courses/leaderboard.html", board=board, course=here.course, role=here.role,
+        assignment_url=assignment_url(here.assignment),
+        exercise_url=f"{assignment_url(here.assignment)}/exercises/{quote(exercise.slug)}",
+    )  # fmt: skip
 
 
 @router.post("/courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/submissions")

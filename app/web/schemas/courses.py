@@ -10,11 +10,12 @@ that counts; for staff, the assignment's own dates. The API and the course pages
 from __future__ import annotations
 
 from typing import Annotated, Literal
+from urllib.parse import quote
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from app.domain.courses import assignments, coursework, membership
+from app.domain.courses import assignments, coursework, leaderboard, membership
 from app.domain.models import Assignment, Course, CourseRole, Extension, User, utcnow
 from app.domain.platform.clock import UtcDatetime
 
@@ -64,6 +65,11 @@ class AssignmentIn(BaseModel):
     rate_burst: int | None = Field(default=None, ge=1, le=10_000)
     rate_refill_s: int | None = Field(default=None, ge=1, le=7 * 24 * 3600)
     is_published: bool = True
+    leaderboard: bool = Field(
+        default=True,
+        description="show the leaderboard of each of its exercises that opts in to one ([leaderboard] in its "
+        "exercise.toml); learners see pseudonyms only",
+    )
     items: list[ItemIn] = Field(default_factory=list, max_length=coursework.MAX_ITEMS)
 
     def fields(self) -> coursework.AssignmentFields:
@@ -71,7 +77,7 @@ class AssignmentIn(BaseModel):
             title=self.title, opens_at=self.opens_at, due_at=self.due_at, late_until=self.late_until,
             late_credit_pct=self.late_credit_pct, counts=self.counts, max_attempts=self.max_attempts,
             rate_burst=self.rate_burst, rate_refill_s=self.rate_refill_s, is_published=self.is_published,
-            practice=self.practice,
+            practice=self.practice, leaderboard=self.leaderboard,
         )  # fmt: skip
 
     def chosen(self) -> list[tuple[str, float]]:
@@ -100,6 +106,11 @@ class ItemOut(BaseModel):
     score_pct: float | None = None  # learners only: the score that counts, late credit and overrides applied
     late: bool = False
     overridden: bool = False
+    leaderboard: str | None = Field(
+        default=None,
+        description="the page of the exercise's leaderboard under this assignment (its JSON: "
+        "/api/assignments/{id}/exercises/{slug}/leaderboard); null: no board shows",
+    )
 
 
 class AssignmentOut(BaseModel):
@@ -114,6 +125,7 @@ class AssignmentOut(BaseModel):
     late_credit_pct: float
     counts: str
     practice: str = Field(description="examples_only or counted (see AssignmentIn)")
+    leaderboard: bool = Field(description="the boards of its exercises that opt in show (see AssignmentIn)")
     max_attempts: int | None
     extra_attempts: int = Field(default=0, description="learners only: the extra attempts their extension grants")
     rate_burst: int | None
@@ -191,6 +203,54 @@ class ExtensionOut(BaseModel):
         )  # fmt: skip
 
 
+def board_path(assignment: Assignment, slug: str) -> str:
+    """Return the page of ``slug``'s leaderboard under ``assignment``."""
+    return f"/courses/{quote(assignment.course.slug)}/assignments/{assignment.id}/exercises/{quote(slug)}/leaderboard"
+
+
+class LeaderRowOut(BaseModel):
+    """One learner on a leaderboard: their best passing value of the metric."""
+
+    rank: int = Field(description="1 is best; equal values share a rank (1, 1, 3)")
+    pseudonym: str = Field(description="the learner's name on the course's boards (stable; not their e-mail)")
+    value: float
+    unit: str
+    submitted_at: UtcDatetime = Field(description="when the ranked submission was made")
+    you: bool = Field(description="this row is the caller's")
+    submission_id: str | None = Field(description="the ranked submission: the caller's own row, or any row for staff")
+    name: str | None = Field(default=None, description="staff of the course only: the learner's name")
+    email: str | None = Field(default=None, description="staff of the course only: the learner's e-mail")
+
+
+class LeaderboardOut(BaseModel):
+    """An exercise's leaderboard under an assignment (``app.domain.courses.leaderboard``)."""
+
+    assignment_id: int
+    course: str
+    exercise: str
+    title: str
+    metric: str = Field(description="the measurement ranked, as the exercise's hidden tests record it")
+    label: str = Field(description="the column's heading")
+    order: Literal["lower", "higher"] = Field(description="which values rank first")
+    names: bool = Field(description="rows carry names and e-mails (the caller is staff of the course)")
+    rows: list[LeaderRowOut]
+
+    @classmethod
+    def of(cls, board: leaderboard.Board) -> LeaderboardOut:
+        return cls(
+            assignment_id=board.assignment.id, course=board.assignment.course.slug, exercise=board.exercise.slug,
+            title=board.title, metric=board.spec.metric, label=board.spec.heading, order=board.spec.order,
+            names=board.names,
+            rows=[
+                LeaderRowOut(
+                    rank=r.rank, pseudonym=r.pseudonym, value=r.value, unit=r.unit, submitted_at=r.submitted_at,
+                    you=r.you, submission_id=r.submission_id, name=r.name, email=r.email,
+                )
+                for r in board.rows
+            ],
+        )  # fmt: skip
+
+
 def assignment_out(*, session: Session, assignment: Assignment, user: User, staff: bool) -> AssignmentOut:
     """Describe ``assignment`` for ``user``: their own dates, gates and scores when they are a learner."""
     now = utcnow()
@@ -202,6 +262,8 @@ def assignment_out(*, session: Session, assignment: Assignment, user: User, staf
         out = ItemOut(
             exercise=exercise.slug, title=version.title if version else exercise.slug,
             kind=version.kind if version else "code", weight=item.weight,
+            leaderboard=board_path(assignment, exercise.slug)
+            if leaderboard.board_for(assignment, exercise) is not None else None,
         )  # fmt: skip
         if not staff:
             gate = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=now)
@@ -219,7 +281,7 @@ def assignment_out(*, session: Session, assignment: Assignment, user: User, staf
         id=assignment.id, course=assignment.course.slug, title=assignment.title, position=assignment.position,
         is_published=assignment.is_published, opens_at=shown.opens_at, due_at=shown.due_at,
         late_until=shown.late_until, late_credit_pct=assignment.late_credit_pct, counts=assignment.counts,
-        practice=assignment.practice, max_attempts=assignment.max_attempts,
+        practice=assignment.practice, leaderboard=assignment.leaderboard, max_attempts=assignment.max_attempts,
         extra_attempts=shown.extension.extra_attempts if shown.extension is not None else 0,
         rate_burst=assignment.rate_burst, rate_refill_s=assignment.rate_refill_s, extended=shown.extended, items=items,
     )  # fmt: skip

@@ -55,6 +55,7 @@ from app.domain.models import (
 )
 from app.domain.review.similarity import Params
 from tests.app.domain.courses.test_gradebook import add_assignment, submit
+from tests.app.domain.courses.test_leaderboard import board_exercise, measured
 from tests.app.domain.review.test_staff_grading import files, quiz_toml
 from tests.conftest import PASSWORD, TinyExercise
 from worker.bank.spec import ExerciseSpec
@@ -105,6 +106,7 @@ ROUTES: dict[str, str] = {
     "POST /api/courses/{slug}/assignments": B,
     "GET /api/assignments/{assignment_id}": B,
     "PUT /api/assignments/{assignment_id}": B,
+    "GET /api/assignments/{assignment_id}/exercises/{slug}/leaderboard": B,
     "GET /api/assignments/{assignment_id}/extensions": B,
     "POST /api/assignments/{assignment_id}/extensions": B,
     "POST /api/extensions/{extension_id}/revoke": B,
@@ -179,6 +181,7 @@ ROUTES: dict[str, str] = {
     "GET /courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}": B,
     "POST /courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/submissions": B,
     "GET /courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/insights": B,
+    "GET /courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/leaderboard": B,
     "GET /courses/{slug}/manage": B,
     "GET /courses/{slug}/members": B,
     "POST /courses/{slug}/members": B,
@@ -303,6 +306,7 @@ class World:
     assignment_b: Assignment
     code: Exercise
     quiz: Exercise
+    board: Exercise  # opts in to a leaderboard: B's assignment holds it
     submission_b: Submission
     grade_b: ManualGrade
     request_b: RegradeRequest
@@ -317,8 +321,9 @@ class World:
         path = key.split(" ", 1)[1]
         course_path = path.startswith(("/api/courses/{slug}", "/courses/{slug}"))
         quiz_path = "grad" in path  # grading queues: the quiz holds the staff-graded answer
+        exercise = self.board if path.endswith("/leaderboard") else self.quiz if quiz_path else self.code
         return {
-            "slug": self.course_b.slug if course_path else (self.quiz if quiz_path else self.code).slug,
+            "slug": self.course_b.slug if course_path else exercise.slug,
             "course_slug": self.course_b.slug,
             "assignment_id": str(self.assignment_b.id),
             "submission_id": self.submission_b.id,
@@ -382,7 +387,9 @@ def world(db_session: Session, make_user: Callable[..., User], tiny_exercise: Ti
     db.commit()
     window = {"is_published": True, "due_at": AT + timedelta(days=30)}
     assignment_a = add_assignment(db, course_a, "A week", 0, [(code, 1.0), (quiz, 1.0)], **window)
-    assignment_b = add_assignment(db, course_b, "B week", 0, [(code, 1.0), (quiz, 1.0)], **window)
+    board = board_exercise(db)
+    assignment_b = add_assignment(db, course_b, "B week", 0, [(code, 1.0), (quiz, 1.0), (board, 0.0)], **window)
+    measured(db, assignment_b, learner_b, board, 1.0, AT)  # a row whose learner only B's staff may name
     _work(db, assignment_a, learner_a, code, quiz, f"A{tag}")
     submission_b, _, grade_b = _work(db, assignment_b, learner_b, code, quiz, f"B{tag}")
     other_b, _, _ = _work(db, assignment_b, learner_b2, code, quiz, f"B{tag}")
@@ -411,7 +418,7 @@ def world(db_session: Session, make_user: Callable[..., User], tiny_exercise: Ti
     db.commit()
     markers = (learner_b.email, learner_b2.email, f"B{tag}-", f"P{tag}-")
     return World(admin, instructor_a, ta_a, learner_a, outsider, instructor_b, learner_b, course_b, assignment_b,
-                 code, quiz, submission_b, grade_b, request_b, runs[0], runs[1], extension_b, override_b,
+                 code, quiz, board, submission_b, grade_b, request_b, runs[0], runs[1], extension_b, override_b,
                  markers)  # fmt: skip
 
 

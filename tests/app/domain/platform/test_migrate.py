@@ -181,3 +181,27 @@ def test_0018_adds_learning_paths_and_takes_only_them_away(tmp_path: Path) -> No
     names = set(inspect(engine_for(url)).get_table_names())
     assert "learning_paths" not in names and {"exercises", "exercise_versions"} <= names
     engine_for(url).dispose()
+
+
+def test_0019_switches_boards_on_for_existing_assignments_and_takes_only_the_switch_away(tmp_path: Path) -> None:
+    """An assignment made before 0019 shows its exercises' boards (on, as a new one); downgrading keeps it."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    upgrade("0018", database_url=url)
+    with engine_for(url).begin() as conn:
+        course_id = conn.execute(text("SELECT id FROM courses WHERE slug = 'practice'")).scalar_one()
+        conn.execute(
+            text(
+                "INSERT INTO assignments (id, course_id, title, position, is_published, late_credit_pct, counts, "
+                "practice, created_at) VALUES (1, :course, 'A', 0, 1, 50, 'best', 'examples_only', '2026-12-01')"
+            ),
+            {"course": course_id},
+        )
+    upgrade("0019", database_url=url)
+    with engine_for(url).begin() as conn:
+        assert conn.execute(text("SELECT leaderboard FROM assignments")).scalar_one() in (1, True)
+        conn.execute(text("UPDATE assignments SET leaderboard = :off"), {"off": False})
+        assert conn.execute(text("SELECT leaderboard FROM assignments")).scalar_one() in (0, False)
+    command.downgrade(alembic_config(url), "0018")
+    assert "leaderboard" not in {c["name"] for c in inspect(engine_for(url)).get_columns("assignments")}
+    with engine_for(url).connect() as conn:
+        assert conn.execute(text("SELECT title FROM assignments")).scalars().all() == ["A"]
