@@ -275,3 +275,36 @@ def test_find_unused_parameters_keeps_the_constructors_buckets() -> None:
     comm = _comm(_train_mlp({"bucket_cap_mb": 0.25, "find_unused_parameters": True}))[0].comm
     assert comm is not None
     assert _calls_by_step(comm) == [[2_052, 263_168, 279_552]] * 3
+
+
+def train_fsdp2(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """Two steps of two Linear(8, 8) layers, each sharded with FSDP2's fully_shard, then the root."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 8))
+    fully_shard(net[0])
+    fully_shard(net[2])
+    fully_shard(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(rank))
+    for _ in range(2):
+        net(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+    return {"w": net[0].weight.to_local().detach()}
+
+
+def test_fsdp2_all_gathers_and_reduce_scatters_are_counted() -> None:
+    # Each layer: 8 * 8 + 8 = 72 float32 values, 288 bytes; a rank sends its half (144 bytes) to each all-gather
+    # (forward, then again in backward) and the layer's whole gradients (288 bytes) to its reduce-scatter.
+    comm = _comm(train_fsdp2)[0].comm
+    assert comm is not None
+    assert comm["steps"] == 2
+    assert comm["ops"] == {
+        "all_gather_single": {"calls": 8, "bytes": 8 * 144},
+        "reduce_scatter_single": {"calls": 4, "bytes": 4 * 288},
+    }

@@ -46,6 +46,7 @@ COLLECTIVES = (
     "reduce_scatter",
     "_reduce_scatter_base",
     "reduce_scatter_tensor_coalesced",
+    "reduce_scatter_single",
     "alltoall",
     "alltoall_base",
     "gather",
@@ -90,7 +91,10 @@ def _inputs(op: str, args: tuple[Any, ...]) -> Any:
         return None
     if op in ("allgather", "allgather_coalesced", "reduce_scatter", "gather", "alltoall") and len(args) > 1:
         return args[1]
-    if op in ("_allgather_base", "all_gather_single", "_reduce_scatter_base", "alltoall_base") and len(args) > 1:
+    if (
+        op in ("_allgather_base", "all_gather_single", "_reduce_scatter_base", "reduce_scatter_single", "alltoall_base")
+        and len(args) > 1
+    ):
         return args[1]
     return args[0]
 
