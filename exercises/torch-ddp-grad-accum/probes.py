@@ -4,7 +4,8 @@ bytes per optimizer step, optimizer steps, samples through the DDP model, comput
 
 The measurements are observations a learner who patches this file could forge, like every probe's; the final
 weights, which the tests compare with a one-process reference, cannot be forged without training correctly.
-The hidden tests import the data, the model and the constants from here.
+The hidden tests import the data, the model and the constants from here; MICRO and ACCUM are the learner's
+variant (exercise.toml [params]), which the tests read from their params fixture.
 """
 
 from collections.abc import Mapping
@@ -18,8 +19,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E
 
 torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
 
-# The prompt's and the starter's settings.
-N_SAMPLES, MICRO, ACCUM, EPOCHS, LR = 88, 4, 4, 2, 0.1
+# The prompt's and the starter's settings that every variant shares.
+N_SAMPLES, EPOCHS, LR = 88, 2, 0.1
 PARAM_BYTES = (4 * 8 + 8 + 8 * 1 + 1) * 4  # build_model()'s 49 float32 parameters: one DDP bucket
 
 

@@ -6,7 +6,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-N_SAMPLES, MICRO, ACCUM, EPOCHS, LR = 88, 4, 4, 2, 0.1
+N_SAMPLES, MICRO, ACCUM, EPOCHS, LR = 88, {{ params.micro }}, {{ params.accum }}, 2, 0.1
 
 
 def make_dataset() -> tuple[torch.Tensor, torch.Tensor]:
@@ -24,7 +24,7 @@ def build_model() -> nn.Module:
 
 
 def micro_batches(rank: int, world_size: int) -> DataLoader:
-    """This rank's micro-batches of MICRO samples, in order (44 samples, 11 micro-batches per epoch). Do not change."""
+    """This rank's micro-batches of MICRO samples, in order: 44 samples, 44 / MICRO micro-batches. Do not change."""
     sampler = DistributedSampler(TensorDataset(*make_dataset()), world_size, rank, shuffle=False)
     return DataLoader(TensorDataset(*make_dataset()), batch_size=MICRO, sampler=sampler)
 
@@ -34,8 +34,8 @@ def train(rank: int, world_size: int) -> dict[str, torch.Tensor]:
 
     Every step must use the gradient of the mean loss over the window's samples on all ranks (the large batch's
     gradient), with one all-reduce per step: run every backward of a window but its last inside model.no_sync().
-    An epoch's 11 micro-batches make windows of 4, 4 and 3; the last, shorter window steps too. Return the
-    unwrapped model's state_dict.
+    ACCUM does not divide an epoch's micro-batches evenly: each epoch ends with a shorter window, which steps too.
+    Return the unwrapped model's state_dict.
     """
     dist.init_process_group("gloo")
     model = DistributedDataParallel(build_model())

@@ -4,22 +4,59 @@ The ranks run once per grading job (the first test that needs them) with runner.
 collective; each test then reads the same results. Final weights are compared with a one-process reference of
 the large-batch steps, computed here; communication is graded on the measurements (measured outcomes, partial
 credit), and the result page shows them beside their targets, with a modelled step time and speed-up.
+
+Every learner has their own MICRO and ACCUM (exercise.toml [params]); the tests read them from the params fixture
+and grade against that run, so an answer written for other numbers fails, and every message quotes the learner's.
 """
 
 import math
 import statistics
+from dataclasses import dataclass
 
 import pytest
 import torch
-from probes import ACCUM, EPOCHS, LR, MICRO, N_SAMPLES, PARAM_BYTES, build_model, make_dataset
+from probes import EPOCHS, LR, N_SAMPLES, PARAM_BYTES, build_model, make_dataset
 from runner import costmodel
 from torch import nn
 
 WORLD = 2
-PER_RANK = N_SAMPLES // WORLD  # 44 samples, 11 micro-batches of 4 per rank and epoch
-MICROS = math.ceil(PER_RANK / MICRO)
-WINDOWS = [list(range(i, min(i + ACCUM, MICROS))) for i in range(0, MICROS, ACCUM)]  # 4, 4 and 3 micro-batches
-STEPS = EPOCHS * len(WINDOWS)
+PER_RANK = N_SAMPLES // WORLD  # 44 samples per rank and epoch
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The learner's run: micro-batch size, window, and what they make of a rank's epoch."""
+
+    micro: int
+    accum: int
+
+    @property
+    def micros(self) -> int:
+        return math.ceil(PER_RANK / self.micro)
+
+    @property
+    def windows(self) -> list[list[int]]:
+        """Each window's micro-batch indices within an epoch; the last one is shorter."""
+        return [list(range(i, min(i + self.accum, self.micros))) for i in range(0, self.micros, self.accum)]
+
+    @property
+    def steps(self) -> int:
+        return EPOCHS * len(self.windows)
+
+    @property
+    def lengths(self) -> str:
+        return ", ".join(str(len(w)) for w in self.windows)
+
+    @property
+    def yours(self) -> str:
+        return f"MICRO = {self.micro} and ACCUM = {self.accum} (your prompt's numbers; other learners have others)"
+
+
+@pytest.fixture
+def plan(params) -> Plan:
+    return Plan(micro=int(params["micro"]), accum=int(params["accum"]))
+
+
 _cache: dict = {}
 
 
@@ -69,8 +106,8 @@ def _weights(r):
     return {k: torch.tensor(v["data"], dtype=torch.float32).reshape(v["shape"]) for k, v in state.items()}
 
 
-def simulate(divide: str = "window", last: str = "step") -> dict[str, torch.Tensor]:
-    """Return the weights after the prompt's training, simulated in one process.
+def simulate(plan: Plan, divide: str = "window", last: str = "step") -> dict[str, torch.Tensor]:
+    """Return the weights after the prompt's training in the learner's run, simulated in one process.
 
     divide: what each micro-batch's mean loss is divided by: "window" (its window's micro-batches, right),
     "none", or "accum" (always ACCUM). last: what happens to an epoch's shorter last window: "step" (right),
@@ -82,14 +119,14 @@ def simulate(divide: str = "window", last: str = "step") -> dict[str, torch.Tens
     shards = [torch.arange(r, N_SAMPLES, WORLD) for r in range(WORLD)]  # DistributedSampler, shuffle=False
     optimizer.zero_grad()
     for _ in range(EPOCHS):
-        for window in WINDOWS:
-            short = len(window) < ACCUM
+        for window in plan.windows:
+            short = len(window) < plan.accum
             if short and last == "skip":
                 continue
-            div = {"window": len(window), "none": 1, "accum": ACCUM}[divide]
+            div = {"window": len(window), "none": 1, "accum": plan.accum}[divide]
             for shard in shards:
                 for i in window:
-                    rows = shard[i * MICRO : (i + 1) * MICRO]
+                    rows = shard[i * plan.micro : (i + 1) * plan.micro]
                     loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / div
                     (loss / WORLD).backward()  # DDP averages the ranks' gradients
             if short and last == "leak":
@@ -115,26 +152,27 @@ def test_every_rank_finishes(probe):
     _ok_ranks(probe)
 
 
-def test_steps_once_per_window(probe, measure):
+def test_steps_once_per_window(probe, measure, plan):
     for r in _ok_ranks(probe):
         steps, samples = r["comm"]["steps"], r["comm"]["samples"]
         if r["rank"] == 0:
-            measure.record("optimizer steps per rank", steps, unit="steps", target=STEPS, compare="==")
+            measure.record("optimizer steps per rank", steps, unit="steps", target=plan.steps, compare="==")
             measure.record(
                 "samples per rank through the DDP model", samples, unit="samples", target=EPOCHS * PER_RANK, compare="=="
             )
-        if steps == EPOCHS * (MICROS // ACCUM):
+        if steps == EPOCHS * (plan.micros // plan.accum):
             pytest.fail(
-                f"rank {r['rank']} made {steps} optimizer steps; expected {STEPS}: each epoch gives a rank {MICROS} "
-                f"micro-batches, so windows of {', '.join(str(len(w)) for w in WINDOWS)}. Your loop steps only after "
-                f"a full window of {ACCUM} and drops the last, shorter one (its samples never train, or their gradients "
-                "leak into the next epoch). Step also after an epoch's last micro-batch: "
+                f"rank {r['rank']} made {steps} optimizer steps; expected {plan.steps}: with {plan.yours}, each epoch "
+                f"gives a rank {plan.micros} micro-batches, so windows of {plan.lengths}. Your loop steps only after "
+                f"a full window of {plan.accum} and drops the last, shorter one (its samples never train, or their "
+                "gradients leak into the next epoch). Step also after an epoch's last micro-batch: "
                 "`(i + 1) % ACCUM == 0 or i + 1 == len(loader)`."
             )
-        assert steps == STEPS, (
-            f"rank {r['rank']} made {steps} optimizer steps in {EPOCHS} epochs; expected {STEPS}: one step per window "
-            f"of up to {ACCUM} micro-batches ({len(WINDOWS)} windows per epoch). "
-            + ("Stepping after every micro-batch is no accumulation at all." if steps == EPOCHS * MICROS else "")
+        assert steps == plan.steps, (
+            f"rank {r['rank']} made {steps} optimizer steps in {EPOCHS} epochs; expected {plan.steps}: with "
+            f"{plan.yours}, each epoch gives a rank {plan.micros} micro-batches, so {len(plan.windows)} windows "
+            f"({plan.lengths}) and one step per window. "
+            + ("Stepping after every micro-batch is no accumulation at all." if steps == EPOCHS * plan.micros else "")
         )
         assert samples == EPOCHS * PER_RANK, (
             f"rank {r['rank']} sent {samples} samples through the DDP model; expected {EPOCHS * PER_RANK} "
@@ -142,31 +180,34 @@ def test_steps_once_per_window(probe, measure):
         )
 
 
-def test_gradients_equal_large_batch(probe):
+def test_gradients_equal_large_batch(probe, plan):
     runs = _ok_ranks(probe)
     got = _weights(runs[0])
-    right = simulate()
+    right = simulate(plan)
     gap = _gap(got, right)
     if gap <= 1e-5:
         return
+    short = len(plan.windows[-1])
     causes = [
-        (simulate(divide="none"), "you do not divide each micro-batch's loss by the number of micro-batches in its "
-         "window, so every step's gradient is the SUM of the window's mean-loss gradients, up to "
-         f"{ACCUM} times too large. Divide the loss by the window's length before backward"),
-        (simulate(divide="accum"), f"you divide every micro-batch's loss by ACCUM = {ACCUM}, also in the last window, "
-         f"which holds only {len(WINDOWS[-1])}: that window's step is {len(WINDOWS[-1])}/{ACCUM} of the large batch's. "
+        (simulate(plan, divide="none"), "you do not divide each micro-batch's loss by the number of micro-batches in "
+         "its window, so every step's gradient is the SUM of the window's mean-loss gradients, up to "
+         f"{plan.accum} times too large. Divide the loss by the window's length before backward"),
+        (simulate(plan, divide="accum"), f"you divide every micro-batch's loss by ACCUM = {plan.accum}, also in the "
+         f"last window, which holds only {short}: that window's step is {short}/{plan.accum} of the large batch's. "
          "Divide by the number of micro-batches in the current window"),
-        (simulate(last="skip"), "the last, shorter window of each epoch never reaches the model. Step after the "
+        (simulate(plan, last="skip"), "the last, shorter window of each epoch never reaches the model. Step after the "
          "epoch's last micro-batch too"),
-        (simulate(divide="accum", last="leak"), "the last, shorter window of each epoch does not step, and its gradients stay in .grad "
-         "and are added to the next epoch's first window. Step after the epoch's last micro-batch too"),
+        (simulate(plan, divide="accum", last="leak"), "the last, shorter window of each epoch does not step, and its "
+         "gradients stay in .grad and are added to the next epoch's first window. Step after the epoch's last "
+         "micro-batch too"),
     ]
     for weights, why in causes:
         if _gap(got, weights) <= 1e-5:
             pytest.fail(f"rank 0's final weights are off by up to {gap:.3g} from the large-batch reference: {why}.")
     pytest.fail(
-        f"rank 0's final weights are off by up to {gap:.3g} from the large-batch reference (tolerance 1e-5). Each "
-        "step must use the gradient of the mean loss over its window's samples on both ranks: micro-batches from "
+        f"rank 0's final weights are off by up to {gap:.3g} from the large-batch reference (tolerance 1e-5) of "
+        f"your run, {plan.yours}: windows of {plan.lengths} micro-batches per epoch. Each step must use the "
+        "gradient of the mean loss over its window's samples on both ranks: micro-batches from "
         "micro_batches(rank, world_size) in order, windows of up to ACCUM within an epoch, each loss divided by its "
         "window's length, one optimizer.step() and zero_grad() per window, build_model() and SGD(lr=LR) unchanged."
     )
@@ -182,7 +223,7 @@ def test_replicas_identical(probe):
     )
 
 
-def test_one_allreduce_per_step(probe, measure):
+def test_one_allreduce_per_step(probe, measure, plan):
     for r in _ok_ranks(probe):
         steps, calls, _ = _per_step(r)
         if not steps:
@@ -195,7 +236,7 @@ def test_one_allreduce_per_step(probe, measure):
             unit="calls",
             target=1,
             compare="==",
-            zero_at=ACCUM,
+            zero_at=plan.accum,
             message=(
                 f"rank 0 made {calls:.2f} collective calls per optimizer step; with accumulation it should make 1 "
                 f"(the model's {PARAM_BYTES} bytes of gradients fit in one DDP bucket). "
@@ -213,7 +254,7 @@ def test_one_allreduce_per_step(probe, measure):
         )
 
 
-def test_bytes_per_step(probe, measure):
+def test_bytes_per_step(probe, measure, plan):
     runs = _ok_ranks(probe)
     r = runs[0]
     steps, calls, nbytes = _per_step(r)
@@ -256,7 +297,7 @@ def test_bytes_per_step(probe, measure):
         unit="B",
         target=PARAM_BYTES,
         compare="<=",
-        zero_at=ACCUM * PARAM_BYTES,
+        zero_at=plan.accum * PARAM_BYTES,
         message=(
             f"rank 0 sent {nbytes:.0f} bytes per optimizer step; one all-reduce of the model's gradients is "
             f"{PARAM_BYTES} bytes (49 float32 parameters). Syncing on every micro-batch multiplies it by the window "

@@ -6,7 +6,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-N_SAMPLES, MICRO, ACCUM, EPOCHS, LR = 88, 4, 4, 2, 0.1
+N_SAMPLES, MICRO, ACCUM, EPOCHS, LR = 88, {{ params.micro }}, {{ params.accum }}, 2, 0.1
 
 
 def make_dataset() -> tuple[torch.Tensor, torch.Tensor]:
