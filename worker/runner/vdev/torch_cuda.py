@@ -5,8 +5,9 @@ Contract:
   moved to ``cuda``/``cuda:i`` keep their data on the CPU but report ``device == cuda:i``, ``is_cuda``,
   ``get_device() == i``. Ops mixing devices raise PyTorch's own error text; results and gradients carry the
   device of their inputs; ``torch._foreach_*`` ops (optimizer steps) check and tag each list position on its own,
-  so one optimizer may hold parameters of several devices (model parallelism). ``nn.DataParallel`` runs its real ``forward`` with virtual scatter, replicate,
-  apply and gather (see ``torch_dp``). ``disable()`` restores every patched attribute.
+  so one optimizer may hold parameters of several devices (model parallelism). ``nn.DataParallel`` runs its real
+  ``forward`` with virtual scatter, replicate, apply and gather (see ``torch_dp``). ``disable()`` restores every
+  patched attribute.
 - ``moves()`` lists each device move the learner asked for, as ``Move(what, src, dst)``.
 - Only for workers without a GPU: on GPU workers the real ``torch.cuda`` is used and this is never enabled.
 - ``enable`` imports torch, patches attributes and pushes a ``TorchFunctionMode``; it starts no thread, so a
