@@ -68,9 +68,7 @@ def placement(submission, seed: int = 0) -> dict:
     }
     if isinstance(pipe, nn.Module):
         mods = list(nn.Module.modules(pipe))
-        seen["module_types"] = sorted(
-            {f"{c.__module__}.{c.__qualname__}" for m in mods for c in type(m).__mro__}
-        )
+        seen["module_types"] = sorted({f"{c.__module__}.{c.__qualname__}" for m in mods for c in type(m).__mro__})
         params = [p for _, p in nn.Module.named_parameters(pipe, remove_duplicate=False)]
         seen["param_count"] = len(params)
         seen["unique_param_count"] = len({id(p) for p in params})

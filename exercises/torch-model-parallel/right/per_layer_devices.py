@@ -9,11 +9,11 @@ class Placed(nn.Module):
         super().__init__()
         self.layers = model
         self.devices = [f"cuda:{0 if i < 4 else 1}" for i in range(len(model))]
-        for layer, device in zip(self.layers, self.devices):
+        for layer, device in zip(self.layers, self.devices, strict=True):
             layer.to(device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer, device in zip(self.layers, self.devices):
+        for layer, device in zip(self.layers, self.devices, strict=True):
             x = layer(x.to(device))
         return x
 
