@@ -126,6 +126,26 @@ def test_optimizers_step_on_virtual_devices(optimizer: str) -> None:
     assert model.scale.is_cuda
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_one_optimizer_steps_parameters_split_over_two_devices(optimizer: str) -> None:
+    first, second = nn.Linear(4, 8).to("cuda:0"), nn.Linear(8, 1).to("cuda:1")
+    params = [*first.parameters(), *second.parameters()]
+    opt = torch.optim.SGD(params, lr=0.1, momentum=0.9) if optimizer == "sgd" else torch.optim.Adam(params, lr=0.01)
+    x, y = torch.randn(16, 4).to("cuda:0"), torch.randn(16, 1).to("cuda:1")
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(second(first(x).to("cuda:1")), y)
+        loss.backward()
+        opt.step()  # foreach ops get both devices' tensors in one call: each position keeps its own device
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    assert [p.get_device() for p in params] == [0, 0, 1, 1]
+    assert [p.grad.get_device() for p in params] == [0, 0, 1, 1]
+    with pytest.raises(RuntimeError, match="found at least two devices, cuda:0 and cuda:1!"):
+        torch._foreach_add_([first.weight.detach()], [torch.zeros(8, 4, device="cuda:1")])
+
+
 def _reference_grads(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
     vc.disable()
     try:

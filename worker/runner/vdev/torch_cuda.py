@@ -4,8 +4,10 @@ Contract:
 - ``enable(n)`` makes ``torch.cuda`` report ``n`` devices named ``"virtual CUDA (CPU)"``; tensors and modules
   moved to ``cuda``/``cuda:i`` keep their data on the CPU but report ``device == cuda:i``, ``is_cuda``,
   ``get_device() == i``. Ops mixing devices raise PyTorch's own error text; results and gradients carry the
-  device of their inputs. ``nn.DataParallel`` runs its real ``forward`` with virtual scatter, replicate,
-  apply and gather (see ``torch_dp``). ``disable()`` restores every patched attribute.
+  device of their inputs; ``torch._foreach_*`` ops (optimizer steps) check and tag each list position on its own,
+  so one optimizer may hold parameters of several devices (model parallelism). ``nn.DataParallel`` runs its real
+  ``forward`` with virtual scatter, replicate, apply and gather (see ``torch_dp``). ``disable()`` restores every
+  patched attribute.
 - ``moves()`` lists each device move the learner asked for, as ``Move(what, src, dst)``.
 - Only for workers without a GPU: on GPU workers the real ``torch.cuda`` is used and this is never enabled.
 - ``enable`` imports torch, patches attributes and pushes a ``TorchFunctionMode``; it starts no thread, so a
@@ -336,6 +338,28 @@ _UNCHECKED = {
 }
 
 
+def _is_tensor_list(obj: Any) -> bool:
+    return isinstance(obj, list | tuple) and bool(obj) and all(isinstance(t, torch.Tensor) for t in obj)
+
+
+def _foreach(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run a ``torch._foreach_*`` op: the i-th tensors of its lists must share a device, not the whole lists.
+
+    Optimizers group their tensors by device in C++ (``_group_tensors_by_device_and_dtype``), which sees the
+    real CPU device only, so one call may hold parameters of several virtual devices; real PyTorch's per-tensor
+    path accepts that too. Each output takes the device of its position.
+    """
+    values = (*args, *kwargs.values())
+    lists = [v for v in values if _is_tensor_list(v)]
+    scalars = [v for v in values if isinstance(v, torch.Tensor)]
+    where = [_common_index(([lst[i] for lst in lists], scalars), {}) for i in range(len(lists[0]))] if lists else []
+    out = func(*args, **kwargs)
+    if _is_tensor_list(out) and len(out) == len(where):
+        for t, idx in zip(out, where, strict=True):
+            _set_index(t, idx)
+    return out
+
+
 def _property(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Answer a Tensor property read or write (``.device``, ``.is_cuda``, ``.grad``, ``.data`` ...)."""
     attr, op, self = func.__self__.__name__, func.__name__, args[0]
@@ -379,6 +403,8 @@ class _VirtualCudaMode(TorchFunctionMode):
             return handler(func, args, kwargs)
         if func in _UNCHECKED:
             return func(*args, **kwargs)
+        if getattr(func, "__name__", "").startswith("_foreach_"):
+            return _foreach(func, args, kwargs)
         if "device" in kwargs and kwargs["device"] is not None:
             try:
                 dst = parse_device(kwargs["device"])
