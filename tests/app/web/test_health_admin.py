@@ -71,12 +71,14 @@ def test_dashboard_shows_dead_workers_and_stranded_submissions(admin_client: Tes
     text = page.text
     dead = _row(text, "worker-table", "celery@crashed")
     assert "dead" in dead.split() and "cpu, gpu" in dead and "gpu-node-7 pid 77" in dead
-    assert "no beat for 5 min" in dead
+    # At least the 5 minutes set up (a slow machine may have let one more pass before the page was drawn).
+    assert int(re.search(r"no beat for (\d+) min", dead).group(1)) >= 5  # type: ignore[union-attr]
     assert "live" in _row(text, "worker-table", "celery@alive").split()
     assert "stopped" in _row(text, "worker-table", "celery@retired").split()
 
     stranded = _row(text, "stranded-table", scene["stranded"][:12])
-    assert "running" in stranded and "stopped renewing the lease" in stranded and "2 min" in stranded
+    assert "running" in stranded and "stopped renewing the lease" in stranded
+    assert int(re.search(r"(\d+) min", stranded).group(1)) >= 2  # type: ignore[union-attr]  # its only age
     assert "no worker picked it up" in _row(text, "stranded-table", scene["stuck"][:12])
     table = text.split('id="stranded-table"', 1)[1].split("</table>", 1)[0]
     assert scene["renewing"][:12] not in table and scene["fresh"][:12] not in table
