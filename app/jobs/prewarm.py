@@ -10,7 +10,13 @@ templates for them, one of each key first, then the other slots (``WarmPool.prew
 for a framework import and no template start competes with gradings later (round-robin uses every slot soon
 anyway: starting them lazily would only move the same memory and CPU to a worse moment). Nothing else
 changes: a template that fails to start is only logged (the first job that needs it starts it again), and an
-exercise published later gets its templates on first use, as without prewarming. Memory: every template is
+exercise published later gets its templates on first use, as without prewarming.
+
+A worker may start before its database holds the bank: in ``docker-compose.yml`` the grading host and the API
+start together, and the API runs ``db upgrade`` and ``exercises sync`` first, so a worker that looked once found
+no table or no published exercise and prewarmed nothing for its whole life. The thread therefore looks again,
+from 1 s doubling to every ``RETRY_MAX_S``, until it has warmed something or ``PATIENCE_S`` has passed (a bank of
+quizzes only has nothing to warm: one cheap query each time, then it gives up). Memory: every template is
 its own process (a torch one holds ~300 MB, a TensorFlow one ~600 MB, not shared between templates): the
 bank's distinct keys times ``GPULAB_GRADING_WORKERS``.
 """
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from app.domain.catalog.specs import spec_of
 from app.domain.exercises.bank import list_published
@@ -29,6 +36,8 @@ from worker.core.config import SandboxKind
 
 log = logging.getLogger(__name__)
 WARMED = (SandboxKind.local, SandboxKind.docker)
+PATIENCE_S = 900.0  # how long a worker waits for the bank to appear before it stops looking
+RETRY_MAX_S = 30.0
 
 
 def published_specs() -> list[ExerciseSpec]:
@@ -64,18 +73,28 @@ def prewarm(settings: Settings) -> int:
     return len(keys)
 
 
-def prewarm_in_background(settings: Settings) -> threading.Thread | None:
-    """Run ``prewarm`` in a daemon thread when there is something to warm; return the thread."""
+def prewarm_in_background(settings: Settings, *, patience_s: float = PATIENCE_S) -> threading.Thread | None:
+    """Run ``prewarm`` in a daemon thread, again until the bank gives it something; return the thread."""
     from worker.grading.sandbox.warm import parse_runtimes
 
     if settings.sandbox not in WARMED or not parse_runtimes(settings.warm_pools):
         return None
 
     def run() -> None:
-        try:
-            prewarm(settings)
-        except Exception:  # never take the server down for a head start
-            log.exception("prewarming the grading templates failed")
+        deadline, delay_s = time.monotonic() + patience_s, 1.0
+        while True:
+            try:
+                if prewarm(settings):
+                    return
+                why = "no published code exercise yet"
+            except Exception as exc:  # never take the server down for a head start
+                why = f"{type(exc).__name__}: {str(exc)[:200]}"  # e.g. the tables are not made yet
+            if time.monotonic() + delay_s > deadline:
+                log.warning("prewarmed nothing (%s); templates start on first use", why)
+                return
+            log.info("nothing to prewarm yet (%s): looking again in %.0f s", why, delay_s)
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, RETRY_MAX_S)
 
     thread = threading.Thread(target=run, name="gpulab-prewarm", daemon=True)
     thread.start()

@@ -71,6 +71,51 @@ def test_prewarm_starts_every_template_before_the_first_job(monkeypatch: pytest.
         pool.close()
 
 
+def test_a_worker_that_starts_before_the_bank_prewarms_once_it_is_there(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As in docker-compose.yml: the worker starts while the API has not yet made the tables nor synced the bank.
+    bank = tmp_path / "bank"
+    for name, text in tiny_add_files().items():
+        (bank / "tiny-add" / name).parent.mkdir(parents=True, exist_ok=True)
+        (bank / "tiny-add" / name).write_text(text)
+    configure(monkeypatch, mode="dev", data_dir=str(tmp_path), warm_pools="python", grading_workers="1")
+    monkeypatch.setattr(prewarm, "RETRY_MAX_S", 1.0)
+    pool = shared_pool(("python",), 1)
+    pool.close()  # nothing left from other tests
+    caplog.set_level("INFO", logger="app.jobs.prewarm")
+    try:
+        thread = prewarm.prewarm_in_background(get_settings())
+        assert thread is not None
+        deadline = time.monotonic() + 60
+        while "nothing to prewarm yet" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "nothing to prewarm yet" in caplog.text and thread.is_alive()  # it found no table, and waits
+        upgrade()
+        with session_scope() as session:
+            sync_bank(session=session, root=bank)
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        live = [t.key for t in pool.templates() if t.alive()]
+        spec = ExerciseSpec.from_files("tiny-add", tiny_add_files())
+        assert sorted(live, key=repr) == sorted([RuntimeKey.of_spec(spec), JUDGE_KEY], key=repr)
+    finally:
+        pool.close()
+
+
+def test_a_bank_with_nothing_to_warm_is_given_up_on(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    configure(monkeypatch, mode="dev", data_dir=str(tmp_path), warm_pools="python", grading_workers="1")
+    upgrade()  # the tables, and no exercise in them
+    caplog.set_level("INFO", logger="app.jobs.prewarm")
+    thread = prewarm.prewarm_in_background(get_settings(), patience_s=0)
+    assert thread is not None
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert "prewarmed nothing (no published code exercise yet)" in caplog.text
+
+
 def test_a_slot_that_is_not_up_yet_does_not_make_the_job_wait() -> None:
     pool = WarmPool(("python",), size=2)
     key = RuntimeKey.of_spec(ExerciseSpec.from_files("tiny-add", tiny_add_files()))
