@@ -464,8 +464,8 @@ class AssignmentAccess(CourseAccess):
 
 def get_assignment_access(assignment_id: RowId, session: SessionDep, user: CurrentUser) -> AssignmentAccess:
     assignment = session.get(Assignment, assignment_id)
-    role = membership.course_role(session=session, course=assignment.course, user=user) if assignment else None
-    if assignment is None or role is None or not (assignment.is_published or membership.is_staff(role)):
+    role = policy.assignment_role(session=session, user=user, assignment=assignment) if assignment else None
+    if assignment is None or role is None:
         raise NotFound(f"no assignment {assignment_id}")  # what an outsider cannot see does not exist for them
     return AssignmentAccess(assignment=assignment, course=assignment.course, role=role, user=user)
 

@@ -35,7 +35,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.catalog.specs import spec_of
-from app.domain.courses import membership, policy
+from app.domain.courses import policy
 from app.domain.courses.assignments import countable
 from app.domain.models import Assignment, CourseMember, CourseRole, Exercise, Submission, User
 from app.domain.platform.clock import as_utc
@@ -177,9 +177,9 @@ def leaderboard(
     *, session: Session, assignment: Assignment, exercise: Exercise, viewer: User, secret: str | None = None
 ) -> Board:
     """Return the board of ``exercise`` under ``assignment`` as ``viewer`` sees it; ``NotFound`` if there is none."""
-    role = membership.course_role(session=session, course=assignment.course, user=viewer)
+    role = policy.assignment_role(session=session, user=viewer, assignment=assignment)
     spec = board_for(assignment, exercise)
-    if role is None or spec is None or not (assignment.is_published or membership.is_staff(role)):
+    if role is None or spec is None:
         raise NotFound(f"no leaderboard for {exercise.slug!r} in {assignment.title!r}")
     learners = select(CourseMember.user_id).where(
         CourseMember.course_id == assignment.course_id, CourseMember.role == CourseRole.learner

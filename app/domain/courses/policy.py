@@ -10,6 +10,8 @@ Contract:
   (``may_author``) and gives no course role.
 - ``may_view_work``: a submission to its learner or its course's staff; an assignment, a course or a run to the
   staff of its course. ``may_grade``: the course's instructors and TAs. ``may_release``: its instructors only.
+- ``assignment_role``: the role a user sees an assignment with: a member of its course, a published one only
+  unless they are its staff; ``None`` for anyone else (the assignment pages and API, its leaderboards).
 - ``may_name_learners``: who sees the people behind an assignment's leaderboard rows (the staff of its course);
   its learners see pseudonyms only (``app.domain.courses.leaderboard``).
 - ``work_scope(user, roles=...)``: the courses whose work ``user`` sees (``roles``: which of their course roles count;
@@ -96,6 +98,14 @@ def may_grade(*, session: Session, user: User, work: Work) -> bool:
 def may_release(*, session: Session, user: User, work: Work) -> bool:
     """Say whether ``user`` may release staff grades of ``work``'s course: its instructors."""
     return _holds(session, user, work, INSTRUCTORS)
+
+
+def assignment_role(*, session: Session, user: User, assignment: Assignment) -> CourseRole | None:
+    """Return ``user``'s role in ``assignment``'s course if they may see it (published, or its staff), else None."""
+    role = membership.course_role(session=session, course=assignment.course, user=user)
+    if role is None or not (assignment.is_published or membership.is_staff(role)):
+        return None
+    return role
 
 
 def may_name_learners(*, session: Session, user: User, work: Work) -> bool:
