@@ -12,6 +12,8 @@ Contract:
   advice only: nothing refuses a submission because of the path. Without progress (staff, anonymous) statuses
   are None.
 - A module with no published exercise is left out, and a prerequisite left out that way counts as done.
+- ``path_for`` is what the catalogue page and ``GET /api/path`` show a user: the path with their standing when they
+  are a learner (staff do not take the course), or None without a path.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from enum import StrEnum
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain.models import Exercise, LearningPathVersion
-from app.domain.submissions.progress import Progress, State
+from app.domain.models import Exercise, LearningPathVersion, Role, User
+from app.domain.submissions.progress import Progress, State, progress_by_exercise
 from worker.bank.learning_path import LearningPath, PathModule
 
 
@@ -70,9 +72,7 @@ def current_path(*, session: Session) -> LearningPath | None:
     return path if path.modules else None
 
 
-def path_view(
-    path: LearningPath, exercises: list[Exercise], progress: dict[int, Progress] | None = None
-) -> PathView:
+def path_view(path: LearningPath, exercises: list[Exercise], progress: dict[int, Progress] | None = None) -> PathView:
     """Lay ``path`` over the published ``exercises``; with ``progress`` (a learner's, by exercise id), their standing."""
     by_slug = {e.slug: e for e in exercises}
     placed = [(m, tuple(by_slug[s] for s in m.exercises if s in by_slug)) for m in path.modules]
@@ -102,3 +102,17 @@ def path_view(
             status = ModuleStatus.ready
         views.append(ModuleView(module, number, rows, requires, passed, status, waiting))
     return PathView(modules=tuple(views), others=others)
+
+
+def path_for(
+    *, session: Session, user: User, exercises: list[Exercise], progress: dict[int, Progress] | None = None
+) -> PathView | None:
+    """Return the path over the published ``exercises`` as ``user`` sees it (``progress``: theirs, if already read)."""
+    path = current_path(session=session)
+    if path is None:
+        return None
+    if user.role is not Role.learner:
+        return path_view(path, exercises)
+    return path_view(
+        path, exercises, progress if progress is not None else progress_by_exercise(session=session, user=user)
+    )

@@ -23,9 +23,9 @@ from app.domain.courses import coursework
 from app.domain.courses.visibility import shown_for
 from app.domain.exercises.bank import list_published
 from app.domain.exercises.example_runs import RunGate, run_examples_now
-from app.domain.exercises.learning_path import current_path, path_view
-from app.domain.models import Exercise, Role, utcnow
-from app.domain.submissions.progress import attempts_for, progress_by_exercise, progress_for
+from app.domain.exercises.learning_path import path_for
+from app.domain.models import Exercise, utcnow
+from app.domain.submissions.progress import attempts_for, progress_for
 from app.web.deps import CurrentUser, DispatcherDep, ExerciseDep, SessionDep, SettingsDep, SubmitDep
 from app.web.errors import problem_responses
 from app.web.routes.preload import with_current_versions, with_submission_details
@@ -92,12 +92,8 @@ async def exercise_detail_of(exercise: Exercise) -> ExerciseDetail:
 @path_router.get("")
 def learning_path(session: SessionDep, user: CurrentUser) -> PathOut:
     """Return the learning path: its modules in order and, for a learner, how far they are through each."""
-    path = current_path(session=session)
-    if path is None:
-        return PathOut.of(None)
     exercises = list(with_current_versions(session, list_published(session=session)))
-    progress = progress_by_exercise(session=session, user=user) if user.role is Role.learner else None
-    return PathOut.of(path_view(path, exercises, progress))
+    return PathOut.of(path_for(session=session, user=user, exercises=exercises))
 
 
 @router.get("")

@@ -34,8 +34,8 @@ from app.domain.courses import coursework, membership
 from app.domain.courses.assignments import gate, places_made
 from app.domain.courses.visibility import shown_for
 from app.domain.exercises.bank import list_published
-from app.domain.exercises.learning_path import current_path, path_view
-from app.domain.models import Assignment, Exercise, Role, Submission, User, utcnow
+from app.domain.exercises.learning_path import path_for
+from app.domain.models import Assignment, Exercise, Submission, User, utcnow
 from app.domain.platform.highlight import highlight_blocks, highlight_python
 from app.domain.platform.markdown import render_markdown
 from app.domain.review.regrade_requests import request_for_item
@@ -138,11 +138,8 @@ def exercises_page(
     exercises = list(with_current_versions(session, list_published(session=session)))
     progress = progress_by_exercise(session=session, user=user)
     rows = {e.id: (ExerciseSummary.of(e), progress.get(e.id, Progress())) for e in exercises}
-    path = current_path(session=session)
-    view = None
-    if path is not None and by != "topic":
-        # Staff see the path without a standing of their own: they do not take the course.
-        view = path_view(path, exercises, progress if user.role is Role.learner else None)
+    path = path_for(session=session, user=user, exercises=exercises, progress=progress)
+    view = path if by != "topic" else None
     topics: dict[str, list[tuple[ExerciseSummary, Progress]]] = defaultdict(list)
     for row in rows.values():
         topics[row[0].topic].append(row)
