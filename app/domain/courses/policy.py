@@ -131,6 +131,12 @@ class WorkScope:
             parts.append(assignment_id.is_(None))
         return or_(*parts) if parts else false()
 
+    def covers(self, course_id: int | None) -> bool:
+        """Say whether work of the course ``course_id`` (None: practice work) lies in this scope."""
+        if self.course_ids is None:
+            return True
+        return self.practice if course_id is None else course_id in self.course_ids
+
     def submissions(self) -> ColumnElement[bool]:
         """Return the SQL condition that a submission lies in this scope."""
         return self.over(Submission.assignment_id)
@@ -144,13 +150,12 @@ def work_scope(*, session: Session, user: User, roles: Collection[CourseRole] = 
     if user.role is Role.admin:
         return EVERYTHING
     wanted = [r for r in roles if membership.is_staff(r)]
-    ids = frozenset(
-        session.scalars(
-            select(CourseMember.course_id).where(CourseMember.user_id == user.id, CourseMember.role.in_(wanted))
-        )
-    )
-    practice = membership.find_practice_course(session=session)
-    return WorkScope(course_ids=ids, practice=practice is not None and practice.id in ids)
+    held = session.execute(
+        select(CourseMember.course_id, Course.is_practice)
+        .join(Course, Course.id == CourseMember.course_id)
+        .where(CourseMember.user_id == user.id, CourseMember.role.in_(wanted))
+    ).all()  # one query: the courses, and whether the practice course is among them
+    return WorkScope(course_ids=frozenset(c for c, _ in held), practice=any(p for _, p in held))
 
 
 def staff_courses(*, session: Session, user: User) -> WorkScope:

@@ -26,9 +26,9 @@ Contract:
   grade (score, verdict) and the program's own output are not withheld.
 - Reads: ``shown_for`` answers a whole list in a fixed number of queries: none for admins; one for the
   ``exercise.toml`` of versions not read before by this process (kept by content hash: a version never
-  changes); and only when some listed test is not ``now`` and some submission was made under an assignment,
-  one each for those assignments, the practice course (when practice work is listed), the viewer's staff roles
-  in those courses and the extensions in force.
+  changes); and only when some listed test is not ``now`` or a quiz was taken under an assignment: one each for
+  those assignments, the viewer's staff scope (``policy.work_scope``: their staff courses and the practice
+  course), the extensions in force and, for quizzes under an attempt limit, the attempts used.
   Functions take the session keyword-only and only read.
 """
 
@@ -42,15 +42,14 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.domain.courses import policy
 from app.domain.courses.assignments import Window, dates_from, extensions_in_force, not_platform_failure, window
-from app.domain.courses.membership import STAFF
-from app.domain.models import Assignment, Course, CourseMember, ExerciseVersion, Role, Submission, User
+from app.domain.models import Assignment, ExerciseVersion, Role, Submission, User
 from worker.bank.spec import Visibility, read_meta
 from worker.core.errors import ExerciseFormatError
 
 log = logging.getLogger(__name__)
 
-SITE_WIDE = frozenset({Role.admin})  # sees every course's work whole; instructors are staff per course
 EVERY_TEST_NOW = Visibility()
 NOTHING_SHOWN = Visibility(default="never")  # a stored exercise.toml that no longer reads
 MAX_KEPT = 4096  # rules kept per process; each is a few test ids
@@ -94,23 +93,23 @@ def shown_for(
 ) -> dict[str, ShownTests]:
     """Return what ``viewer`` may see of each submission's test results at ``now``, by submission id."""
     shown = {s.id: EVERYTHING for s in submissions}
-    if viewer.role in SITE_WIDE:
+    if viewer.role is Role.admin:  # the policy's every-course scope, known without a query
         return shown
     rules = _rules_of(session, [s.exercise_version for s in submissions])
     quizzes = [s for s in submissions if s.exercise_version.kind == "quiz" and s.assignment_id is not None]
     held = [s for s in submissions if any(rules[s.exercise_version.content_hash].of(t.name) != "now" for t in s.tests)]
+    if not held and not quizzes:
+        return shown
     under = sorted({s.assignment_id for s in [*held, *quizzes] if s.assignment_id is not None})
     assignments = _assignments(session, under)
-    practice_id = _practice_course_id(session) if any(s.assignment_id is None for s in held) else None
-    courses = {a.course_id for a in assignments.values()} | ({practice_id} if practice_id is not None else set())
-    staff_in = _staff_courses(session, viewer, courses)
+    staff = policy.work_scope(session=session, user=viewer)  # whose work the viewer sees as staff
     owners = sorted({s.user_id for s in [*held, *quizzes] if s.user_id is not None})
     extensions = extensions_in_force(session=session, assignment_ids=under, user_ids=owners)
     limited = [s for s in quizzes if getattr(assignments.get(s.assignment_id or 0), "max_attempts", None) is not None]
     used = _attempts_used(session, limited)
     for submission in quizzes:
         holder = assignments.get(submission.assignment_id or 0)
-        if holder is None or holder.course_id in staff_in or submission.user_id is None:
+        if holder is None or staff.covers(holder.course_id) or submission.user_id is None:
             continue
         extension = extensions.get((holder.id, submission.user_id))
         closed = window(dates_from(holder, extension), now) is Window.closed
@@ -122,8 +121,8 @@ def shown_for(
         shown[submission.id] = ShownTests(answers_withheld=not (closed or last_used))
     for submission in held:
         assignment = assignments.get(submission.assignment_id) if submission.assignment_id is not None else None
-        course_id = assignment.course_id if assignment is not None else practice_id
-        if course_id is not None and course_id in staff_in:
+        placed = assignment is not None or submission.assignment_id is None  # in its course, or practice work
+        if placed and staff.covers(assignment.course_id if assignment is not None else None):
             continue
         deadline, passed = None, False
         if assignment is not None:
@@ -207,18 +206,3 @@ def _assignments(session: Session, ids: list[int]) -> dict[int, Assignment]:
     if not ids:
         return {}
     return {a.id: a for a in session.scalars(select(Assignment).where(Assignment.id.in_(ids)))}
-
-
-def _practice_course_id(session: Session) -> int | None:
-    """Return the practice course's id (None before migration 0004 made it)."""
-    return session.scalar(select(Course.id).where(Course.is_practice.is_(True)))
-
-
-def _staff_courses(session: Session, viewer: User, course_ids: set[int]) -> set[int]:
-    """Return the courses among ``course_ids`` where ``viewer`` is an instructor or a TA."""
-    if not course_ids:
-        return set()
-    stmt = select(CourseMember.course_id).where(
-        CourseMember.user_id == viewer.id, CourseMember.course_id.in_(sorted(course_ids)), CourseMember.role.in_(STAFF)
-    )
-    return set(session.scalars(stmt))
