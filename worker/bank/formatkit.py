@@ -6,7 +6,8 @@ Contract:
   types the formats share; numbers and flags are strict, so a TOML string is never read as one.
 - ``readable_problem(file, error, where)`` turns a pydantic ``ValidationError`` into one message naming the file
   and every field at fault, at most ``MAX_PROBLEMS`` of them, in words (``PATTERN_WORDS`` says what an id pattern
-  means); ``dotted`` writes a location as authors write it.
+  means); ``dotted`` writes a location as authors write it, and ``naming_entries`` names a list's entry by its
+  key too (``question[2] ('scope-order').options``).
 - ``first_repeat`` finds an id used twice, for the formats' uniqueness rules.
 """
 
@@ -14,8 +15,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
-from typing import Annotated
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic_core import ErrorDetails
@@ -77,6 +78,28 @@ def dotted(loc: Iterable[int | str]) -> str:
             key = part if _BARE_KEY.match(part) else json.dumps(part)  # a test id is a quoted key, as in TOML
             text += f".{key}" if text else key
     return text
+
+
+def naming_entries(
+    raw: Any, key: str, name_key: str, *, name_ok: Callable[[str], bool] = bool, skip: Collection[str] = ()
+) -> Callable[[tuple[int | str, ...]], str]:
+    """Return a location renderer naming entry N of the list ``key`` by its ``name_key``: ``module[2] ('ddp').title``.
+
+    ``skip``: path parts to leave out right after the index (a union's kind); ``name_ok``: which names are shown.
+    """
+    entries = raw.get(key) if isinstance(raw, Mapping) else None
+
+    def where(loc: tuple[int | str, ...]) -> str:
+        index = loc[1] if len(loc) > 1 and loc[0] == key else None
+        if not isinstance(index, int):
+            return dotted(loc)
+        rest = loc[3:] if len(loc) > 2 and loc[2] in skip else loc[2:]
+        entry = entries[index] if isinstance(entries, list) and index < len(entries) else None
+        name = entry.get(name_key) if isinstance(entry, Mapping) else None
+        label = f"{key}[{index}]" + (f" ({name!r})" if isinstance(name, str) and name_ok(name) else "")
+        return label + ("." if rest and isinstance(rest[0], str) else "") + dotted(rest)
+
+    return where
 
 
 def _phrase(detail: ErrorDetails) -> str:

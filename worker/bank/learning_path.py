@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, StringConstraints, ValidationError, model_validator
 
-from worker.bank.formatkit import FormatModel, Required, first_repeat, readable_problem
+from worker.bank.formatkit import FormatModel, Required, first_repeat, naming_entries, readable_problem
 from worker.bank.specdata import SLUG_RE
 from worker.core.errors import PathFormatError
 
@@ -186,30 +186,10 @@ def parse_path(text: str) -> LearningPath:
     try:
         meta = PathMeta.model_validate(raw)
     except ValidationError as exc:
-        raise PathFormatError(readable_problem(PATH_FILE, exc, _where(raw))) from exc
+        raise PathFormatError(readable_problem(PATH_FILE, exc, naming_entries(raw, "module", "slug"))) from exc
     modules = tuple(PathModule(m.slug, m.title, m.why, m.exercises, m.requires) for m in meta.module)
     digest = hashlib.sha256(text.encode()).hexdigest()
     return LearningPath(modules=modules, off_path=meta.off_path, content_hash=digest)
-
-
-def _where(raw: Any) -> Callable[[tuple[int | str, ...]], str]:
-    """Return a location renderer that names a module by its slug too: ``module[2] ('ddp').title``."""
-    modules = raw.get("module") if isinstance(raw, dict) else None
-
-    def render(loc: tuple[int | str, ...]) -> str:
-        parts: list[str] = []
-        for index, part in enumerate(loc):
-            if isinstance(part, int):
-                parts[-1] += f"[{part}]"
-                if index == 1 and loc[0] == "module" and isinstance(modules, list) and part < len(modules):
-                    slug = modules[part].get("slug") if isinstance(modules[part], dict) else None
-                    if isinstance(slug, str):
-                        parts[-1] += f" ({slug!r})"
-            else:
-                parts.append(part)
-        return ".".join(parts)
-
-    return render
 
 
 def check_against(path: LearningPath, exercises: Collection[str]) -> None:

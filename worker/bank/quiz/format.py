@@ -20,7 +20,7 @@ Contract (authors' guide: "Quiz format" in ``exercises/README.md``):
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Discriminator, Field, Tag, ValidationError, ValidationInfo, field_validator, model_validator
@@ -33,8 +33,8 @@ from worker.bank.formatkit import (
     Id,
     Required,
     Text,
-    dotted,
     first_repeat,
+    naming_entries,
     readable_problem,
 )
 from worker.bank.rubric import RubricItem, score_items
@@ -298,23 +298,6 @@ class Quiz(FormatModel):
         return [q.public() for q in self.questions]
 
 
-def _question_where(raw: Mapping[str, Any]) -> Callable[[tuple[int | str, ...]], str]:
-    """Return a location renderer that drops the union's kind from the path and names the question's id."""
-    entries = raw.get("question")
-
-    def where(loc: tuple[int | str, ...]) -> str:
-        index = loc[1] if len(loc) > 1 and loc[0] == "question" else None
-        if not isinstance(index, int):
-            return dotted(loc)
-        rest = loc[3:] if len(loc) > 2 and loc[2] in KINDS else loc[2:]
-        entry = entries[index] if isinstance(entries, list) and index < len(entries) else None
-        qid = entry.get("id") if isinstance(entry, dict) else None
-        label = f"question[{index}] ({qid!r})" if isinstance(qid, str) and ID_RE.match(qid) else f"question[{index}]"
-        return label + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in rest)
-
-    return where
-
-
 def parse_quiz(slug: str, text: str) -> Quiz:
     """Read a ``quiz.toml`` text; raise ``ExerciseFormatError`` on any problem."""
     try:
@@ -324,4 +307,6 @@ def parse_quiz(slug: str, text: str) -> Quiz:
     try:
         return Quiz.model_validate(raw)
     except ValidationError as exc:
-        raise ExerciseFormatError(slug, readable_problem("quiz.toml", exc, _question_where(raw))) from exc
+        # A question is named by its id, and the union's kind is left out of the path: question[2] ('x').options.
+        where = naming_entries(raw, "question", "id", name_ok=lambda qid: bool(ID_RE.match(qid)), skip=KINDS)
+        raise ExerciseFormatError(slug, readable_problem("quiz.toml", exc, where)) from exc
