@@ -155,12 +155,24 @@ def test_db_upgrade_sync_and_user_add_on_sqlite(tmp_path: Path) -> None:
     assert duplicate.returncode != 0
     assert "(practice course staff)" in added.stdout
     aside = gpulab(
-        "user", "add", "lecturer@example.com", "--role", "instructor", "--no-practice-staff", "--password-stdin",
-        data_dir=tmp_path, stdin="s3cret-enough-pass\n",
+        "user",
+        "add",
+        "lecturer@example.com",
+        "--role",
+        "instructor",
+        "--no-practice-staff",
+        "--password-stdin",
+        data_dir=tmp_path,
+        stdin="s3cret-enough-pass\n",
     )
     assert aside.returncode == 0, aside.stderr
     refused = gpulab(
-        "user", "add", "pupil@example.com", "--practice-staff", "--password-stdin", data_dir=tmp_path,
+        "user",
+        "add",
+        "pupil@example.com",
+        "--practice-staff",
+        "--password-stdin",
+        data_dir=tmp_path,
         stdin="s3cret-enough-pass\n",
     )
     assert refused.returncode != 0 and "learner cannot be on the practice course's staff" in refused.stderr
