@@ -449,6 +449,9 @@ def main(argv: list[str]) -> int:
         help="deployment modes: the API processes get CPU 0 to themselves, everything else the rest",
     )
     parser.add_argument("--jobs", type=int, help="throughput jobs (default 30, --quick 6)")
+    parser.add_argument("--throughput", default="torch",
+                        help="comma list of the exercises the throughput phase fills the queue with, one after the "
+                             "other: python, torch, tensorflow (results throughput_<kind>)")  # fmt: skip
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)}")
     parser.add_argument("--no-plot", action="store_true", help="do not write docs/benchmarks.png")
     parser.add_argument("--runs", type=int, help="latency samples per exercise (default 15, --quick 3)")
@@ -485,9 +488,10 @@ def main(argv: list[str]) -> int:
                     print(f"[{mode}] latency", flush=True)
                     pause_s = DEPLOY_PAUSE_S if mode in ("deploy", "deploy-cold") else 0.0
                     results[mode]["latency"] = latency(server, runs, pause_s)
-                if "throughput" in phases:
-                    print(f"[{mode}] throughput", flush=True)
-                    results[mode]["throughput_torch"] = throughput(server, exercises()["torch"], jobs)
+                for kind in args.throughput.split(",") if "throughput" in phases else ():
+                    print(f"[{mode}] throughput {kind}", flush=True)
+                    server.drain()
+                    results[mode][f"throughput_{kind}"] = throughput(server, exercises()[kind], jobs)
                 for phase, think in (("api", STRESS_THINK_S), ("api_paced", PACED_THINK_S)):
                     if phase not in phases:
                         continue

@@ -7,7 +7,9 @@ The plan itself, then the real local sandbox (cold and forked from a warm templa
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +22,7 @@ from worker.bank.spec import ExerciseSpec
 from worker.core.errors import SandboxUnavailable
 from worker.core.outcome import Verdict
 from worker.grading.pipeline import grade
-from worker.grading.sandbox.gpu_devices import NO_GPUS, device_plan, read_gpus
+from worker.grading.sandbox.gpu_devices import NO_GPUS, PTY_RULES, device_plan, device_rules, read_gpus
 from worker.grading.sandbox.gpus import GpuSlots
 from worker.grading.sandbox.local import LocalSandbox
 from worker.grading.sandbox.warm import WarmLocalSandbox, WarmPool
@@ -95,6 +97,32 @@ def test_an_unknown_id_or_a_missing_node_is_named(host: tuple[Path, Path]) -> No
         device_plan(("0",), dev_root=dev, proc_root=dev / "no-proc")
 
 
+STAND_IN_MAJOR = 240  # a major no driver claims: opening such a node is refused or ends in ENXIO, never a device
+
+
+def _char_nodes(dev: Path) -> None:
+    """Replace ``dev``'s plain stand-ins by character devices: nvidia<N> is (240, N), the shared ones 240:100+."""
+    for number, node in enumerate(sorted(dev.iterdir())):
+        minor = int(node.name.removeprefix("nvidia")) if node.name.removeprefix("nvidia").isdigit() else 100 + number
+        node.unlink()
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(STAND_IN_MAJOR, minor))
+
+
+def test_device_rules_are_the_minimal_dev_and_the_plans_nodes(host: tuple[Path, Path]) -> None:
+    proc, dev = host
+    null = os.stat("/dev/null").st_rdev
+    baseline = device_rules(NO_GPUS)
+    assert f"c {os.major(null)}:{os.minor(null)} rw" in baseline and baseline[-len(PTY_RULES) :] == PTY_RULES
+    assert device_rules(device_plan(("1",), dev_root=dev, proc_root=proc)) == baseline  # plain files: no device
+    _char_nodes(dev)
+    rules = device_rules(device_plan(("1",), dev_root=dev, proc_root=proc))
+    added = [r for r in rules if r.startswith(f"c {STAND_IN_MAJOR}:")]
+    ctl, uvm, tools = (f"c {STAND_IN_MAJOR}:{os.minor((dev / n).stat().st_rdev)} rw"
+                       for n in ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"))  # fmt: skip
+    assert added == [f"c {STAND_IN_MAJOR}:2 rw", ctl, uvm, tools]  # GPU 1's node (minor 2), never 0's or 1's
+    assert set(rules) - set(added) == set(baseline)
+
+
 # --- through the real local sandbox: two GPUs leased to two jobs, stand-in nodes as plain files ------------------
 
 PROBE_TESTS = """
@@ -130,24 +158,20 @@ def stand_in_host(host: tuple[Path, Path]) -> Iterator[tuple[Path, Path]]:
     shutil.rmtree(public, ignore_errors=True)
 
 
-@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
-def test_a_job_sees_only_its_own_gpu_node_and_cuda_visible_devices_to_match(
-    warm: bool, stand_in_host: tuple[Path, Path], local_sandbox: LocalSandbox, tmp_path: Path
-) -> None:
-    proc, dev = stand_in_host
-    slots = GpuSlots(("0", "1", "2"), 1, tmp_path / "locks")
+def _grade_probe(warm: bool, proc: Path, dev: Path, local_sandbox: LocalSandbox, work: Path, probe: str) -> Any:
+    """Grade ``probe`` as a one-GPU job while another job holds GPU 0; return what its ``SEEN`` line said."""
+    slots = GpuSlots(("0", "1", "2"), 1, work / "locks")
     options: dict[str, Any] = {"user": local_sandbox.user, "cgroup_name": CGROUP_NAME, "timeout_margin_s": 1.0,
                                "gpu_slots": slots, "dev_root": dev, "proc_root": proc}  # fmt: skip
     files = {"exercise.toml": 'title = "GPU nodes"\n[limits]\ntimeout_s = 30\n', "prompt.md": "p",
-             "starter.py": "", "solution.py": PROBE, "tests/test_devices.py": PROBE_TESTS}  # fmt: skip
-    files["solution.py"] = probe = PROBE.replace("HOST_DEV", str(dev))  # the folder of every stand-in node
+             "starter.py": "", "solution.py": probe, "tests/test_devices.py": PROBE_TESTS}  # fmt: skip
     spec = ExerciseSpec.from_files("gpu-nodes", files)
     pool = WarmPool(("python",), size=1) if warm else None
     try:
         sandbox = WarmLocalSandbox(pool=pool, **options) if pool else LocalSandbox(**options)
         held = slots.acquire(1)  # another job holds GPU 0 (minor 1): this one must get GPU 1 (minor 2)
         try:
-            outcome = grade(spec, probe, sandbox=sandbox, work_root=tmp_path / "work")
+            outcome = grade(spec, probe, sandbox=sandbox, work_root=work / "work")
         finally:
             held.release()
         if pool:  # the subject came from a template made for jobs with one real GPU
@@ -157,7 +181,47 @@ def test_a_job_sees_only_its_own_gpu_node_and_cuda_visible_devices_to_match(
             pool.close()
     assert outcome.verdict is Verdict.passed, outcome
     line = next(x for x in outcome.stdout.splitlines() if x.startswith("SEEN "))
-    seen = json.loads(line.removeprefix("SEEN "))
+    return json.loads(line.removeprefix("SEEN "))
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_job_sees_only_its_own_gpu_node_and_cuda_visible_devices_to_match(
+    warm: bool, stand_in_host: tuple[Path, Path], local_sandbox: LocalSandbox, tmp_path: Path
+) -> None:
+    proc, dev = stand_in_host
+    seen = _grade_probe(warm, proc, dev, local_sandbox, tmp_path, PROBE.replace("HOST_DEV", str(dev)))
     assert seen["nodes"] == {"nvidia-uvm": "stand-in nvidia-uvm", "nvidia-uvm-tools": "stand-in nvidia-uvm-tools",
                              "nvidiactl": "stand-in nvidiactl", "nvidia2": "stand-in nvidia2"}  # fmt: skip
     assert seen["visible"] == "GPU-bbbb" and seen["host_dev"] == []
+
+
+OPEN_PROBE = """
+import errno, json, os
+
+def seen():
+    opened = {}
+    for name in sorted(os.listdir("/dev")):
+        if name.startswith("nvidia") or name in ("null", "zero"):
+            try:
+                open(f"/dev/{name}", "rb").close()
+                opened[name] = "opened"
+            except OSError as exc:
+                opened[name] = errno.errorcode[exc.errno]
+    return {"opened": opened, "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+print("SEEN", json.dumps(seen()))
+"""
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_the_jobs_device_rules_let_its_own_nodes_through(
+    warm: bool, stand_in_host: tuple[Path, Path], local_sandbox: LocalSandbox, tmp_path: Path
+) -> None:
+    # Character devices of a driver-less major: ENXIO means the node was bound as a device and the job's device
+    # cgroup let the open through to the kernel's (absent) driver; EPERM/EACCES would mean a rule or nodev refused.
+    proc, dev = stand_in_host
+    _char_nodes(dev)
+    seen = _grade_probe(warm, proc, dev, local_sandbox, tmp_path, OPEN_PROBE)
+    assert seen["opened"] == {"null": "opened", "zero": "opened", "nvidia2": "ENXIO", "nvidiactl": "ENXIO",
+                              "nvidia-uvm": "ENXIO", "nvidia-uvm-tools": "ENXIO"}  # fmt: skip
+    assert seen["visible"] == "GPU-bbbb"

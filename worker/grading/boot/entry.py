@@ -48,6 +48,7 @@ from linux import (
     CLONE_NEWPID,
     CLONE_NEWUSER,
     CLONE_NEWUTS,
+    DEV_NODES,
     EXIT_LAUNCH_FAILED,
     MS_BIND,
     MS_PRIVATE,
@@ -77,7 +78,6 @@ LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
-DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")
 
 

@@ -33,6 +33,8 @@ CLONE_NEW_FLAGS = (
     | CLONE_NEWNET
 )  # fmt: skip
 
+# The minimal /dev of every sandbox: the nodes bwrap's --dev binds, and entry.py's copy of it.
+DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18

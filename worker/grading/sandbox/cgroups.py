@@ -4,8 +4,14 @@ Contract:
 - Two layouts are understood. ``hybrid``: cgroup v1 ``memory``, ``pids`` and ``cpu`` hierarchies under
   ``root`` (plus the v2 tree at ``root/unified`` when present, used only for ``cgroup.kill``). ``v2``: a
   pure cgroup v2 mount at ``root`` whose ``parent`` group may enable memory, pids and cpu for its children.
-- ``JobCgroups.create(limits)`` makes ``<root>/<controller>/<parent>/<job>`` (v2: ``<root>/<parent>/<job>``)
-  and returns the ``cgroup.procs`` files a launcher writes its own pid into before exec.
+- ``JobCgroups.create(limits, devices=rules)`` makes ``<root>/<controller>/<parent>/<job>`` (v2:
+  ``<root>/<parent>/<job>``) and returns the ``cgroup.procs`` files a launcher writes its own pid into before exec.
+- Device rules: where the v1 ``devices`` hierarchy is mounted, a job given ``devices`` (``gpu_devices.device_rules``)
+  also gets ``<root>/devices/<parent>/<job>``, which refuses every device (``devices.deny a``) but those rules.
+  A rule the parent group does not allow (a container whose engine did not grant that GPU) is refused by the
+  kernel and raises ``SandboxUnavailable`` naming it. cgroup v2 has no such files (its device rules are eBPF
+  programs, which are not attached here): there a sandbox's devices are only the nodes its mount plan binds,
+  and no sandbox can make a node (no ``CAP_MKNOD``, ``nodev`` on every other mount).
 - ``kill()`` ends every process inside; ``remove()`` kills, waits for the groups to empty and removes them.
 - The shared ``parent`` group gets a low CPU weight (``PARENT_CPU_SHARES`` of cgroup v1's default 1024, or the
   same fraction of v2's default ``cpu.weight`` 100): under contention the web server and the worker's own
@@ -26,6 +32,7 @@ from worker.bank.spec import Limits
 from worker.core.errors import SandboxUnavailable
 
 V1_CONTROLLERS = ("memory", "pids", "cpu")
+V1_DEVICES = "devices"
 CFS_PERIOD_US = 100_000
 EMPTY_WAIT_S = 3.0
 # One eighth of a default group's share: requests of the API preempt grading; idle cores still go to grading.
@@ -73,6 +80,7 @@ class JobCgroups:
                 self.dirs.append(unified / parent / job)
         else:
             self.dirs = [root / parent / job]
+        self.devices_dir = root / V1_DEVICES / parent / job if layout == "hybrid" else None
         self.created: list[Path] = []
 
     def _dir(self, controller: str) -> Path:
@@ -82,10 +90,12 @@ class JobCgroups:
     def procs_files(self) -> list[Path]:
         return [d / "cgroup.procs" for d in self.dirs]
 
-    def create(self, limits: Limits) -> list[Path]:
-        """Create the groups with ``limits``; return the ``cgroup.procs`` files to join."""
+    def create(self, limits: Limits, *, devices: tuple[str, ...] | None = None) -> list[Path]:
+        """Create the groups with ``limits`` and, given ``devices``, those rules; return the procs files to join."""
         memory = str(limits.memory_mb * 1024 * 1024)
         quota = max(1000, int(limits.cpus * CFS_PERIOD_US))
+        if devices is not None and self.devices_dir and (self.root / V1_DEVICES / "cgroup.procs").exists():
+            self.dirs.append(self.devices_dir)
         try:
             for d in self.dirs:
                 d.parent.mkdir(exist_ok=True)
@@ -109,10 +119,25 @@ class JobCgroups:
                     _write(d / "memory.swap.max", "0")
                 _write(d / "pids.max", str(limits.pids))
                 _write(d / "cpu.max", f"{quota} {CFS_PERIOD_US}")
+            if devices is not None and self.devices_dir in self.dirs:
+                self._allow_only(devices)
+        except SandboxUnavailable:
+            self.remove()
+            raise
         except OSError as exc:
             self.remove()
             raise SandboxUnavailable(f"cannot set up cgroups under {self.root}: {exc}") from exc
         return self.procs_files
+
+    def _allow_only(self, rules: tuple[str, ...]) -> None:
+        """Refuse every device in the job's devices group but ``rules`` (``c major:minor access`` lines)."""
+        assert self.devices_dir is not None
+        _write(self.devices_dir / "devices.deny", "a")
+        for rule in rules:
+            try:
+                _write(self.devices_dir / "devices.allow", rule)
+            except PermissionError as exc:
+                raise SandboxUnavailable(f"the device rule {rule!r} is not allowed to this worker's cgroup") from exc
 
     def _lower_parent_weight(self) -> None:
         """Give the shared parent group its low CPU weight (see the module contract)."""

@@ -13,6 +13,11 @@ Contract:
   and ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. Nothing else of ``/dev/nvidia*`` is in the plan: another job's GPU has
   no node in this sandbox. An id the driver does not list, or a node missing under ``dev_root``, raises
   ``SandboxUnavailable`` naming it (a misconfigured node, not the learner's fault).
+- ``device_rules(plan)`` is the device cgroup's allow list that goes with a plan (``cgroups.JobCgroups``
+  writes it for every sandbox, GPU job or not): ``c <major>:<minor> rw`` for each node of the minimal ``/dev``
+  (``boot.linux.DEV_NODES``, read off the host's nodes), the new devpts instance's terminals and ptmx, and each of
+  the plan's nodes that is a character device. Everything else is refused by the kernel at ``open``, so even a
+  node reached some other way (another GPU's, if it were ever bound by mistake) cannot be opened.
 
 Why by hand: the NVIDIA container toolkit does this for containers (``--gpus``); the template path binds nodes
 into bubblewrap sandboxes itself, and the driver's /proc table is the one source that maps an id to its node.
@@ -20,15 +25,21 @@ into bubblewrap sandboxes itself, and the driver's /proc table is the one source
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from worker.core.errors import SandboxUnavailable
+from worker.grading.boot.linux import DEV_NODES
 
 SHARED_NODES = ("nvidiactl", "nvidia-uvm")
 OPTIONAL_NODES = ("nvidia-uvm-tools",)
 SANDBOX_DEV = "/dev"
+# A new devpts instance's terminals (major 136, every minor: Linux numbers all pty slaves there) and /dev/ptmx;
+# the same two rules a container engine grants by default, so a grading host's own group allows them too.
+PTY_RULES = ("c 136:* rw", "c 5:2 rw")
 _FIELD_RE = re.compile(r"^\s*([A-Za-z][A-Za-z ]*?)\s*:\s*(.*?)\s*$")
 
 
@@ -91,3 +102,21 @@ def device_plan(ids: tuple[str, ...], *, dev_root: Path = Path("/dev"), proc_roo
     nodes = tuple((str(dev_root / name), f"{SANDBOX_DEV}/{name}") for name in names)
     env = {"CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in leased), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     return DevicePlan(nodes, env)
+
+
+def _char_rule(path: Path) -> str | None:
+    """Return ``c <major>:<minor> rw`` for the character device at ``path``; ``None`` for anything else."""
+    try:
+        rdev = path.stat()
+    except OSError:
+        return None
+    if not stat.S_ISCHR(rdev.st_mode):
+        return None
+    return f"c {os.major(rdev.st_rdev)}:{os.minor(rdev.st_rdev)} rw"
+
+
+def device_rules(plan: DevicePlan, *, host_dev: Path = Path("/dev")) -> tuple[str, ...]:
+    """Return the device cgroup's allow list for a sandbox whose GPUs are ``plan``; see the module contract."""
+    rules = [_char_rule(host_dev / name) for name in DEV_NODES]
+    rules += [_char_rule(Path(source)) for source, _ in plan.nodes]
+    return tuple(dict.fromkeys(r for r in rules if r is not None)) + PTY_RULES

@@ -36,7 +36,7 @@ from worker.core.errors import PlatformError, SandboxUnavailable
 from worker.grading.boot.linux import EXIT_LAUNCH_FAILED, returncode
 from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.grading.sandbox.cgroups import JobCgroups, detect_layout
-from worker.grading.sandbox.gpu_devices import NO_GPUS, DevicePlan, device_plan
+from worker.grading.sandbox.gpu_devices import NO_GPUS, DevicePlan, device_plan, device_rules
 from worker.grading.sandbox.gpus import GpuSlots
 from worker.grading.sandbox.policy import (
     JOB_MOUNT,
@@ -192,7 +192,7 @@ class RolePlan:
         """Make the role's stage folder and its cgroups (with ``limits``); return the plan."""
         role_stage = stage / role
         role_stage.mkdir(mode=0o711)
-        procs = cgroups.create(limits)
+        procs = cgroups.create(limits, devices=device_rules(devices))
         return cls(role, role_stage, job_dir, limits, *ids, tools, cgroups, procs, seccomp,
                    stage / f"{role}-launch-error", devices)  # fmt: skip
 
