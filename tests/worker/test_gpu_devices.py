@@ -21,6 +21,7 @@ from tests.worker.conftest import CGROUP_NAME
 from worker.bank.spec import ExerciseSpec
 from worker.core.errors import SandboxUnavailable
 from worker.core.outcome import Verdict
+from worker.grading.gpu_template_check import check_template_path
 from worker.grading.pipeline import grade
 from worker.grading.sandbox.gpu_devices import NO_GPUS, PTY_RULES, device_plan, device_rules, read_gpus
 from worker.grading.sandbox.gpus import GpuSlots
@@ -225,3 +226,39 @@ def test_the_jobs_device_rules_let_its_own_nodes_through(
     assert seen["opened"] == {"null": "opened", "zero": "opened", "nvidia2": "ENXIO", "nvidiactl": "ENXIO",
                               "nvidia-uvm": "ENXIO", "nvidia-uvm-tools": "ENXIO"}  # fmt: skip
     assert seen["visible"] == "GPU-bbbb"
+
+
+def test_the_gpu_smoke_check_of_the_template_path_passes_on_a_sound_plan(
+    stand_in_host: tuple[Path, Path], local_sandbox: LocalSandbox, tmp_path: Path
+) -> None:
+    proc, dev = stand_in_host
+    options = {"user": local_sandbox.user, "cgroup_name": CGROUP_NAME, "dev_root": dev, "proc_root": proc}
+    report = check_template_path(("0", "1", "2"), 1, sandbox_options=options, require_cuda=False, work_root=tmp_path)
+    assert report.problems == []
+    seen = [(j["leased"], j["nodes"], j["visible"]) for j in report.jobs]
+    # GPU 0 is minor 1, GPU 1 minor 2, GPU 2 minor 0 (DRIVER)
+    assert seen == [(["0"], ["nvidia1"], "GPU-aaaa"), (["1"], ["nvidia2"], "GPU-bbbb"),
+                    (["2"], ["nvidia0"], "GPU-cccc")]  # fmt: skip
+
+
+def test_the_gpu_smoke_check_names_a_job_that_sees_another_gpu(
+    stand_in_host: tuple[Path, Path], local_sandbox: LocalSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A broken plan (every GPU's node bound into every job) must be reported, not passed.
+    proc, dev = stand_in_host
+    from worker.grading.sandbox import gpu_devices, local
+
+    broken = gpu_devices.device_plan
+
+    def every_node(ids: tuple[str, ...], **kwargs: Any) -> gpu_devices.DevicePlan:
+        plan = broken(ids, **kwargs)
+        extra = tuple((str(dev / n), f"/dev/{n}") for n in ("nvidia0", "nvidia1", "nvidia2"))
+        return gpu_devices.DevicePlan(tuple(dict.fromkeys(plan.nodes + extra)), plan.env)
+
+    monkeypatch.setattr(local, "device_plan", every_node)
+    options = {"user": local_sandbox.user, "cgroup_name": CGROUP_NAME, "dev_root": dev, "proc_root": proc}
+    report = check_template_path(("0", "1"), 1, sandbox_options=options, require_cuda=False, work_root=tmp_path)
+    assert report.problems == [
+        "the job leased GPUs 0 (nodes ['nvidia1']) but saw ['nvidia0', 'nvidia1', 'nvidia2']",
+        "the job leased GPUs 1 (nodes ['nvidia2']) but saw ['nvidia0', 'nvidia1', 'nvidia2']",
+    ]
