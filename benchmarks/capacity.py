@@ -1,5 +1,10 @@
 """Size a course's deadline hour on paper: ``.venv/bin/python -m benchmarks.capacity [--costs F] [--out F]``.
 
+``--from-run RUN.json --mode MODE`` takes the CPU jobs' costs from a ``python -m benchmarks`` run instead
+(``costs_from_run``): a mode's submit-to-verdict p50/p95 less ``API_SHARE_S`` for the latency, and
+cores / gradings per second with the queue kept full (``throughput_<kind>``) for the core-seconds; GPU jobs keep
+``--costs``' cold costs.
+
 A discrete-event simulation (simpy) of the grading queues in the hour before a deadline, from measured per-job
 costs; it writes the tables of ``docs/capacity.md`` as JSON (and prints them).
 
@@ -68,6 +73,22 @@ def measured_costs(path: Path = COSTS_FILE) -> dict[str, dict[str, Cost]]:
         }
         for mode in ("warm", "cold")
     }
+
+
+def costs_from_run(run: dict[str, Any], mode: str, cold: dict[str, Cost]) -> dict[str, dict[str, Cost]]:
+    """Return {"warm": the CPU costs ``mode`` measured in ``run``, "cold": ``cold``}; see the module docstring."""
+    cores = run["machine"]["cores"]
+    measured = run[mode]
+    warm = {}
+    for kind, latency in measured["latency"].items():
+        if not isinstance(latency, dict) or "p50_s" not in latency:
+            continue  # peak memory and other summaries beside the kinds
+        rate = measured.get(f"throughput_{kind}")
+        if rate is None:
+            raise ValueError(f"the run has no throughput_{kind} for {mode}: rerun with --throughput {kind}")
+        warm[kind] = Cost(max(0.001, latency["p50_s"] - API_SHARE_S), max(0.001, latency["p95_s"] - API_SHARE_S),
+                          cores / rate["per_s"])  # fmt: skip
+    return {"warm": warm, "cold": cold}
 
 
 @dataclass(frozen=True)
@@ -217,8 +238,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--costs", type=Path, default=COSTS_FILE, help="benchmarks.docker_paths' JSON")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "capacity.json")
+    parser.add_argument("--from-run", type=Path, help="a python -m benchmarks run's JSON: the CPU jobs' costs")
+    parser.add_argument("--mode", default="compose", help="with --from-run: the mode whose costs to take")
     args = parser.parse_args(argv)
-    result = sweep(measured_costs(args.costs))
+    costs = measured_costs(args.costs)
+    if args.from_run:
+        costs = costs_from_run(json.loads(args.from_run.read_text()), args.mode, costs["cold"])
+    result = sweep(costs)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for name, rows in result["tables"].items():
         print(f"== {name}")

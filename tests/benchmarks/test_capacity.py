@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import random
 
-from benchmarks.capacity import Cost, Scenario, arrivals, lognormal, pct, simulate
+import pytest
+
+from benchmarks.capacity import API_SHARE_S, Cost, Scenario, arrivals, costs_from_run, lognormal, pct, simulate
 
 COSTS = {
     "warm": {"python": Cost(0.2, 0.25, 0.7), "torch": Cost(0.3, 0.35, 4.5)},
@@ -44,3 +46,20 @@ def test_the_cold_path_is_slower_per_verdict_but_cheaper_per_core() -> None:
     cold = simulate(Scenario(nodes=4, slots=8, path="cold", **short), MIX, COSTS)
     assert warm.verdict_p50_s < cold.verdict_p50_s
     assert warm.cpu_utilisation > cold.cpu_utilisation
+
+
+def test_costs_from_a_run_are_its_latency_less_the_api_and_its_cores_over_its_rate() -> None:
+    run = {"machine": {"cores": 2}, "compose": {
+        "latency": {"torch": {"p50_s": 0.33, "p95_s": 0.43}, "peak_memory_mb_per_job": {"median": 20}},
+        "throughput_torch": {"per_s": 4.0}}}  # fmt: skip
+    costs = costs_from_run(run, "compose", COSTS["cold"])
+    assert costs["cold"] == COSTS["cold"]
+    torch = costs["warm"]["torch"]
+    assert list(costs["warm"]) == ["torch"] and torch.core_s == 0.5
+    assert (
+        abs(torch.latency_p50_s - (0.33 - API_SHARE_S)) < 1e-9
+        and abs(torch.latency_p95_s - (0.43 - API_SHARE_S)) < 1e-9
+    )
+    del run["compose"]["throughput_torch"]
+    with pytest.raises(ValueError, match="no throughput_torch for compose"):
+        costs_from_run(run, "compose", COSTS["cold"])
