@@ -33,7 +33,7 @@ CLONE_NEW_FLAGS = (
     | CLONE_NEWNET
 )  # fmt: skip
 
-# The minimal /dev of every sandbox: the nodes bwrap's --dev binds, and entry.py's copy of it.
+# The minimal /dev of every sandbox: the host nodes bwrap's --dev binds, and entry.py's _dev binds too.
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 MS_BIND = 0x1000
 MS_REC = 0x4000

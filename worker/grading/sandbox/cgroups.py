@@ -80,7 +80,9 @@ class JobCgroups:
                 self.dirs.append(unified / parent / job)
         else:
             self.dirs = [root / parent / job]
-        self.devices_dir = root / V1_DEVICES / parent / job if layout == "hybrid" else None
+        # The v1 devices hierarchy, where it is mounted (a job given device rules gets a group there too).
+        has_devices = layout == "hybrid" and (root / V1_DEVICES / "cgroup.procs").exists()
+        self.devices_dir = root / V1_DEVICES / parent / job if has_devices else None
         self.created: list[Path] = []
 
     def _dir(self, controller: str) -> Path:
@@ -94,8 +96,9 @@ class JobCgroups:
         """Create the groups with ``limits`` and, given ``devices``, those rules; return the procs files to join."""
         memory = str(limits.memory_mb * 1024 * 1024)
         quota = max(1000, int(limits.cpus * CFS_PERIOD_US))
-        if devices is not None and self.devices_dir and (self.root / V1_DEVICES / "cgroup.procs").exists():
-            self.dirs.append(self.devices_dir)
+        device_group = self.devices_dir if devices is not None else None
+        if device_group is not None:
+            self.dirs.append(device_group)
         try:
             for d in self.dirs:
                 d.parent.mkdir(exist_ok=True)
@@ -119,8 +122,8 @@ class JobCgroups:
                     _write(d / "memory.swap.max", "0")
                 _write(d / "pids.max", str(limits.pids))
                 _write(d / "cpu.max", f"{quota} {CFS_PERIOD_US}")
-            if devices is not None and self.devices_dir in self.dirs:
-                self._allow_only(devices)
+            if device_group is not None and devices is not None:
+                self._allow_only(device_group, devices)
         except SandboxUnavailable:
             self.remove()
             raise
@@ -129,13 +132,13 @@ class JobCgroups:
             raise SandboxUnavailable(f"cannot set up cgroups under {self.root}: {exc}") from exc
         return self.procs_files
 
-    def _allow_only(self, rules: tuple[str, ...]) -> None:
-        """Refuse every device in the job's devices group but ``rules`` (``c major:minor access`` lines)."""
-        assert self.devices_dir is not None
-        _write(self.devices_dir / "devices.deny", "a")
+    @staticmethod
+    def _allow_only(group: Path, rules: tuple[str, ...]) -> None:
+        """Refuse every device in the devices ``group`` but ``rules`` (``c major:minor access`` lines)."""
+        _write(group / "devices.deny", "a")
         for rule in rules:
             try:
-                _write(self.devices_dir / "devices.allow", rule)
+                _write(group / "devices.allow", rule)
             except PermissionError as exc:
                 raise SandboxUnavailable(f"the device rule {rule!r} is not allowed to this worker's cgroup") from exc
 

@@ -25,6 +25,7 @@ into bubblewrap sandboxes itself, and the driver's /proc table is the one source
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -115,8 +116,13 @@ def _char_rule(path: Path) -> str | None:
     return f"c {os.major(rdev.st_rdev)}:{os.minor(rdev.st_rdev)} rw"
 
 
+@functools.cache
+def _minimal_dev_rules(host_dev: Path) -> tuple[str | None, ...]:
+    """Return the rules of the minimal /dev's nodes, read once: the host's nodes do not change under a worker."""
+    return tuple(_char_rule(host_dev / name) for name in DEV_NODES)
+
+
 def device_rules(plan: DevicePlan, *, host_dev: Path = Path("/dev")) -> tuple[str, ...]:
     """Return the device cgroup's allow list for a sandbox whose GPUs are ``plan``; see the module contract."""
-    rules = [_char_rule(host_dev / name) for name in DEV_NODES]
-    rules += [_char_rule(Path(source)) for source, _ in plan.nodes]
+    rules = [*_minimal_dev_rules(host_dev), *(_char_rule(Path(source)) for source, _ in plan.nodes)]
     return tuple(dict.fromkeys(r for r in rules if r is not None)) + PTY_RULES
