@@ -13,6 +13,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,9 +22,10 @@ from tests.worker.conftest import CGROUP_NAME
 from worker.bank.spec import ExerciseSpec
 from worker.core.errors import SandboxUnavailable
 from worker.core.outcome import Verdict
-from worker.grading.gpu_template_check import check_template_path
+from worker.grading.gpu_template_check import Report, _judge_job, check_template_path
 from worker.grading.pipeline import grade
-from worker.grading.sandbox.gpu_devices import NO_GPUS, PTY_RULES, device_plan, device_rules, read_gpus
+from worker.grading.sandbox import local as local_backend
+from worker.grading.sandbox.gpu_devices import NO_GPUS, PTY_RULES, DevicePlan, device_plan, device_rules, read_gpus
 from worker.grading.sandbox.gpus import GpuSlots
 from worker.grading.sandbox.local import LocalSandbox
 from worker.grading.sandbox.warm import WarmLocalSandbox, WarmPool
@@ -246,19 +248,39 @@ def test_the_gpu_smoke_check_names_a_job_that_sees_another_gpu(
 ) -> None:
     # A broken plan (every GPU's node bound into every job) must be reported, not passed.
     proc, dev = stand_in_host
-    from worker.grading.sandbox import gpu_devices, local
 
-    broken = gpu_devices.device_plan
-
-    def every_node(ids: tuple[str, ...], **kwargs: Any) -> gpu_devices.DevicePlan:
-        plan = broken(ids, **kwargs)
+    def every_node(ids: tuple[str, ...], **kwargs: Any) -> DevicePlan:
+        plan = device_plan(ids, **kwargs)
         extra = tuple((str(dev / n), f"/dev/{n}") for n in ("nvidia0", "nvidia1", "nvidia2"))
-        return gpu_devices.DevicePlan(tuple(dict.fromkeys(plan.nodes + extra)), plan.env)
+        return DevicePlan(tuple(dict.fromkeys(plan.nodes + extra)), plan.env)
 
-    monkeypatch.setattr(local, "device_plan", every_node)
+    monkeypatch.setattr(local_backend, "device_plan", every_node)
     options = {"user": local_sandbox.user, "cgroup_name": CGROUP_NAME, "dev_root": dev, "proc_root": proc}
     report = check_template_path(("0", "1"), 1, sandbox_options=options, require_cuda=False, work_root=tmp_path)
     assert report.problems == [
         "the job leased GPUs 0 (nodes ['nvidia1']) but saw ['nvidia0', 'nvidia1', 'nvidia2']",
         "the job leased GPUs 1 (nodes ['nvidia2']) but saw ['nvidia0', 'nvidia1', 'nvidia2']",
     ]
+
+
+@pytest.mark.parametrize(
+    ("count", "matmul", "problems"),
+    [
+        (1, True, []),
+        (1, False, ["the job for GPUs 1 could not compute a matmul on cuda:0"]),
+        (2, True, ["the job leased 1 GPU(s) but torch counted 2"]),
+        (0, False, ["the job leased 1 GPU(s) but torch counted 0"]),  # no device: no matmul to blame
+    ],
+)
+def test_the_smoke_checks_cuda_problems_each_name_their_own_cause(
+    host: tuple[Path, Path], count: int, matmul: bool, problems: list[str]
+) -> None:
+    # What a real GPU job's probe would print (nothing here runs CUDA): only the failing promise is named.
+    proc, _ = host
+    gpus = read_gpus(proc)
+    by_id = {str(g.index): g for g in gpus} | {g.uuid: g for g in gpus}
+    seen = {"nodes": ["nvidia2"], "visible": "GPU-bbbb", "count": count, "matmul": matmul}
+    outcome = SimpleNamespace(stdout="SEEN " + json.dumps(seen), stderr="", verdict=Verdict.passed)
+    report = Report()
+    _judge_job(report, ("1",), outcome, by_id, 1, True)
+    assert report.problems == problems
