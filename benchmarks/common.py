@@ -19,6 +19,15 @@ GPULAB = REPO / ".venv" / "bin" / "gpulab"
 EMAIL, PASSWORD = "bench@example.com", "bench-password-0123456789"
 
 
+def worker_prewarmed(log: str) -> bool:
+    """Say whether a ``gpulab worker``'s log shows both its prewarms: the grading pool's and its example lane's.
+
+    Measuring while the example lane's templates still import their frameworks would charge that to the first
+    samples; both processes log a ``prewarmed`` line when their templates are up.
+    """
+    return log.count("prewarmed") >= 2
+
+
 def pct(values: Sequence[float], q: float) -> float:
     """Return the ``q``-th percentile of ``values`` (nearest rank; NaN for none)."""
     if not values:

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import EMAIL, PASSWORD, REPO, Served
+from benchmarks.common import EMAIL, PASSWORD, REPO, Served, worker_prewarmed
 from benchmarks.deployment import socket_port
 
 READY_S = 600.0
@@ -71,9 +71,7 @@ class ComposeStack(Served):
             time.sleep(1)
         self.compose("exec", "-T", "api", "gpulab", "user", "add", EMAIL, "--role", "learner", "--password-stdin",
                      stdin=PASSWORD + "\n")  # fmt: skip
-        # Two "prewarmed" lines: the grading pool's and its example-lane companion's (whose templates would
-        # otherwise still be importing their frameworks during the first samples), as benchmarks.deployment waits.
-        while self.compose("logs", "--no-color", "worker-cpu").count("prewarmed") < 2:
+        while not worker_prewarmed(self.compose("logs", "--no-color", "worker-cpu")):
             if time.monotonic() > deadline:
                 raise RuntimeError("the grading host's warm templates did not come up: " + self.logs())
             time.sleep(1)

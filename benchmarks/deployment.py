@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import EMAIL, GPULAB, PASSWORD, REPO, Served, pct
+from benchmarks.common import EMAIL, GPULAB, PASSWORD, REPO, Served, pct, worker_prewarmed
 
 BENCH_PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 BENCH_REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379")
@@ -117,7 +117,7 @@ class Deployment(Served):
         else:
             raise RuntimeError("the deployment did not become ready: " + self.logs())
         if self.warm and self.sandbox == "local":  # the worker's and its example lane's templates
-            while (self.data / "worker.log").read_text(errors="replace").count("prewarmed") < 2:
+            while not worker_prewarmed((self.data / "worker.log").read_text(errors="replace")):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the worker's warm templates did not come up: " + self.logs())
                 time.sleep(0.5)
