@@ -465,12 +465,18 @@ def main(argv: list[str]) -> int:
     deadline_s = 6.0 if quick else 60.0  # the deadline burst: burst_n submissions over this long
     runs = args.runs or runs
     jobs = args.jobs or jobs
-    only = set(args.only.split(","))
+    order = args.only.split(",")
+    only = set(order)
     phases = set(args.phases.split(","))
+    kinds = args.throughput.split(",")
+    for flag, named, known in (("--only", only, {*SERVED_MODES, "otter"}), ("--phases", phases, set(PHASES)),
+                               ("--throughput", set(kinds), set(exercises()))):  # fmt: skip
+        if named - known:
+            parser.error(f"{flag}: unknown {', '.join(sorted(named - known))}; choose from {', '.join(sorted(known))}")
     results: dict[str, Any] = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     with LoadSampler() as load:
         # In the order --only names them: a side-by-side comparison can be rerun with the order swapped.
-        for mode in [m for m in args.only.split(",") if m in SERVED_MODES]:
+        for mode in [m for m in order if m in SERVED_MODES]:
             sandbox = "docker" if mode == "docker" else "local"
             cores = os.cpu_count() or 2
             if mode == "compose":
@@ -491,7 +497,7 @@ def main(argv: list[str]) -> int:
                     print(f"[{mode}] latency", flush=True)
                     pause_s = DEPLOY_PAUSE_S if mode in ("deploy", "deploy-cold") else 0.0
                     results[mode]["latency"] = latency(server, runs, pause_s)
-                for kind in args.throughput.split(",") if "throughput" in phases else ():
+                for kind in kinds if "throughput" in phases else ():
                     print(f"[{mode}] throughput {kind}", flush=True)
                     server.drain()
                     results[mode][f"throughput_{kind}"] = throughput(server, exercises()[kind], jobs)
