@@ -109,8 +109,9 @@ def _judge_job(
         return
     seen = json.loads(line.removeprefix("SEEN "))
     report.jobs.append({"leased": list(expected), **seen})
-    uuids = [by_id[i].uuid if i in by_id else i for i in expected]
-    want = sorted(f"nvidia{by_id[i].minor}" for i in expected if i in by_id)
+    # Every leased id is the driver's here: device_plan refuses a job with any other id before it runs.
+    uuids = [by_id[i].uuid for i in expected]
+    want = sorted(f"nvidia{by_id[i].minor}" for i in expected)
     if seen["nodes"] != want:
         report.problems.append(f"the job leased GPUs {','.join(expected)} (nodes {want}) but saw {seen['nodes']}")
     if seen["visible"].split(",") != uuids:
