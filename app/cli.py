@@ -321,6 +321,8 @@ def grade(slug: str, file: Path, as_json: bool, directory: Path | None, param_te
             click.echo(f"  [{test.outcome.value:>7}] {test.name} ({test.points:g}/{test.max_points:g})")
             if test.message and test.outcome.value != "passed":
                 click.echo("            " + test.message.replace("\n", "\n            "))
+            if test.details and test.outcome.value != "passed":
+                click.echo("            details: " + test.details.replace("\n", "\n              "))
         if outcome.message:
             click.echo(outcome.message)
     if outcome.verdict is Verdict.passed:

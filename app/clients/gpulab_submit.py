@@ -172,6 +172,10 @@ def report(sub: dict[str, Any], out: IO[str]) -> int:
         if test.get("message"):
             for line in str(test["message"]).splitlines():
                 print("           " + line, file=out)
+        if test.get("details"):  # the framework's own words behind the message, for the curious
+            print("           details:", file=out)
+            for line in str(test["details"]).splitlines():
+                print("             " + line, file=out)
     if sub.get("message"):
         print(sub["message"], file=out)
     verdict = sub.get("verdict") or sub["status"]

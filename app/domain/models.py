@@ -218,6 +218,8 @@ class TestResult(Base):
     name: Mapped[str] = mapped_column(String(300))
     outcome: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text, default="")
+    # The framework's own words behind ``message`` (runner.feedback), for a learner who opens "details".
+    details: Mapped[str] = mapped_column(Text, default="", server_default="")
     points: Mapped[float] = mapped_column(Float, default=0.0)
     max_points: Mapped[float] = mapped_column(Float, default=0.0)
 

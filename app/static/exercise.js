@@ -104,6 +104,16 @@
         cell.colSpan = 3;
         cell.className = "test-message";
         cell.textContent = test.message;
+        if (test.details) {
+          // The framework's own words, for the curious: the message above is what to read.
+          const more = document.createElement("details");
+          const label = document.createElement("summary");
+          label.textContent = "Details";
+          const raw = document.createElement("pre");
+          raw.textContent = test.details;
+          more.append(label, raw);
+          cell.appendChild(more);
+        }
         feedback.appendChild(cell);
         body.appendChild(feedback);
       }

@@ -76,7 +76,8 @@ def test_modelled_figure_without_basis_is_the_tests_error(tmp_path: Path) -> Non
     _, result = run_runner(make_job(tmp_path, "x = 1\n", tests))
     assert result is not None
     entry = by_id(result)["test_m.py::test_m"]
-    assert entry["outcome"] == "failed" and "a modelled figure needs its basis" in entry["message"], entry
+    assert entry["outcome"] == "failed" and "could not run to the end" in entry["message"], entry
+    assert "ValueError: a modelled figure needs its basis" in entry["details"], entry  # the raw text stays behind
     assert "measurements" not in result, "a modelled figure is never stored without its basis"
 
 

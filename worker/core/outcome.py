@@ -43,6 +43,7 @@ class TestOutcome:
     message: str
     points: float
     max_points: float
+    details: str = ""  # the framework's own words behind ``message`` (a learner may open them)
 
 
 @dataclass

@@ -2,7 +2,9 @@
 
 Contract: for every code exercise, ``solution.py`` and each ``right/*.py`` must pass with full marks, and
 each ``wrong/*.py`` must not pass, must fail every test its ``[[wrong]]`` entry names, and, when the entry declares
-``feedback``, one of those tests' failure messages must contain it (the message names the variant's mistake). Each
+``feedback``, one of those tests' failure messages must contain it (the message names the variant's mistake). No
+failing test's message of any variant may show internals (``runner.feedback.internals``: pytest's introspection, a
+traceback, a library's own text): the message is the test author's sentence, the framework's words go to details. Each
 mismatch is one human-readable problem in the returned list (empty means the bank checks out). An exercise with
 parameters is checked in several variants (``ExerciseData.check_params``: the default and two drawn, or every one
 when there are few): each file is rendered for the variant (its ``{{ params.NAME }}`` filled in) and graded with it.
@@ -21,6 +23,7 @@ from worker.bank.specdata import ExerciseData
 from worker.core.outcome import GradeOutcome, TestOutcome, Verdict
 from worker.grading.pipeline import grade
 from worker.grading.sandbox.base import Sandbox
+from worker.runner.feedback import internals
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,18 @@ def feedback_problem(variant: Variant, tests: Sequence[TestOutcome]) -> str | No
     return f"no failure message of its must_fail tests contains its feedback {variant.feedback!r} ({read})"
 
 
+def hygiene_problem(tests: Sequence[TestOutcome]) -> str | None:
+    """Return which failing tests' messages show internals a learner should never read, or None if none do."""
+    shown = []
+    for test in tests:
+        if test.outcome.value == "passed":
+            continue
+        found = internals(test.message)
+        if found:
+            shown.append(f"{test.name} shows {', '.join(found)}: {' '.join(test.message.split())[:300]!r}")
+    return ("its messages show internals: " + "; ".join(shown)) if shown else None
+
+
 def check_variant(
     spec: ExerciseData, variant: Variant, *, sandbox: Sandbox, gpus: tuple[str, ...] = ()
 ) -> VariantCheck:
@@ -108,7 +123,7 @@ def check_variant(
     ok = outcome.verdict not in (Verdict.passed, Verdict.internal_error) and not not_failed
     reason = f"passes {', '.join(not_failed)}" if not_failed else summary(outcome)
     problem = None if ok else f"{where} must fail {', '.join(variant.must_fail)} but {reason}"
-    unsaid = feedback_problem(variant, outcome.tests) if ok else None
+    unsaid = (feedback_problem(variant, outcome.tests) or hygiene_problem(outcome.tests)) if ok else None
     if unsaid:
         problem = f"{where}: {unsaid}"
     return VariantCheck(variant, outcome, problem)

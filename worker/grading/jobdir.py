@@ -38,7 +38,10 @@ OUTCOMES = frozenset({"passed", "failed", "error", "skipped"})
 RESULT_KEYS = {"version", "tests", "error"}
 OPTIONAL_RESULT_KEYS = {"timed_out", "measurements", "platform_error"}
 TEST_KEYS = {"id", "outcome", "message", "duration_ms"}
-OPTIONAL_TEST_KEYS = {"credit"}  # a failed test's share of its points (0 < credit < 1): runner.measure.grade
+# "credit": a failed test's share of its points (0 < credit < 1): runner.measure.grade; "details": the framework's
+# own text behind a failure's message (runner.feedback), shown behind a disclosure.
+OPTIONAL_TEST_KEYS = {"credit", "details"}
+MAX_DETAILS_CHARS = 8000
 # Measurements (runner/measure.py): the same caps as the runner's, checked again here.
 MAX_MEASUREMENTS = 64
 MEASUREMENT_KEYS = {"test", "name", "value", "unit", "target", "compare", "met", "modelled", "basis", "chart"}
@@ -171,6 +174,9 @@ def _valid_test(entry: Any) -> bool:
     if not isinstance(entry, dict) or not TEST_KEYS <= set(entry) <= TEST_KEYS | OPTIONAL_TEST_KEYS:
         return False
     test_id, outcome, message, duration = entry["id"], entry["outcome"], entry["message"], entry["duration_ms"]
+    details = entry.get("details", "")
+    if not isinstance(details, str) or len(details) > MAX_DETAILS_CHARS:
+        return False
     return _valid_credit(entry) and (
         isinstance(test_id, str)
         and 0 < len(test_id) <= MAX_ID_CHARS

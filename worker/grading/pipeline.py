@@ -66,16 +66,17 @@ def _test_outcomes(spec: ExerciseData, result: dict[str, Any] | None) -> list[Te
     for expected in spec.tests:
         entry = reported.get(expected.id)
         if entry is None:
-            kind, message = TestOutcomeKind.failed, NOT_REPORTED
+            kind, message, details = TestOutcomeKind.failed, NOT_REPORTED, ""
         else:
             kind, message = TestOutcomeKind(entry["outcome"]), clean_message(entry["message"])
+            details = clean_message(entry.get("details", "")) if kind is not TestOutcomeKind.passed else ""
         if kind is TestOutcomeKind.passed:
             points = expected.points
         elif kind is TestOutcomeKind.failed and entry is not None and "credit" in entry:
             points = round(expected.points * float(entry["credit"]), 2)
         else:
             points = 0.0
-        outcomes.append(TestOutcome(expected.id, kind, message, points, expected.points))
+        outcomes.append(TestOutcome(expected.id, kind, message, points, expected.points, details))
     return outcomes
 
 

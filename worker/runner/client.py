@@ -23,7 +23,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from . import wire
+from . import feedback, wire
 
 PROTOCOL_VERSION = 1
 REPLY_OVERHEAD = 1024
@@ -47,8 +47,43 @@ class SubmissionImportError(BaseException):
     """The learner's module could not be imported; the text is the teaching message.
 
     BaseException, like the two below: a test's ``except Exception`` around a call must not turn it
-    into "your function raised SubmissionImportError".
+    into "your function raised SubmissionImportError". ``raised``: the exception's type name, text and the
+    learner's line when their top level raised one (``feedback.explain`` then words it), else None.
     """
+
+    def __init__(self, message: str, raised: tuple[str, str, int | None] | None = None) -> None:
+        super().__init__(message)
+        self.raised = raised
+
+    @property
+    def details(self) -> str:
+        if self.raised is None:
+            return ""
+        type_name, message, _ = self.raised
+        return feedback.clean_details(f"{type_name}: {message}" if message else type_name)
+
+    def teaching(self) -> str:
+        if self.raised is None:
+            return str(self)
+        type_name, message, line = self.raised
+        got = feedback.explain(type_name, message)
+        where = f" (line {line})" if line is not None else ""
+        if got.cause:
+            return f"Your code failed while being imported{where}: {got.message[:1].lower()}{got.message[1:]}"
+        text = feedback.first_line(message)
+        said = f": {text}" if text else " (with no message)"
+        return f"Your code raised {type_name} while being imported{said}{where}"
+
+
+class SubmissionMissing(BaseException):
+    """The learner's module has no attribute the test called (``submission.train`` without a ``train``)."""
+
+    def __init__(self, name: str) -> None:
+        shown = name if name.replace(".", "").isidentifier() else "the function the tests call"
+        super().__init__(
+            f"Your code has no `{shown}`: the tests call it by that name. Define it at the top level of your file, "
+            "spelled exactly as the prompt says (not inside another function or an if-block)."
+        )
 
 
 class SubjectExited(BaseException):
@@ -94,6 +129,14 @@ def learner_exception(type_name: str, builtin: bool, message: str, line: int | N
     exc.type_name = type_name
     exc.line = line
     return exc
+
+
+def _raised_at_import(reply: dict[str, Any]) -> tuple[str, str, int | None] | None:
+    """Return the exception an ``import_error`` reply carries (type, text, line), if it is well formed."""
+    type_name, message, line = reply.get("type"), reply.get("raw"), reply.get("line")
+    if not (isinstance(type_name, str) and type_name.isidentifier() and isinstance(message, str)):
+        return None
+    return type_name[:100], message[:4000], line if type(line) is int and line > 0 else None
 
 
 def _exit_message(reply: dict[str, Any]) -> str:
@@ -183,7 +226,7 @@ class SubjectClient:
         self.active = False
         if status == "import_error" and isinstance(reply.get("message"), str):
             self.import_error = reply["message"][:4000]
-            raise SubmissionImportError(self.import_error)
+            raise SubmissionImportError(self.import_error, _raised_at_import(reply))
         self._fail(reply)
 
     def end(self) -> None:
@@ -221,6 +264,8 @@ class SubjectClient:
         if status in ("exited", "killed"):
             self.active = False
             raise SubjectExited(_exit_message(reply))
+        if status == "missing" and isinstance(reply.get("name"), str):
+            raise SubmissionMissing(reply["name"][:200])
         if status == "bad_request":
             raise LookupError(str(reply.get("message", "bad request"))[:500])
         raise SubjectProtocolError(f"Your code sent back an unexpected answer ({str(status)[:40]!r})")

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from . import feedback
 from .client import (
     LearnerException,
     RunnerTimeout,
@@ -39,12 +40,12 @@ from .client import (
     SubjectNotStarted,
     SubjectProtocolError,
     SubmissionImportError,
+    SubmissionMissing,
     SubmissionProxy,
 )
 from .measure import Recorder
 
 MAX_MESSAGE = 2000
-MAX_INTROSPECTION_LINES = 12
 FUNCTION_REPR = re.compile(r"<(?:function|bound method|built-in function) ([\w.]+) at 0x[0-9a-f]+>")
 RETRIGGER_S = 0.5
 # The alarm backs up the client's per-call deadline (same instant) for time spent in the tests themselves.
@@ -82,35 +83,68 @@ def _trim(text: str) -> str:
     return cut.rstrip() + "\n... (trimmed)"
 
 
-def _assertion_message(exc: AssertionError) -> str:
-    """Keep the author's message plus the first introspection line, or the introspection alone."""
-    # Introspection names functions by repr; show their names and drop the "where f = <module ...>.f" lines.
-    lines = [FUNCTION_REPR.sub(r"\1", line) for line in str(exc).splitlines() if "<module '" not in line]
-    if not lines:
-        return "AssertionError"
-    first_assert = next((i for i, line in enumerate(lines) if line.startswith("assert ")), None)
-    if first_assert is None:
-        return "\n".join(lines[:MAX_INTROSPECTION_LINES])
-    if first_assert > 0:
-        return "\n".join([*lines[:first_assert], lines[first_assert]])
-    return "\n".join(lines[:MAX_INTROSPECTION_LINES])
+def _author_message(exc: AssertionError) -> str:
+    """Return the test author's message of a failed ``assert``, without pytest's introspection of it.
+
+    pytest rewrites ``assert x == y, "msg"`` to raise ``msg`` followed by ``assert <x's repr> == <y's repr>`` and
+    ``where`` lines: those show the test's internals ("assert False", "assert not [0, 2]"), never a cause.
+    """
+    lines: list[str] = []
+    for line in str(exc).splitlines():
+        if line.startswith("assert ") or line.lstrip().startswith(("+  where ", "where ", "+ ", "- ", "? ")):
+            break
+        lines.append(FUNCTION_REPR.sub(r"\1", line))
+    return "\n".join(lines).strip()
 
 
-def describe(exc: BaseException) -> str:
-    """Return the teaching message for an exception raised by a test or carried over from the learner."""
-    if isinstance(exc, SubmissionImportError | SubjectExited | SubjectProtocolError):
-        return _trim(str(exc))
+def _unexplained(test_doc: str | None) -> str:
+    """The message of a check whose author wrote none: what the test checks, from its docstring when it has one."""
+    summary = (test_doc or "").strip().split("\n\n", 1)[0]
+    summary = " ".join(summary.split()).rstrip(".")
+    if summary:
+        return f"This check failed: {summary[:1].lower()}{summary[1:]}."
+    return "This check failed, and the exercise gives no explanation for it (please report it to your instructor)."
+
+
+def describe(exc: BaseException, test_doc: str | None = None) -> tuple[str, str]:
+    """Return what a learner reads of an exception raised by a test or carried over from them, and its details.
+
+    Learner exceptions are explained by ``feedback.explain`` (a known framework failure gets its sentence, the
+    framework's own text goes to the details); an exception of the test's own code (a check that could not read
+    what the learner's code returned) is said as such, never as the learner's.
+    """
+    if isinstance(exc, SubmissionImportError):
+        return _trim(exc.teaching()), exc.details
+    if isinstance(exc, SubjectExited | SubjectProtocolError | SubmissionMissing):
+        return _trim(str(exc)), ""
     if isinstance(exc, LearnerException):
-        return _trim(exc.teaching())
+        got = feedback.explain(exc.type_name, str(exc.args[0]) if exc.args else "")
+        if exc.line is None:
+            return _trim(got.message), got.details
+        body, stop = (got.message[:-1], ".") if got.message.endswith(".") else (got.message, "")
+        return _trim(f"{body} (your code, line {exc.line}){stop}"), got.details
+    if isinstance(exc, feedback.Failed):
+        return _trim(str(exc) or _unexplained(test_doc)), exc.details
     if isinstance(exc, pytest.fail.Exception):
-        return _trim(str(exc) or "The test failed")
+        return _trim(str(exc) or _unexplained(test_doc)), ""
     if isinstance(exc, AssertionError):
-        return _trim(_assertion_message(exc))
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return _trim(text)
+        return _trim(_author_message(exc) or _unexplained(test_doc)), ""
+    raw = feedback.clean_details(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+    return (
+        "This check could not run to the end: it raised an error (see details). Either your code returned something "
+        "of another kind or shape than the prompt asks for, or the check itself has a bug (tell your instructor).",
+        raw,
+    )
 
 
-LEARNER_CAUSED = (SubmissionImportError, SubjectExited, SubjectProtocolError, LearnerException, RunnerTimeout)
+LEARNER_CAUSED = (
+    SubmissionImportError,
+    SubmissionMissing,
+    SubjectExited,
+    SubjectProtocolError,
+    LearnerException,
+    RunnerTimeout,
+)
 
 
 def _base_id(nodeid: str) -> str:
@@ -123,6 +157,7 @@ def _base_id(nodeid: str) -> str:
 class _Record:
     outcome: str = "passed"
     message: str = ""
+    details: str = ""
     duration_s: float = 0.0
 
 
@@ -190,7 +225,9 @@ class GradingPlugin:
                 item.session.shouldstop = "the learner's process did not start"
                 report.gpulab_message = self.platform_error
             else:
-                report.gpulab_message = describe(exc)
+                test = getattr(item, "obj", None)
+                doc = test.__doc__ if callable(test) else None
+                report.gpulab_message, report.gpulab_details = describe(exc, doc)
             report.gpulab_learner = isinstance(exc, LEARNER_CAUSED)
         return report
 
@@ -211,6 +248,7 @@ class GradingPlugin:
             learner_caused = getattr(report, "gpulab_learner", False)
             current.outcome = "failed" if report.when == "call" or learner_caused else "error"
             current.message = message or "The test failed"
+            current.details = getattr(report, "gpulab_details", "")
 
     def pytest_exception_interact(self, node: pytest.Item | pytest.Collector, call: pytest.CallInfo[Any]) -> None:
         if not isinstance(node, pytest.Collector) or call.excinfo is None:
@@ -223,7 +261,7 @@ class GradingPlugin:
         if isinstance(exc, SubjectNotStarted):
             self.platform_error = self.platform_error or f"Not graded: {exc} (the grader, not your code)"
         learner_caused = isinstance(exc, LEARNER_CAUSED)
-        message = describe(exc)
+        message, _ = describe(exc)
         self.collect_errors.append((node.nodeid, message, learner_caused))
 
     def results(self) -> tuple[list[dict[str, Any]], str | None]:
@@ -270,7 +308,10 @@ def _fold(base: str, params: list[tuple[str, _Record]]) -> dict[str, Any]:
             nodeid, record = bad[0]
             case = nodeid[len(base) :] if len(params) > 1 or nodeid != base else ""
             message = f"{case} {record.message}".strip() if case else record.message
-            return {"id": base, "outcome": outcome, "message": _trim(message), "duration_ms": duration_ms}
+            folded = {"id": base, "outcome": outcome, "message": _trim(message), "duration_ms": duration_ms}
+            if record.details:
+                folded["details"] = record.details
+            return folded
     if all(r.outcome == "skipped" for _, r in params):
         return {"id": base, "outcome": "skipped", "message": params[0][1].message, "duration_ms": duration_ms}
     return {"id": base, "outcome": "passed", "message": "", "duration_ms": duration_ms}

@@ -134,7 +134,10 @@ class Child:
         try:
             spec.loader.exec_module(module)
         except BaseException as exc:  # anything the learner's top level does becomes the teaching message
-            return {"status": "import_error", "message": import_message(exc, self.path)}
+            reply: dict[str, Any] = {"status": "import_error", "message": import_message(exc, self.path)}
+            if not isinstance(exc, SyntaxError | SystemExit):  # the judge words these by their class
+                reply.update(type=type(exc).__name__, raw=_trim(_safe_str(exc)), line=_learner_line(exc, self.path))
+            return reply
         self.module = module
         return {"status": "ready"}
 
@@ -161,6 +164,9 @@ class Child:
             args = wire.decode(request.get("args", []), native=True)
             kwargs = wire.decode(request.get("kwargs", {}), native=True)
             function = self.target(request)
+        except AttributeError:  # the learner's module lacks what the tests call (a renamed or nested function)
+            path = request.get("path")
+            return {"status": "missing", "name": ".".join(path) if isinstance(path, list) else ""}
         except Exception as exc:
             return {"status": "bad_request", "message": f"{type(exc).__name__}: {exc}"}
         try:

@@ -136,6 +136,7 @@ def record_outcome(*, session: Session, submission: Submission, outcome: GradeOu
                 name=test.name,
                 outcome=test.outcome.value,
                 message=_clip(test.message),
+                details=_clip(test.details),
                 points=test.points,
                 max_points=test.max_points,
             )

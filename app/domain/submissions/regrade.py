@@ -55,7 +55,14 @@ def archive(*, session: Session, submission: Submission, regrade: Regrade | None
         score=submission.score,
         max_score=submission.max_score,
         tests=[
-            {"name": t.name, "outcome": t.outcome, "message": t.message, "points": t.points, "max_points": t.max_points}
+            {
+                "name": t.name,
+                "outcome": t.outcome,
+                "message": t.message,
+                "details": t.details,
+                "points": t.points,
+                "max_points": t.max_points,
+            }
             for t in submission.tests
         ],
         message=submission.message,

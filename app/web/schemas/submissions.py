@@ -65,6 +65,11 @@ class TestResultOut(BaseModel):
     name: str
     outcome: str
     message: str
+    details: str = Field(
+        "",
+        description="The framework's own text behind a failure's message (an exception as it was raised), for "
+        "the curious: the message is what to read",
+    )
     points: float
     max_points: float
     visible: bool = True  # false: name and max_points only (the test's visibility tier holds the rest back)
@@ -247,7 +252,12 @@ def example_run_out(version: ExerciseVersion, outcome: GradeOutcome, started_at:
         max_score=outcome.max_score,
         tests=[
             TestResultOut(
-                name=t.name, outcome=t.outcome.value, message=t.message, points=t.points, max_points=t.max_points
+                name=t.name,
+                outcome=t.outcome.value,
+                message=t.message,
+                details=t.details,
+                points=t.points,
+                max_points=t.max_points,
             )
             for t in outcome.tests
         ],

@@ -30,7 +30,7 @@ SUBMISSION_KEYS = {
     "message", "created_at", "finished_at", "runtime_ms", "device", "hidden_tests", "newly_visible", "reveals_at",
     "assignment_id", "measurements", "params",
 }  # fmt: skip
-TEST_KEYS = {"name", "outcome", "message", "points", "max_points", "visible"}
+TEST_KEYS = {"name", "outcome", "message", "details", "points", "max_points", "visible"}
 
 
 def _submit_row(
@@ -210,8 +210,8 @@ def test_submission_has_exactly_the_documented_shape(
     assert body["score"] == 2.0 and body["max_score"] == 5.0
     assert [set(t) for t in body["tests"]] == [TEST_KEYS, TEST_KEYS]
     assert body["tests"][1] == {
-        "name": "test_add.py::test_negative", "outcome": "failed", "message": "assert -3 == 1", "points": 0.0,
-        "max_points": 3.0, "visible": True,
+        "name": "test_add.py::test_negative", "outcome": "failed", "message": "assert -3 == 1", "details": "",
+        "points": 0.0, "max_points": 3.0, "visible": True,
     }  # fmt: skip
     assert body["stdout"] == "out <b>" and body["stderr"] == "err" and body["device"] == "cpu (unsafe sandbox)"
     assert body["runtime_ms"] == 1234 and body["message"] == ""

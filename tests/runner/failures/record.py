@@ -1,0 +1,254 @@
+"""Record real framework failures (torch 2.13, TensorFlow 2.21) for the feedback classifier's tests.
+
+Each case below is a small program that makes one known mistake and lets the framework raise; ``record()`` runs it
+in a fresh interpreter and keeps the exception's type and message exactly as the framework wrote them.
+``python -m tests.runner.failures.record`` rewrites ``recorded.json`` beside this file;
+``tests/runner/test_feedback.py`` classifies every recording, and its slow test records a sample again to prove
+the file still matches the installed frameworks.
+
+Every case prints nothing and raises; the recorder reads the last exception from a JSON line the wrapper prints.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RECORDED = HERE / "recorded.json"
+WORKER_DIR = HERE.parents[2] / "worker"  # `runner` imports as the sandbox loads it, by its top-level name
+
+# The wrapper: run the case, print its exception (or of the rank that failed) as one JSON line.
+WRAPPER = """
+import json, sys, os, traceback
+def _report(exc):
+    print("GPULAB-RECORDED " + json.dumps({"type": type(exc).__name__, "message": str(exc)}), flush=True)
+try:
+{body}
+except BaseException as exc:
+    _report(exc)
+    sys.stdout.flush()
+    os._exit(0)
+print("GPULAB-RECORDED " + json.dumps(None))
+"""
+
+# Two gloo ranks as the DDP exercises run them (runner.vdev.ddp): rank 0's exception is reported.
+RANKS = """
+import os, torch, torch.distributed as dist
+from runner.vdev import ddp
+def train(rank, world_size):
+    dist.init_process_group("gloo")
+{body}
+    return {{}}
+res = ddp.run(train, world_size=2, timeout_s={timeout_s})
+errs = [r.error for r in res if r.error is not None]
+if errs:
+    e = errs[0]
+    print("GPULAB-RECORDED " + json.dumps({"type": e.type, "message": e.message}), flush=True)
+    os._exit(0)
+raise SystemExit("no rank raised")
+"""
+
+TORCH: dict[str, str] = {
+    "torch.dtype_matmul": "import torch\ntorch.ones(2, 2) @ torch.ones(2, 2, dtype=torch.bfloat16)",
+    "torch.dtype_linear": "import torch\ntorch.nn.Linear(3, 2)(torch.ones(4, 3, dtype=torch.float64))",
+    "torch.shape_matmul": "import torch\ntorch.nn.Linear(8, 2)(torch.ones(4, 3))",
+    "torch.no_grad_fn": "import torch\n(torch.ones(2) * 3).sum().backward()",
+    "torch.backward_twice": textwrap.dedent("""\
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        y = (w.exp() * 2).sum()
+        y.backward()
+        y.backward()"""),
+    "torch.inplace_modified": textwrap.dedent("""\
+        import torch
+        w = torch.ones(2, requires_grad=True)
+        h = w.sigmoid()
+        h.mul_(2)
+        h.sum().backward()"""),
+    "torch.scaler_unscale_twice": textwrap.dedent("""\
+        import torch
+        m = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.scale(m(torch.ones(1, 2)).sum()).backward()
+        scaler.unscale_(opt)
+        scaler.unscale_(opt)"""),
+    "torch.scaler_no_inf_checks": textwrap.dedent("""\
+        import torch
+        m = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.step(opt)"""),
+    "torch.scaler_fp16_grads": textwrap.dedent("""\
+        import torch
+        m = torch.nn.Linear(2, 1).half()
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.scale(m(torch.ones(1, 2, dtype=torch.float16)).float().sum()).backward()
+        scaler.step(opt)"""),
+    "torch.no_process_group": "import torch, torch.distributed as dist\ndist.all_reduce(torch.ones(1))",
+    "torch.ddp_no_process_group": textwrap.dedent("""\
+        import torch
+        torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))"""),
+    "torch.sampler_no_process_group": textwrap.dedent("""\
+        import torch
+        from torch.utils.data.distributed import DistributedSampler
+        DistributedSampler(list(range(8)))"""),
+    "torch.cross_entropy_float_target": textwrap.dedent("""\
+        import torch
+        torch.nn.functional.cross_entropy(torch.randn(4, 3), torch.tensor([0.0, 1.0, 2.0, 1.0]))"""),
+    "torch.loss_batch_mismatch": textwrap.dedent("""\
+        import torch
+        torch.nn.functional.cross_entropy(torch.randn(4, 3), torch.tensor([0, 1]))"""),
+    "torch.load_state_dict_prefix": textwrap.dedent("""\
+        import torch
+        m = torch.nn.Linear(2, 1)
+        m.load_state_dict({"module." + k: v for k, v in m.state_dict().items()})"""),
+    "torch.cuda_not_compiled": "import torch\ntorch.ones(1).to('cuda:0')",
+    "torch.optimizer_empty": "import torch\ntorch.optim.SGD([], lr=0.1)",
+    "torch.item_many": "import torch\ntorch.ones(3).item()",
+    "torch.numpy_requires_grad": "import torch\ntorch.ones(2, requires_grad=True).numpy()",
+    "torch.virtual_device_mismatch": textwrap.dedent("""\
+        from runner.vdev import torch_cuda
+        torch_cuda.enable(2)
+        import torch
+        torch.nn.Linear(2, 1).to("cuda:1")(torch.ones(1, 2).to("cuda:0"))"""),
+}
+
+# Failures between ranks: a collective one rank leaves early, mismatched tensors, DDP misuse.
+RANKS_TORCH: dict[str, tuple[str, float]] = {
+    "torch.peer_left": (
+        textwrap.dedent("""\
+        if rank == 1:
+            os._exit(0)
+        dist.all_reduce(torch.ones(4))"""),
+        20.0,
+    ),
+    "torch.peer_raised": (
+        textwrap.dedent("""\
+        if rank == 1:
+            raise ValueError("rank one stops here")
+        dist.all_reduce(torch.ones(4))"""),
+        20.0,
+    ),
+    "torch.init_twice": ("dist.init_process_group('gloo')", 20.0),
+    "torch.ddp_no_params": ("torch.nn.parallel.DistributedDataParallel(torch.nn.ReLU())", 20.0),
+    "torch.ddp_device_ids_cpu": (
+        "torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1), device_ids=[rank])",
+        20.0,
+    ),
+    "torch.ddp_unused_parameters": (
+        textwrap.dedent("""\
+        m = torch.nn.ModuleDict({"a": torch.nn.Linear(2, 1), "b": torch.nn.Linear(2, 1)})
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = m
+            def forward(self, x):
+                return self.m["a"](x)
+        model = torch.nn.parallel.DistributedDataParallel(Net())
+        for _ in range(2):
+            model(torch.ones(1, 2)).sum().backward()"""),
+        20.0,
+    ),
+    "torch.ddp_state_dict_keys": (
+        textwrap.dedent("""\
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+        torch.nn.Linear(2, 1).load_state_dict(model.state_dict())"""),
+        20.0,
+    ),
+    "torch.fsdp_child_after_parent": (
+        textwrap.dedent("""\
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh("cpu", (world_size,))
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+        fully_shard(model, mesh=mesh)
+        fully_shard(model[0], mesh=mesh)
+        model(torch.ones(2, 4)).sum().backward()"""),
+        30.0,
+    ),
+}
+
+TF: dict[str, str] = {
+    "tf.input_shape": textwrap.dedent("""\
+        import numpy as np, keras
+        m = keras.Sequential([keras.Input((20,)), keras.layers.Dense(4)])
+        m(np.ones((2, 10), "float32"))"""),
+    "tf.variable_outside_scope": textwrap.dedent("""\
+        import numpy as np, tensorflow as tf, keras
+        tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        s = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with s.scope():
+            m.compile(optimizer="sgd", loss="mse")
+        m.fit(np.ones((8, 4), "float32"), np.ones((8, 1), "float32"), verbose=0)"""),
+    "tf.not_compiled": textwrap.dedent("""\
+        import numpy as np, keras
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        m.fit(np.ones((8, 4), "float32"), np.ones((8, 1), "float32"), verbose=0)"""),
+    "tf.reduce_outside_run": textwrap.dedent("""\
+        import tensorflow as tf
+        s = tf.distribute.MirroredStrategy(["/cpu:0"])
+        s.reduce("SUM", tf.constant(1.0), axis=None, extra=1)"""),
+    "tf.bad_reduce_op": textwrap.dedent("""\
+        import tensorflow as tf
+        s = tf.distribute.MirroredStrategy(["/cpu:0"])
+        s.reduce("TOTAL", tf.constant(1.0), axis=None)"""),
+    "tf.mixed_strategies": textwrap.dedent("""\
+        import tensorflow as tf
+        a = tf.distribute.MirroredStrategy(["/cpu:0"])
+        b = tf.distribute.OneDeviceStrategy("/cpu:0")
+        with a.scope():
+            with b.scope():
+                pass"""),
+}
+
+
+def _indent(code: str) -> str:
+    return textwrap.indent(code, "    ")
+
+
+def program(case: str) -> str:
+    """Return the program that makes ``case``'s mistake and prints its exception as a JSON line."""
+    if case in RANKS_TORCH:
+        body, timeout_s = RANKS_TORCH[case]
+        return "import json\n" + RANKS.replace("{body}", _indent(body)).replace("{timeout_s}", repr(timeout_s))
+    code = TORCH.get(case) or TF[case]
+    return WRAPPER.replace("{body}", _indent(code))
+
+
+def cases() -> list[str]:
+    return [*TORCH, *RANKS_TORCH, *TF]
+
+
+def record(case: str, *, python: str = sys.executable, timeout_s: float = 120.0) -> dict[str, str]:
+    """Run ``case`` in a fresh interpreter and return ``{"type", "message"}`` as the framework raised it."""
+    env = {"PYTHONPATH": str(WORKER_DIR), "TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin", "HOME": "/tmp"}
+    done = subprocess.run(
+        [python, "-c", program(case)], capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("GPULAB-RECORDED "):
+            found = json.loads(line.removeprefix("GPULAB-RECORDED "))
+            if found is None:
+                raise RuntimeError(f"{case}: the program raised nothing")
+            return found
+    raise RuntimeError(f"{case}: no recording (exit {done.returncode}): {done.stderr[-2000:]}")
+
+
+def main() -> None:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        found = dict(zip(cases(), pool.map(record, cases()), strict=True))
+    RECORDED.write_text(json.dumps(found, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"recorded {len(found)} failures into {RECORDED}")
+
+
+if __name__ == "__main__":
+    main()

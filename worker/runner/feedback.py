@@ -1,0 +1,470 @@
+"""What a learner reads when a test fails: one place for the words, the framework's own kept as details.
+
+Contract:
+- ``explain(type_name, message)`` turns an exception raised in the learner's code (as its type's name and its
+  text) into an ``Explained``: ``message``, a sentence about what the learner's code did, and ``details``, the
+  framework's own text (cleaned of terminal codes), shown behind a "details" disclosure. An exception of a known
+  failure class (``CLASSES``: a collective another rank left, a device or dtype mix, DDP, FSDP, GradScaler,
+  autograd and Keras mistakes, recorded from real torch 2.13 and TensorFlow 2.21 failures in
+  ``tests/runner/failures/``) gets that class's sentence; any other gets ``Your code raised Type: first line``.
+  A sentence names a cause only where the framework's text proves it, and says "one of" where several causes
+  give the same text.
+- ``raised(what, type_name, message)`` is the same for a test that reports where the exception happened
+  ("train(0, 2) raised ..."); ``ranks(runs)`` explains a multi-rank run whose ranks failed, naming the rank whose
+  failure came first (the others only stopped because it did).
+- ``fail(message, details=...)`` fails the current test with a message and the raw text behind it (the judge
+  puts both into ``result.json``).
+- ``internals(message)`` lists what a learner should never read in a message (pytest's assertion
+  introspection, a traceback, a library's file path or C++ type, raw bytes, an object's address, gloo's
+  farewell, terminal codes); ``gpulab exercises check`` refuses every variant whose messages show any.
+
+Stdlib only: it runs in the judge, inside the sandbox, and in the subject (the import error's sentence).
+By hand, not a library: the classes are sentences of ours about texts the frameworks print.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import pytest
+
+MAX_DETAILS = 4000
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+
+
+@dataclass(frozen=True)
+class Explained:
+    """A failure told to a learner: the sentence they read, the framework's text kept behind it, the class."""
+
+    message: str
+    details: str = ""
+    cause: str = ""  # the CLASSES id that matched ("" when none did)
+
+
+class Failed(pytest.fail.Exception):  # type: ignore[name-defined]
+    """``pytest.fail`` with the framework's own text kept as details (``fail()``)."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(msg=message, pytrace=False)
+        self.details = details
+
+
+def fail(message: str | Explained, *, details: str = "") -> NoReturn:
+    """Fail the running test with ``message``; ``details`` (or the Explained's) goes behind a disclosure."""
+    if isinstance(message, Explained):
+        details = details or message.details
+        message = message.message
+    raise Failed(message, clean_details(details))
+
+
+def clean_details(text: str) -> str:
+    """Return ``text`` without terminal codes, capped for the result file."""
+    text = _ANSI.sub("", text).strip()
+    return text if len(text) <= MAX_DETAILS else text[: MAX_DETAILS - 14].rstrip() + "\n... (trimmed)"
+
+
+def first_line(text: str) -> str:
+    """Return the first non-empty line of ``text`` without terminal codes (Keras puts its point on line 3)."""
+    for line in _ANSI.sub("", text).splitlines():
+        line = line.strip()
+        if line and not line.startswith("Exception encountered when calling"):
+            return line
+    return ""
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    """A known way learner code fails inside a framework: the text that shows it, and what to tell them.
+
+    ``sentence`` is a format string over the pattern's named groups; ``fill`` may compute more fields.
+    """
+
+    id: str
+    pattern: re.Pattern[str]
+    sentence: str
+    types: tuple[str, ...] = ()  # exception type names it applies to (any when empty)
+    fill: Callable[[re.Match[str]], dict[str, str]] | None = None
+
+    def match(self, type_name: str, message: str) -> re.Match[str] | None:
+        if self.types and type_name not in self.types:
+            return None
+        return self.pattern.search(message)
+
+    def render(self, found: re.Match[str]) -> str:
+        values = {k: v or "" for k, v in found.groupdict().items()}
+        if self.fill is not None:
+            values.update(self.fill(found))
+        return self.sentence.format(**values)
+
+
+_DTYPE_NAMES = {"float": "float32", "double": "float64", "half": "float16", "bfloat16": "bfloat16", "long": "int64"}
+
+
+def _dtype(name: str) -> str:
+    name = name.strip().removeprefix("c10::").removeprefix("torch.")
+    return _DTYPE_NAMES.get(name.lower(), name)
+
+
+def _dtypes(found: re.Match[str]) -> dict[str, str]:
+    return {"a": _dtype(found["a"]), "b": _dtype(found["b"])}
+
+
+def _keys(found: re.Match[str]) -> dict[str, str]:
+    return {"missing": found["missing"].strip().rstrip(".") or "none", "unexpected": found["unexpected"].strip()}
+
+
+_COLLECTIVE_RULE = "every rank must run the same collectives, in the same order, the same number of times"
+
+CLASSES: tuple[FailureClass, ...] = (
+    FailureClass(
+        "collective.peer_gone",
+        re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|ECONNRESET|ncclRemoteError"),
+        "a collective (an all-reduce, a broadcast, or DDP's gradient sync) failed because another rank stopped "
+        f"taking part: it had crashed, returned or left before reaching the same collective ({_COLLECTIVE_RULE})",
+    ),
+    FailureClass(
+        "collective.timeout",
+        re.compile(r"(?i)gloo.*timed? ?out|timed out waiting|Socket Timeout|Watchdog caught collective operation"),
+        "a collective waited for another rank that never joined it: one rank entered an all-reduce, broadcast or "
+        f"DDP gradient sync the other did not reach ({_COLLECTIVE_RULE})",
+    ),
+    FailureClass(
+        "process_group.missing",
+        re.compile(r"Default process group has not been initialized"),
+        "something distributed (a collective, DistributedDataParallel, DistributedSampler or dist.get_rank) ran "
+        "before dist.init_process_group(...): initialise the process group first, on every rank",
+    ),
+    FailureClass(
+        "process_group.twice",
+        re.compile(r"initialize the default process group twice"),
+        "your code called dist.init_process_group a second time in the same process: call it once per rank, and "
+        "dist.destroy_process_group() once at the end",
+    ),
+    FailureClass(
+        "ddp.no_parameters",
+        re.compile(r"DistributedDataParallel is not needed when a module doesn't have any parameter"),
+        "DistributedDataParallel was given a module without trainable parameters: wrap the model that holds the "
+        "layers you train",
+    ),
+    FailureClass(
+        "ddp.device_ids_on_cpu",
+        re.compile(r"device_ids and output_device arguments only work with .*?got device_ids (?P<ids>\[[^\]]*\])"),
+        "DistributedDataParallel was given device_ids={ids} for a model on the CPU: device_ids names GPUs; for "
+        "CPU ranks leave it out (DistributedDataParallel(model))",
+    ),
+    FailureClass(
+        "ddp.unused_parameters",
+        re.compile(r"Expected to have finished reduction in the prior iteration"),
+        "DDP started a new step while the last one still waited for gradients: in the previous backward some "
+        "parameters got no gradient (a layer the forward did not use, or an output left out of the loss). Use "
+        "every parameter in the loss, or pass find_unused_parameters=True",
+    ),
+    FailureClass(
+        "ddp.marked_twice",
+        re.compile(r"Expected to mark a variable ready only once"),
+        "DDP saw one parameter's gradient become ready twice in one backward: the same parameters were used in "
+        "two forward passes (or a reentrant checkpoint) before one backward",
+    ),
+    FailureClass(
+        "state_dict.module_prefix",
+        re.compile(r'Unexpected key\(s\) in state_dict: "module\.'),
+        'load_state_dict was given keys that start with "module.": that is the state_dict of a '
+        "DistributedDataParallel or DataParallel wrapper. Save or return model.module.state_dict(), the wrapped "
+        "model's own",
+    ),
+    FailureClass(
+        "state_dict.keys",
+        re.compile(
+            r"Error\(s\) in loading state_dict for \w+:\s*(?:Missing key\(s\) in state_dict: (?P<missing>[^\n]*))?"
+            r"\s*(?:Unexpected key\(s\) in state_dict: (?P<unexpected>[^\n]*))?"
+        ),
+        "load_state_dict was given a state_dict whose keys do not match the model's (missing: {missing}; "
+        "unexpected: {unexpected})",
+        fill=_keys,
+    ),
+    FailureClass(
+        "device.mismatch",
+        re.compile(
+            r"Expected all tensors to be on the same device(?:, but found at least two devices, (?P<a>[\w:]+) "
+            r"and (?P<b>[\w:]+))?"
+        ),
+        "one operation got tensors on two devices ({a} and {b}): a layer computes only on tensors on its own "
+        "device, so move its input (the batch, an activation or the targets) there first",
+        fill=lambda m: {"a": m["a"] or "two", "b": m["b"] or "another"},
+    ),
+    FailureClass(
+        "device.no_cuda",
+        re.compile(
+            r"Torch not compiled with CUDA enabled|No CUDA GPUs are available|Found no NVIDIA driver|"
+            r"CUDA error: invalid device ordinal|Invalid device id"
+        ),
+        "your code asked for a CUDA device this run does not have: use only the devices the prompt names",
+    ),
+    FailureClass(
+        "dtype.mismatch",
+        re.compile(
+            r"(?:mat1 and mat2 must have the same dtype, but got (?P<a>\w+) and (?P<b>\w+)"
+            r"|expected m1 and m2 to have the same dtype, but got: (?P<a2>[\w:]+) != (?P<b2>[\w:]+)"
+            r"|Input type \((?P<a3>[\w.]+)\) and weight type \((?P<b3>[\w.]+)\) should be the same)"
+        ),
+        "one operation mixed two dtypes ({a} and {b}): a layer's weights and its input must have one dtype. Cast "
+        "the input (x.float()), or run the forward under autocast, which casts for you",
+        fill=lambda m: {
+            "a": _dtype(m["a"] or m["a2"] or m["a3"] or "?"),
+            "b": _dtype(m["b"] or m["b2"] or m["b3"] or "?"),
+        },
+    ),
+    FailureClass(
+        "loss.target_dtype",
+        re.compile(
+            r"expected target dtype to be Long or Byte, but got (?P<b>\w+)|"
+            r"expected scalar type Long but found (?P<b2>\w+)"
+        ),
+        "the loss got class labels of dtype {b}: cross_entropy takes class indices as integers (torch.long); "
+        "keep the labels as the dataset gives them, or call .long()",
+        fill=lambda m: {"b": _dtype(m["b"] or m["b2"] or "?")},
+    ),
+    FailureClass(
+        "loss.batch_mismatch",
+        re.compile(r"Expected input batch_size \((?P<a>\d+)\) to match target batch_size \((?P<b>\d+)\)"),
+        "the loss got {a} predictions but {b} targets: the predictions and the targets must come from the same "
+        "rows (the same batch, the same shard)",
+    ),
+    FailureClass(
+        "shape.matmul",
+        re.compile(r"mat1 and mat2 shapes cannot be multiplied \((?P<a>\d+)x(?P<b>\d+) and (?P<c>\d+)x(?P<d>\d+)\)"),
+        "a matrix product (a Linear layer or @) got shapes that do not fit, {a}x{b} and {c}x{d}: the input's last "
+        "dimension ({b}) must equal the layer's in_features ({c})",
+    ),
+    FailureClass(
+        "autograd.no_graph",
+        re.compile(r"element \d+ of tensors does not require grad and does not have a grad_fn"),
+        "your code called backward() on a value without gradient history: it was computed under torch.no_grad(), from "
+        "detached values (.detach(), .item(), .numpy(), a new tensor), or from parameters that do not require "
+        "gradients",
+    ),
+    FailureClass(
+        "autograd.backward_twice",
+        re.compile(r"Trying to backward through the graph a second time"),
+        "your code ran backward() twice through the same graph: compute a fresh forward pass and loss for every "
+        "backward",
+    ),
+    FailureClass(
+        "autograd.inplace",
+        re.compile(r"modified by an inplace operation"),
+        "a tensor that backward needs was changed in place after it was used (an operation ending in _, such "
+        "as add_ or mul_, or an assignment into it): use the out-of-place form (x = x * 2)",
+    ),
+    FailureClass(
+        "scaler.unscale_twice",
+        re.compile(r"unscale_\(\) has already been called on this optimizer since the last update\(\)"),
+        "your code called scaler.unscale_(optimizer) twice in one step: unscale once, then "
+        "scaler.step(optimizer) and scaler.update()",
+    ),
+    FailureClass(
+        "scaler.not_scaled",
+        re.compile(r"Attempted step but _scale is None"),
+        "your code called scaler.step(optimizer) before any loss went through scaler.scale(...): call "
+        "scaler.scale(loss).backward() first",
+    ),
+    FailureClass(
+        "scaler.no_inf_checks",
+        re.compile(r"No inf checks were recorded for this optimizer"),
+        "GradScaler's step(optimizer) found no gradients to check: none of that optimizer's parameters got a gradient "
+        "from scaler.scale(loss).backward() in this step",
+    ),
+    FailureClass(
+        "scaler.fp16_parameters",
+        re.compile(r"Attempting to unscale FP16 gradients"),
+        "GradScaler found float16 gradients, so the parameters themselves are float16 (.half() or "
+        ".to(torch.float16)): keep the model in float32 and let autocast run the low-precision operations",
+    ),
+    FailureClass(
+        "tensor.item_of_many",
+        re.compile(r"a Tensor with (?P<n>\d+) elements cannot be converted to Scalar"),
+        "your code called .item() (or float()) on a tensor of {n} values: reduce it first (loss.mean(), .sum()) "
+        "or take one element",
+    ),
+    FailureClass(
+        "tensor.numpy_requires_grad",
+        re.compile(r"Can't call numpy\(\) on Tensor that requires grad"),
+        "your code called .numpy() on a tensor that requires gradients: call .detach() first (t.detach().numpy())",
+    ),
+    FailureClass(
+        "optimizer.no_parameters",
+        re.compile(r"optimizer got an empty parameter list"),
+        "an optimizer was made with no parameters: pass it model.parameters() of the model you train (a "
+        "parameters() generator that was already used up is empty)",
+    ),
+    FailureClass(
+        "fsdp.child_after_parent",
+        re.compile(r"Invariant encountered: value was None"),
+        "FSDP's own bookkeeping failed. The known cause: fully_shard was applied to a submodule after its parent "
+        "(shard the children first and the root module last)",
+        types=("TypeError",),
+    ),
+    FailureClass(
+        "keras.mixed_strategies",
+        re.compile(r"Mixing different tf\.distribute\.Strategy objects"),
+        "two different tf.distribute strategies were mixed: something made under one strategy (a model, a "
+        "variable, a scope) was used under another. Make one strategy and build, compile and train under its "
+        "scope",
+    ),
+    FailureClass(
+        "keras.not_compiled",
+        re.compile(r"You must call `compile\(\)` before using the model"),
+        "the model was used for training or evaluation before model.compile(...): compile it first",
+    ),
+    FailureClass(
+        "keras.input_shape",
+        re.compile(
+            r"expected axis (?P<axis>-?\d+) of input shape to have value (?P<want>\d+), but received input "
+            r"with shape (?P<got>\([^)]*\))"
+        ),
+        "a layer got input of the wrong shape: it expects {want} values on axis {axis}, and got shape {got}",
+    ),
+    FailureClass(
+        "tf.reduce_op",
+        re.compile(r"'(?P<op>[^']*)' is not a valid ReduceOp"),
+        "the reduce operation '{op}' does not exist: use tf.distribute.ReduceOp.SUM or tf.distribute.ReduceOp.MEAN",
+    ),
+    FailureClass(
+        "submission.missing_name",
+        re.compile(r"module '(?:submission|__main__)' has no attribute '(?P<name>\w+)'"),
+        "your code has no `{name}`: the tests call it by that name. Define it at the top level of your file, "
+        "spelled as the prompt says",
+        types=("AttributeError",),
+    ),
+    FailureClass(
+        "import.missing_module",
+        re.compile(r"No module named '(?P<module>[^']+)'"),
+        "your code imports {module}, which the grader does not have: use only the standard library and the "
+        "framework the exercise is about",
+        types=("ModuleNotFoundError", "ImportError"),
+    ),
+)
+
+
+def classify(type_name: str, message: str) -> tuple[FailureClass, re.Match[str]] | None:
+    """Return the known failure class of this exception, with its match, or None."""
+    for known in CLASSES:
+        found = known.match(type_name, message)
+        if found is not None:
+            return known, found
+    return None
+
+
+def _sentence(text: str, *, capital: bool = True) -> str:
+    """End ``text`` with a full stop; capitalise it unless it starts with code (``what`` in ``raised``)."""
+    text = text.strip()
+    head = text[:1].upper() if capital else text[:1]
+    return head + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+def explain(type_name: str, message: str) -> Explained:
+    """Explain an exception raised in the learner's code (its type's name and its text)."""
+    details = clean_details(f"{type_name}: {message}" if message else type_name)
+    known = classify(type_name, message)
+    if known is not None:
+        failure, found = known
+        return Explained(_sentence(failure.render(found)), details, failure.id)
+    line = first_line(message)
+    said = f"Your code raised {type_name}: {line}" if line else f"Your code raised {type_name} (with no message)"
+    # The first line is all a learner needs of their own exception; a longer text stays in the details.
+    return Explained(_sentence(said), details if line != message.strip() else "")
+
+
+def raised(what: str, type_name: str, message: str) -> Explained:
+    """Explain an exception that ``what`` ("train(0, 2)", "your model's fit") raised: ``what raised ...``."""
+    got = explain(type_name, message)
+    if got.cause:
+        return Explained(f"{what} failed: {got.message[:1].lower()}{got.message[1:]}", got.details, got.cause)
+    line = first_line(message)
+    said = f"{what} raised {type_name}: {line}" if line else f"{what} raised {type_name} (with no message)"
+    return Explained(_sentence(said, capital=False), got.details, "")
+
+
+def _error_of(run: Mapping[str, Any]) -> tuple[str, str] | None:
+    error = run.get("error")
+    if isinstance(error, Mapping):
+        return str(error.get("type", "Exception")), str(error.get("message", ""))
+    return None
+
+
+def ranks(runs: Iterable[Mapping[str, Any]], *, what: str = "train", timeout_s: float | None = None) -> Explained:
+    """Explain why some ranks of a multi-rank run did not finish (``runner.vdev.ddp``'s plain results).
+
+    The rank whose own failure started it is named first: a rank that raised something other than a broken
+    collective, else one that exited without a result; ranks that failed in a collective because of it, and
+    ranks left waiting, are told as consequences.
+    """
+    runs = list(runs)
+    own: list[tuple[Mapping[str, Any], tuple[str, str]]] = []
+    followers: list[tuple[Mapping[str, Any], tuple[str, str]]] = []
+    waited: list[Mapping[str, Any]] = []
+    died: list[Mapping[str, Any]] = []
+    for r in runs:
+        error = _error_of(r)
+        if error is not None:
+            known = classify(*error)
+            (followers if known and known[0].id.startswith("collective.") else own).append((r, error))
+        elif r.get("timed_out"):
+            waited.append(r)
+        elif r.get("destroyed") is None and r.get("exit_code") is not None:
+            died.append(r)
+    parts: list[str] = []
+    details: list[str] = []
+    for r, (type_name, message) in own:
+        got = raised(f"{what} on rank {r['rank']}", type_name, message)
+        parts.append(got.message)
+        details.append(f"rank {r['rank']}: {clean_details(f'{type_name}: {message}')}")
+    for r in died:
+        parts.append(f"Rank {r['rank']} exited without returning a result (exit code {r.get('exit_code')}).")
+    first = bool(parts)
+    for r, (type_name, message) in followers:
+        got = explain(type_name, message)
+        if first:
+            parts.append(f"Rank {r['rank']} then failed in a collective, because the rank above stopped.")
+        else:
+            parts.append(f"On rank {r['rank']}, {got.message[:1].lower()}{got.message[1:]}")
+        details.append(f"rank {r['rank']}: {clean_details(f'{type_name}: {message}')}")
+    for r in waited:
+        limit = f" within {timeout_s:g} s" if timeout_s else ""
+        if first or followers:
+            parts.append(
+                f"Rank {r['rank']} did not finish{limit}: it waited in a collective for a rank that had stopped."
+            )
+        else:
+            parts.append(
+                f"Rank {r['rank']} did not finish{limit}: it waited in a collective (an all-reduce, broadcast or "
+                f"DDP gradient sync) that another rank never joined; {_COLLECTIVE_RULE}."
+            )
+    if not parts:
+        parts.append("Every rank finished.")
+    return Explained(" ".join(parts), "\n".join(details))
+
+
+# What a learner must never read: each with a regex that finds it in a message.
+INTERNALS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("pytest's assertion introspection", re.compile(r"(?m)^\s*(?:assert |AssertionError\b|\+\s+where |where \w+ = )")),
+    ("a traceback", re.compile(r"(?m)Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+")),
+    ("a path inside a library", re.compile(r"site-packages/|dist-packages/|/__w/|third_party/|\.(?:cc|cpp|h):\d+")),
+    ("a C++ name", re.compile(r"\bc10::|\bat::\w|\bstd::\w")),
+    ("gloo's own text", re.compile(r"GLHF|Connection closed by peer|ProcessGroupGloo")),
+    ("an internal invariant", re.compile(r"Invariant encountered")),
+    ("an object's address", re.compile(r"\bat 0x[0-9a-fA-F]{6,}")),
+    ("raw bytes", re.compile(r"\bb'(?:\\x[0-9a-f]{2}){2}|\bb\"(?:\\x[0-9a-f]{2}){2}")),
+    ("terminal codes", re.compile(r"\x1b\[|\[1m|\[0m")),
+    ("an unchecked None", re.compile(r"'NoneType' object")),
+    ("a harness name", re.compile(r"\b(?:SubmissionProxy|RemoteFunction|LearnerException|LookupError: )")),
+)
+
+
+def internals(message: str) -> list[str]:
+    """Return what in ``message`` a learner should never read (empty when it is clean)."""
+    if not message.strip():
+        return ["an empty message"]
+    return [name for name, pattern in INTERNALS if pattern.search(message)]
