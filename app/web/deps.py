@@ -191,11 +191,15 @@ BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_token)
 SessionCookieDep = Annotated[str | None, Depends(session_cookie)]
 
 
+# A message, not a secret.
+TOKEN_REFUSED = "an access token cannot be used here: log in with your password (tokens are API-only)"  # noqa: S105
+
+
 def _user_from_token(request: Request, session: Session, token: str) -> User:
     """Return the token's owner for this call, or raise: 401 for an unknown or revoked token, 403 out of scope."""
     needed = required_scope(request)
     if needed is None:
-        raise Forbidden("an access token cannot be used here: log in with your password (tokens are API-only)")
+        raise Forbidden(TOKEN_REFUSED)
     found = user_for_token(session=session, token=token)
     if found is None:
         raise Unauthorized("the access token is unknown or was revoked")
@@ -226,6 +230,16 @@ async def get_optional_user(
 
 
 OptionalUser = Annotated[User | None, Depends(get_optional_user)]
+
+
+async def refuse_token(credentials: BearerDep) -> None:
+    """Refuse a bearer token on a route that asks for no user (logging in and out): a token never starts or ends a
+    session, and a request with one ignores the session cookie it carries (``TOKENLESS_PATHS``)."""
+    if credentials is not None:
+        raise Forbidden(TOKEN_REFUSED)
+
+
+NoTokenDep = Depends(refuse_token)
 
 
 async def get_logged_in_user(user: OptionalUser) -> User:

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.domain.accounts.passwords import MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS, authenticate, change_password
-from app.web.deps import LoggedInUser, LoginLimiterDep, SessionDep, SettingsDep
+from app.web.deps import LoggedInUser, LoginLimiterDep, NoTokenDep, SessionDep, SettingsDep
 from app.web.errors import problem_responses
 from app.web.schemas.auth import LoginIn, MeOut
 from app.web.sessions import client_ip, end_session, start_session
@@ -23,12 +23,20 @@ from worker.core.errors import Unauthorized
 router = APIRouter(prefix="/api/auth", tags=["auth"])
 
 
+TOKEN_REFUSED = {403: "An access token was sent: tokens never log in or out (use the password and the cookie)"}
 LOGIN_ERRORS = problem_responses(
-    401, 429, described={401: "Wrong e-mail or password", 429: "Too many failed logins for this e-mail or client"}
+    401,
+    403,
+    429,
+    described={
+        401: "Wrong e-mail or password",
+        429: "Too many failed logins for this e-mail or client",
+        **TOKEN_REFUSED,
+    },
 )
 
 
-@router.post("/login", responses=LOGIN_ERRORS)
+@router.post("/login", responses=LOGIN_ERRORS, dependencies=[NoTokenDep])
 def login(body: LoginIn, request: Request, session: SessionDep, limiter: LoginLimiterDep) -> MeOut:
     """Log in with e-mail and password; sets the session cookie."""
     ip = client_ip(request)
@@ -44,7 +52,9 @@ def login(body: LoginIn, request: Request, session: SessionDep, limiter: LoginLi
     return MeOut.of(user)
 
 
-@router.post("/logout", status_code=204)
+@router.post(
+    "/logout", status_code=204, responses=problem_responses(403, described=TOKEN_REFUSED), dependencies=[NoTokenDep]
+)
 def logout(request: Request, session: SessionDep, settings: SettingsDep) -> Response:
     """End this session (also for anyone holding a copy of its cookie, on every server process)."""
     end_session(request, session=session, max_age_s=settings.session_max_age_s)

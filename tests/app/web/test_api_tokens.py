@@ -15,7 +15,7 @@ from app.domain.accounts import tokens
 from app.domain.models import ApiToken, Role, Submission, User
 from app.domain.submissions.lifecycle import create_submission
 from tests.app.web.test_api_courses import _assignment, course, logout  # noqa: F401  (course: a fixture)
-from tests.conftest import RecordingDispatcher, TinyExercise
+from tests.conftest import PASSWORD, RecordingDispatcher, TinyExercise
 from worker.core.errors import Forbidden
 
 if TYPE_CHECKING:
@@ -151,6 +151,21 @@ def test_tokens_work_on_the_api_only_and_never_manage_tokens_or_log_in(
     new_password = {"current": "whatever", "new": "a-new-long-password", "repeated": "a-new-long-password"}
     changed = client.post("/api/auth/password", json=new_password, headers=_bearer(token))
     assert changed.status_code == 403 and "cannot be used here" in changed.json()["detail"]
+
+
+def test_a_token_never_logs_in_or_out_even_beside_a_session_cookie(
+    client: TestClient, learner: User, db_session: Session
+) -> None:
+    token = _token(db_session, learner, [tokens.Scope.read, tokens.Scope.submit])
+    assert client.post("/api/auth/login", json={"email": learner.email, "password": PASSWORD}).status_code == 200
+    assert client.get("/api/auth/me").status_code == 200  # the browser's session
+    out = client.post("/api/auth/logout", json={}, headers=_bearer(token))
+    assert out.status_code == 403 and "cannot be used here" in out.json()["detail"]
+    assert client.get("/api/auth/me").status_code == 200, "the cookie's session must survive a token's logout"
+    client.cookies.clear()
+    login = client.post("/api/auth/login", json={"email": learner.email, "password": PASSWORD}, headers=_bearer(token))
+    assert login.status_code == 403 and "set-cookie" not in login.headers
+    assert client.get("/api/auth/me").status_code == 401
 
 
 def test_the_attempt_rules_of_an_assignment_hold_for_a_token(
