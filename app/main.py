@@ -61,8 +61,11 @@ BODY_SLACK_BYTES = 4096  # JSON framing around the code field
 # six bytes (\u0001), a urlencoded form a byte as three (%3A). So a code body over the limit holds code over it.
 BODY_PER_CODE_BYTE = 6
 STAFF_BODY_LIMITS = {"/instructor/": 3 * 1024 * 1024, "/admin/users/import": 512 * 1024}
-# A notebook's text travels inside a JSON string, where escaping can double it.
-NOTEBOOK_BODY_LIMITS = {"/api/exercises/*/notebook-submissions": 2 * MAX_NOTEBOOK_BYTES + BODY_SLACK_BYTES}
+# A notebook's text travels inside a JSON string, where escaping can make a byte six (\u0001): a body over this limit
+# holds a notebook over MAX_NOTEBOOK_BYTES, so both refusals can say the same thing.
+NOTEBOOK_BODY_LIMITS = {
+    "/api/exercises/*/notebook-submissions": BODY_PER_CODE_BYTE * MAX_NOTEBOOK_BYTES + BODY_SLACK_BYTES
+}
 
 
 def _dependency_of(annotated: object) -> Callable[..., object]:
@@ -240,6 +243,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Exercise uploads and the authoring form carry whole folders; a notebook carries its outputs.
         path_limits=STAFF_BODY_LIMITS | NOTEBOOK_BODY_LIMITS,
         code_bytes=settings.max_code_bytes,
+        notebook_bytes=MAX_NOTEBOOK_BYTES,
     )
     app.add_middleware(SecurityHeadersMiddleware, frame_origins=settings.frame_origins)
     return app

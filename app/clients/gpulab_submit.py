@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """gpulab-submit: submit a .py file or a Jupyter notebook to a gpulab server and follow its grading live.
 
-    python3 gpulab-submit.py SLUG FILE.py|NOTEBOOK.ipynb --server URL [--token TOKEN] [--assignment ID]
+    python3 gpulab-submit.py SLUG FILE.py|NOTEBOOK.ipynb [--server URL] [--token TOKEN] [--assignment ID]
 
 The token is a personal access token with the ``submit`` and ``read`` scopes (made on the server's account
-page); without ``--token`` it is read from ``GPULAB_TOKEN``, the server from ``GPULAB_SERVER``. A notebook is sent
+page); without ``--token`` it is read from ``GPULAB_TOKEN``. The server is ``--server``, else ``GPULAB_SERVER``,
+else ``DEFAULT_SERVER``: the server that served this file writes its own public address there. A notebook is sent
 whole: the server grades the code of its cells tagged ``solution``. The status is printed as it changes
 (queued, running), then every test with its outcome and feedback, then the verdict and the score.
 Exit status, as ``gpulab grade``: 0 passed, 1 graded but not passed, 2 not graded (refused, an error of ours,
@@ -187,6 +188,10 @@ def report(sub: dict[str, Any], out: IO[str]) -> int:
     return EXIT_CANNOT_GRADE if sub["status"] == "error" or verdict == "internal_error" else EXIT_NOT_PASSED
 
 
+# The server that serves this file puts its public address here (app/web/routes/pages_account.py).
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
 def main(argv: list[str] | None = None, out: IO[str] = sys.stdout, err: IO[str] = sys.stderr) -> int:
     """Run the command line; return its exit status."""
     parser = argparse.ArgumentParser(prog="gpulab-submit", description=__doc__.split("\n\n")[0])
@@ -194,8 +199,8 @@ def main(argv: list[str] | None = None, out: IO[str] = sys.stdout, err: IO[str] 
     parser.add_argument("file", help="a .py file, or a .ipynb notebook (its cells tagged 'solution' are graded)")
     parser.add_argument(
         "--server",
-        default=os.environ.get("GPULAB_SERVER", "http://127.0.0.1:8000"),
-        help="the gpulab server (default: $GPULAB_SERVER, else http://127.0.0.1:8000)",
+        default=os.environ.get("GPULAB_SERVER", DEFAULT_SERVER),
+        help=f"the gpulab server (default: $GPULAB_SERVER, else {DEFAULT_SERVER})",
     )
     parser.add_argument(
         "--token",

@@ -196,6 +196,13 @@ def problem_body(problem: Problem) -> bytes:
     return problem.model_dump_json(exclude_none=True).encode()
 
 
+FASTAPI_BODY_ERROR = "There was an error parsing the body"
+UNREADABLE_BODY = (
+    "the request body is not text in UTF-8, so it cannot be read as JSON: send it encoded as UTF-8 (a notebook's "
+    "file text is UTF-8 as Jupyter saves it; read the file as UTF-8 before putting it into the request)"
+)
+
+
 def install_error_handlers(app: FastAPI, *, page_error: PageError) -> None:
     """Answer domain, validation, HTTP and unexpected errors as problems on API paths, else through ``page_error``."""
     # Imported here so the worker and the sandbox can import this module without the web stack.
@@ -234,7 +241,10 @@ def install_error_handlers(app: FastAPI, *, page_error: PageError) -> None:
         if not wants_json(request.url.path):
             message = "There is no page at this address." if exc.status_code == 404 else str(exc.detail)
             return page_error(request, exc.status_code, message, exc)
-        return problem_response(problem_of(None, exc.status_code, str(exc.detail), request.url.path), headers)
+        detail = str(exc.detail)
+        if exc.status_code == 400 and detail == FASTAPI_BODY_ERROR:  # FastAPI's words for a body that is not UTF-8
+            detail = UNREADABLE_BODY
+        return problem_response(problem_of(None, exc.status_code, detail, request.url.path), headers)
 
     async def unexpected_error(request: Request, exc: Exception) -> Any:
         # Starlette's ServerErrorMiddleware calls this, then re-raises: the traceback is still logged.

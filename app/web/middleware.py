@@ -27,6 +27,7 @@ from app.web.sessions import UNSAFE_METHODS, csrf_problem, header
 from worker.core import humane
 
 CODE_PATH = re.compile(r"/exercises/[^/]+/(submissions|runs)$")  # where a body carries a learner's code
+NOTEBOOK_PATH = re.compile(r"/exercises/[^/]+/notebook-submissions$")  # where a body carries a notebook
 
 
 async def _refuse(scope: Scope, send: Send, status: int, detail: str, *, close: bool = False) -> None:
@@ -66,12 +67,18 @@ class BodySizeLimitMiddleware:
     BODY_METHODS = UNSAFE_METHODS
 
     def __init__(
-        self, app: ASGIApp, max_bytes: int, path_limits: dict[str, int] | None = None, code_bytes: int | None = None
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        path_limits: dict[str, int] | None = None,
+        code_bytes: int | None = None,
+        notebook_bytes: int | None = None,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.path_limits = path_limits or {}
         self.code_bytes = code_bytes  # the code limit, named when a code-carrying body is refused
+        self.notebook_bytes = notebook_bytes  # the notebook limit, named when a notebook upload is refused
 
     def _limit(self, path: str) -> int:
         # A key is a path prefix, where ``*`` stands for one path segment or more (a slug).
@@ -80,6 +87,8 @@ class BodySizeLimitMiddleware:
     def _too_large(self, path: str, limit: int, size: int | None) -> str:
         if self.code_bytes is not None and CODE_PATH.search(path):
             return humane.code_too_large(None, self.code_bytes)
+        if self.notebook_bytes is not None and NOTEBOOK_PATH.search(path):
+            return humane.notebook_too_large(None, self.notebook_bytes)
         return humane.too_large("What you sent", size, limit, "Send less at once.")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -3,18 +3,23 @@
 Contract:
 - ``exercise_notebook(exercise)`` builds an nbformat 4 notebook of the exercise's current version: the title and
   the prompt as markdown, the starter code in a code cell tagged ``solution`` (cell metadata ``tags``), and the
-  visible examples as code cells tagged ``examples`` that run against what the kernel defined. Its metadata
+  visible examples as code cells tagged ``examples`` that run against what the kernel defined (the harness that runs
+  them comes first, its source collapsed: ``jupyter.source_hidden``, so the learner's own work comes first). Its metadata
   carries ``gpulab: {exercise, version}`` and a Python 3 kernelspec. Only files a learner may read go in:
   ``prompt.md``, ``starter.py``, ``examples/*`` and ``probes.py`` (the learner's own process loads the probes
   while it is graded, so they hold nothing the learner cannot read); never hidden tests or solutions.
-- ``extract_code(text, slug=...)`` reads an uploaded ``.ipynb`` (its file text) with ``nbformat`` and returns the
-  source of its code cells tagged ``solution``, in order, joined by blank lines: exactly what is then graded and
-  stored. Outputs are ignored (dropped before validation). It raises ``PayloadTooLarge`` (over
-  ``MAX_NOTEBOOK_BYTES``) or ``InvalidInput`` naming the problem: not JSON, not a notebook, an nbformat it cannot
-  read or that fails validation, more than ``MAX_CELLS`` cells, a kernel of another language, made for another
-  exercise (its ``gpulab.exercise`` metadata), no tagged code cell, only empty tagged cells, or IPython magics/shell
-  lines that keep the code from being Python. It runs nothing; the caller stores nothing when it raises, so a
-  refusal costs no attempt.
+- ``extract_code(text, slug=...)`` reads an uploaded ``.ipynb`` (its file text; a UTF-8 byte order mark is
+  accepted) with ``nbformat`` and returns the source of its code cells tagged ``solution``, in order, exactly as
+  saved: nothing is stripped or added, except one newline between two cells where the first does not end with one
+  (cells are separate lines), and cells holding only whitespace are left out. That is what is graded and stored.
+  Outputs are ignored (dropped before validation). It raises ``PayloadTooLarge`` (over ``MAX_NOTEBOOK_BYTES``,
+  told by ``humane.notebook_too_large``, as the body limit tells a larger upload) or ``InvalidInput`` naming what
+  is wrong with the file in words of its own, never a parser's: not JSON (cut off, or where it breaks), not a
+  notebook, an ``nbformat`` that is not the number 4 (or 3), cells that are not a list of objects, a notebook that
+  fails validation, more than ``MAX_CELLS`` cells, a kernel of another language, made for another exercise (its
+  ``gpulab.exercise`` metadata), no tagged code cell, only empty tagged cells, or IPython magics/shell lines that
+  keep the code from being Python. It runs nothing; the caller stores nothing when it raises, so a refusal costs no
+  attempt.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from app.domain.models import Exercise
 from app.domain.catalog.specs import spec_of
+from worker.core import humane
 from worker.core.errors import InvalidInput, PayloadTooLarge
 
 SOLUTION_TAG = "solution"
@@ -112,8 +118,11 @@ def _literal(text: str) -> str:
     return repr(text)
 
 
-def _cell(source: str, tag: str) -> Any:
-    return new_code_cell(source, metadata={"tags": [tag]})
+def _cell(source: str, tag: str, *, hidden: bool = False) -> Any:
+    metadata: dict[str, Any] = {"tags": [tag]}
+    if hidden:  # JupyterLab, Notebook 7 and VS Code show a collapsed cell's source as "..." until clicked
+        metadata["jupyter"] = {"source_hidden": True}
+    return new_code_cell(source, metadata=metadata)
 
 
 def exercise_notebook(exercise: Exercise, params: dict[str, Any] | None = None) -> Any:
@@ -160,11 +169,13 @@ def exercise_notebook(exercise: Exercise, params: dict[str, Any] | None = None) 
         cells.append(
             new_markdown_cell(
                 "## Example tests (not graded)\n\nThese run the exercise's visible examples against what this "
-                "notebook defined, in this kernel, on this machine's devices. The hidden tests check more."
+                "notebook defined, in this kernel, on this machine's devices. The hidden tests check more. Run the "
+                "next cell first: it defines the small harness that runs them (its code is collapsed; click it to "
+                "read it)."
             )
         )
         harness = _HARNESS.format(probes=_literal(probes) if probes is not None else "None", params=repr(variant))
-        cells.append(_cell(harness, EXAMPLES_TAG))
+        cells.append(_cell(harness, EXAMPLES_TAG, hidden=True))
         cells += [_cell(f"gpulab_examples({name!r}, {_literal(source)})", EXAMPLES_TAG) for name, source in examples]
     notebook.cells = cells
     return notebook
@@ -178,20 +189,56 @@ def notebook_text(exercise: Exercise, params: dict[str, Any] | None = None) -> s
 # --- reading a submitted notebook ---------------------------------------------------------------------------
 
 
+SAVE_AGAIN = "save the notebook again in Jupyter and upload the .ipynb file it wrote"
+
+
 def _parse(text: str) -> dict[str, Any]:
-    """Return the notebook's JSON object, or raise ``InvalidInput`` saying why it is not one."""
+    """Return the notebook's JSON object, or raise ``InvalidInput`` saying what is wrong with the file."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
+        if exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated"):
+            raise InvalidInput(
+                f"this is not a complete notebook: its text stops in the middle (line {exc.lineno}), as a file cut "
+                f"off while it was saved or copied does; {SAVE_AGAIN}"
+            ) from None
         raise InvalidInput(
-            f"this is not a notebook: it is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-            "upload the .ipynb file Jupyter saved"
+            f"this is not a notebook: it is not JSON (it breaks at line {exc.lineno}, column {exc.colno}); "
+            f"{SAVE_AGAIN}"
         ) from None
     except RecursionError:
         raise InvalidInput("this is not a notebook: its JSON is nested too deeply") from None
     if not isinstance(data, dict) or "nbformat" not in data:
         raise InvalidInput('this is not a notebook: the JSON has no "nbformat" version (is it an .ipynb file?)')
+    version = data["nbformat"]
+    if type(version) is not int:
+        shown = f"the text {version!r}" if isinstance(version, str) else f"{json.dumps(version)[:40]}"
+        raise InvalidInput(
+            f'the notebook\'s "nbformat" must be the number 4 (or 3), and it is {shown}; the file was changed by '
+            f"hand or by another program: {SAVE_AGAIN}"
+        )
+    if version not in (3, 4):
+        raise InvalidInput(
+            f"the notebook is in nbformat {version}; gpulab reads nbformat 4 (and 3), which Jupyter writes: "
+            f"{SAVE_AGAIN}"
+        )
+    for key in ("cells", "worksheets"):
+        found = data.get(key)
+        if found is not None and not (isinstance(found, list) and all(isinstance(c, dict) for c in found)):
+            raise InvalidInput(
+                f'the notebook\'s "{key}" must be a list of {key[:-1]} objects, and it is '
+                f"{_json_kind(found)}; the file is damaged: {SAVE_AGAIN}"
+            )
     return data
+
+
+def _json_kind(value: Any) -> str:
+    """Name a JSON value's kind for a person: "an object", "a text", "a list holding a text", ..."""
+    kinds = {dict: "an object", list: "a list", str: "a text", bool: "true or false", type(None): "null"}
+    if isinstance(value, list):
+        odd = next((v for v in value if not isinstance(v, dict)), None)
+        return f"a list holding {_json_kind(odd)}" if value else "an empty list"
+    return kinds.get(type(value), "a number")
 
 
 def _cell_lists(data: dict[str, Any]) -> list[list[Any]]:
@@ -275,11 +322,9 @@ def extract_code(text: str, *, slug: str) -> str:
     """Return the code of ``text``'s ``solution``-tagged cells, or raise saying why the notebook is refused."""
     size = len(text.encode("utf-8", errors="surrogatepass"))
     if size > MAX_NOTEBOOK_BYTES:
-        raise PayloadTooLarge(
-            f"the notebook is {size / 1024 / 1024:.1f} MiB; at most {MAX_NOTEBOOK_BYTES // 1024 // 1024} MiB are "
-            "accepted: clear its outputs (Edit, Clear Outputs of All Cells) and save it again"
-        )
-    notebook = _read(text)
+        raise PayloadTooLarge(humane.notebook_too_large(size, MAX_NOTEBOOK_BYTES))
+    # Some editors (Windows Notepad, older VS Code) save UTF-8 with a byte order mark; JSON has no place for it.
+    notebook = _read(text.removeprefix("\ufeff"))
     _check_kernel(notebook.metadata)
     _check_exercise(notebook.metadata, slug)
     tagged = [
@@ -292,9 +337,11 @@ def extract_code(text: str, *, slug: str) -> str:
             f"no code cell is tagged {SOLUTION_TAG!r}: add the tag to the cell with your answer (Jupyter: the "
             f'cell\'s property inspector, Cell Tags; or its metadata {{"tags": ["{SOLUTION_TAG}"]}})'
         )
-    sources = [source.rstrip() for source in tagged if source.strip()]
+    sources = [source for source in tagged if source.strip()]
     if not sources:
         raise InvalidInput(f"the code cells tagged {SOLUTION_TAG!r} are empty: write your answer there")
-    code = "\n\n\n".join(sources) + "\n"
+    # Exactly what the learner wrote; a cell ends a line, so a newline goes between two cells only where the first
+    # does not end with one.
+    code = "".join(s if s.endswith("\n") or i == len(sources) - 1 else s + "\n" for i, s in enumerate(sources))
     _check_python(code)
     return code

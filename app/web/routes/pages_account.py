@@ -10,6 +10,7 @@ Forms carry the session's CSRF token; an access token never authenticates a page
 
 from __future__ import annotations
 
+import json
 from importlib import resources
 from typing import Annotated
 
@@ -17,6 +18,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
+from app.clients import gpulab_submit
 from app.domain.accounts import tokens
 from app.domain.accounts.passwords import change_password
 from app.domain.models import User
@@ -79,9 +81,12 @@ def revoke_token(token_id: RowId, request: Request, user: CurrentUser, session: 
 
 
 @router.get("/cli/gpulab-submit.py")
-def cli_script() -> Response:
-    """Serve the learner's command line: one file, the standard library only."""
+def cli_script(request: Request, settings: SettingsDep) -> Response:
+    """Serve the learner's command line (one file, the standard library only), set to this server's address."""
     text = resources.files("app.clients").joinpath(CLI_SCRIPT).read_text(encoding="utf-8")
+    # json.dumps writes a string literal Python reads back; the address is a URL (the settings or this request's).
+    served = f"DEFAULT_SERVER = {json.dumps(_server(request, settings.public_url))}\n"
+    text = text.replace(f"DEFAULT_SERVER = {json.dumps(gpulab_submit.DEFAULT_SERVER)}\n", served, 1)
     return Response(
         text,
         media_type="text/x-python; charset=utf-8",

@@ -18,6 +18,7 @@ from app.domain.models import Exercise, Submission, User
 from tests.app.web.test_api_courses import _assignment, course, logout  # noqa: F401  (course: a fixture)
 from tests.app.web.test_api_quiz import quiz  # noqa: F401  (a fixture)
 from tests.conftest import RecordingDispatcher, TinyExercise
+from worker.core import humane
 
 if TYPE_CHECKING:
     from fastapi.testclient import TestClient
@@ -62,6 +63,11 @@ def test_the_download_holds_the_prompt_the_tagged_starter_and_the_examples_but_n
     assert tiny_exercise.example_marker in text
     for secret in tiny_exercise.secret_markers:
         assert secret not in text
+    examples = [c for c in notebook.cells if "examples" in c.metadata.get("tags", [])]
+    harness, *runs = examples
+    assert "def gpulab_examples(" in harness.source and harness.source.count("\n") > 40
+    assert harness.metadata["jupyter"] == {"source_hidden": True}  # collapsed: the learner's work comes first
+    assert runs and all("jupyter" not in c.metadata and c.source.startswith("gpulab_examples(") for c in runs)
 
 
 def test_the_example_cells_run_against_what_the_notebook_defined(
@@ -100,13 +106,14 @@ def test_a_notebook_is_graded_as_the_code_of_its_tagged_cells(
 ) -> None:
     notebook = nbformat.reads(_with_answer(_download(learner_client, tiny_exercise.slug)), as_version=4)
     notebook.cells.append(nbformat.v4.new_code_cell("print(add(1, 2))"))  # untagged: not graded
-    notebook.cells.append(nbformat.v4.new_code_cell("HELPER = 1", metadata={"tags": ["solution", "x"]}))
+    notebook.cells.append(nbformat.v4.new_code_cell("HELPER = 1  \n\n", metadata={"tags": ["solution", "x"]}))
     answer = learner_client.post(
         f"/api/exercises/{tiny_exercise.slug}/notebook-submissions", json={"notebook": nbformat.writes(notebook)}
     )
     assert answer.status_code == 202, answer.text
     row = db_session.get(Submission, answer.json()["id"])
-    assert row is not None and row.code == ANSWER + "\n\n\nHELPER = 1\n"
+    # Exactly as written, trailing blanks included; one newline between two cells, as a cell ends a line.
+    assert row is not None and row.code == ANSWER + "\nHELPER = 1  \n\n"
     assert dispatcher.calls == [(row.id, "cpu")]
     history = learner_client.get(f"/exercises/{tiny_exercise.slug}/history")
     assert "HELPER" in history.text and "print" not in history.text  # highlighted: the names, not the line
@@ -135,7 +142,13 @@ def _refusals(slug: str) -> list[tuple[str, int, str]]:
         ("print('hello')", 422, "not JSON"),
         ("[1, 2]", 422, "no \"nbformat\" version"),
         (json.dumps({"nbformat": 4, "cells": []}), 422, "not valid nbformat 4"),
-        (json.dumps(_notebook(nbformat=99)), 422, "Unsupported nbformat version 99"),
+        (json.dumps(_notebook(nbformat=99)), 422, "the notebook is in nbformat 99; gpulab reads nbformat 4"),
+        (json.dumps(_notebook(nbformat="4")), 422, 'the notebook\'s "nbformat" must be the number 4 (or 3), and it '
+         "is the text '4'"),
+        (json.dumps(_notebook())[:-40], 422, "this is not a complete notebook: its text stops in the middle"),
+        (json.dumps(_notebook(cells={"a": 1})), 422, 'the notebook\'s "cells" must be a list of cell objects, and it '
+         "is an object"),
+        (json.dumps(_notebook(cells=["x"])), 422, "and it is a list holding a text"),
         (json.dumps(_notebook(metadata=r_kernel)), 422, "kernel runs 'R'"),
         (json.dumps(_notebook(metadata={"gpulab": {"exercise": "other-one", "version": 1}})), 422,
          f"for exercise 'other-one', not '{slug}'"),
@@ -144,7 +157,8 @@ def _refusals(slug: str) -> list[tuple[str, int, str]]:
         (json.dumps(_notebook(cells=empty)), 422, "are empty"),
         (json.dumps(_notebook(cells=magic)), 422, "line 1 of the solution cells is IPython"),
         (json.dumps(_notebook(cells=many)), 422, f"{notebooks.MAX_CELLS + 1} cells; at most"),
-        (json.dumps(_notebook(metadata={"pad": "x" * notebooks.MAX_NOTEBOOK_BYTES})), 413, "clear its outputs"),
+        (json.dumps(_notebook(metadata={"pad": "x" * notebooks.MAX_NOTEBOOK_BYTES})), 413,
+         "; the limit is 4 MB. Outputs (plots, printed data) make a notebook large and are never graded: clear them"),
         ("[" * 100_000 + "]" * 100_000, 422, "not a notebook"),
     ]  # fmt: skip
 
@@ -162,6 +176,38 @@ def test_malformed_notebooks_are_refused_naming_the_problem_and_store_nothing(
     assert _count(db_session) == before and dispatcher.calls == []
     good = learner_client.post(url, json={"notebook": json.dumps(_notebook())})
     assert good.status_code == 202, good.text
+
+
+def test_parser_words_never_reach_people_and_a_byte_order_mark_is_accepted(
+    learner_client: TestClient, tiny_exercise: TinyExercise, db_session: Session
+) -> None:
+    url = f"/api/exercises/{tiny_exercise.slug}/notebook-submissions"
+    for text, _, _ in _refusals(tiny_exercise.slug):
+        detail = learner_client.post(url, json={"notebook": text}).json()["detail"]
+        for parser_words in ("Unterminated string", "at at line", "object has no attribute", "Unsupported nbformat"):
+            assert parser_words not in detail, detail
+    with_bom = learner_client.post(url, json={"notebook": "\ufeff" + json.dumps(_notebook())})
+    assert with_bom.status_code == 202, with_bom.text
+    row = db_session.get(Submission, with_bom.json()["id"])
+    assert row is not None and row.code == ANSWER
+    latin1 = b'{"notebook": "' + "caf\u00e9".encode("latin-1") + b'"}'
+    not_utf8 = learner_client.post(url, content=latin1, headers={"Content-Type": "application/json"})
+    assert not_utf8.status_code == 400 and "not text in UTF-8" in not_utf8.json()["detail"], not_utf8.text
+    assert "error parsing the body" not in not_utf8.json()["detail"]
+
+
+def test_a_notebook_too_large_for_the_body_limit_is_told_what_the_check_tells_a_smaller_one(
+    learner_client: TestClient, tiny_exercise: TinyExercise
+) -> None:
+    url = f"/api/exercises/{tiny_exercise.slug}/notebook-submissions"
+    limit = notebooks.MAX_NOTEBOOK_BYTES
+    huge = learner_client.post(url, json={"notebook": json.dumps(_notebook(metadata={"pad": "x" * 7 * limit}))})
+    over = learner_client.post(url, json={"notebook": json.dumps(_notebook(metadata={"pad": "x" * (limit + 9)}))})
+    assert huge.status_code == over.status_code == 413
+    assert huge.json()["detail"] == humane.notebook_too_large(None, limit)  # the body limit's words ...
+    text = json.dumps(_notebook(metadata={"pad": "x" * (limit + 9)}))
+    assert over.json()["detail"] == humane.notebook_too_large(len(text), limit)  # ... are the check's
+    assert "4 MB" in huge.json()["detail"] and "MiB" not in huge.json()["detail"]
 
 
 def test_a_refused_notebook_costs_no_attempt_of_an_assignment(

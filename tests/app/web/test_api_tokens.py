@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -14,6 +17,7 @@ from sqlalchemy.orm import Session
 from app.domain.accounts import tokens
 from app.domain.models import ApiToken, Role, Submission, User
 from app.domain.submissions.lifecycle import create_submission
+from app.settings import Settings
 from tests.app.web.test_api_courses import _assignment, course, logout  # noqa: F401  (course: a fixture)
 from tests.conftest import PASSWORD, RecordingDispatcher, TinyExercise
 from worker.core.errors import Forbidden
@@ -229,6 +233,22 @@ def test_the_command_line_script_is_served_to_anyone(client: TestClient) -> None
     answer = client.get("/cli/gpulab-submit.py")
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/x-python")
     assert "def main(" in answer.text and "import torch" not in answer.text
+
+
+def test_the_served_command_line_points_at_the_server_that_served_it(
+    client: TestClient, settings: Settings, tmp_path: Path
+) -> None:
+    served = client.get("/cli/gpulab-submit.py").text
+    assert 'DEFAULT_SERVER = "http://testserver"\n' in served and "127.0.0.1:8000" not in served
+    settings.public_url = "https://gpulab.example.org"
+    public = client.get("/cli/gpulab-submit.py").text
+    assert 'DEFAULT_SERVER = "https://gpulab.example.org"\n' in public
+    script = tmp_path / "gpulab-submit.py"
+    script.write_text(public, encoding="utf-8")
+    shown = subprocess.run(
+        [sys.executable, str(script), "--help"], capture_output=True, text=True, check=True, env={"PATH": "/usr/bin"}
+    )
+    assert "else https://gpulab.example.org" in " ".join(shown.stdout.split())  # the default a learner runs with
 
 
 def test_staff_may_hold_the_staff_scope(make_user: Callable[..., User], db_session: Session) -> None:
