@@ -81,6 +81,17 @@ def code_too_large(size_bytes: int | None, limit_bytes: int) -> str:
     return too_large("Your code", size_bytes, limit_bytes, CODE_FIX)
 
 
+NOTEBOOK_FIX = (
+    "Outputs (plots, printed data) make a notebook large and are never graded: clear them (in Jupyter: Edit, Clear "
+    "Outputs of All Cells), save the notebook and submit it again."
+)
+
+
+def notebook_too_large(size_bytes: int | None, limit_bytes: int) -> str:
+    """Say that an uploaded notebook is over its limit and how to make it fit (the body limit and the check)."""
+    return too_large("The notebook", size_bytes, limit_bytes, NOTEBOOK_FIX)
+
+
 def utc_text(value: datetime | None) -> str:
     """Write ``value`` as ``YYYY-MM-DD HH:MM UTC`` (a naive datetime is taken as UTC), or "" for none."""
     if value is None:
