@@ -175,17 +175,20 @@ def user() -> None:
 @user.command("add")
 @click.argument("email")
 @click.option("--role", type=click.Choice(["learner", "instructor", "admin"]), default="learner", show_default=True)
+@click.option("--name", default="", help="The person's name, as staff see it in gradebooks and rosters.")
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input (first line).")
 @click.option(
     "--practice-staff/--no-practice-staff",
     default=None,
     help="Put the user on the practice course's staff (reviews practice work); instructors are by default.",
 )
-def user_add(email: str, role: str, password_stdin: bool, practice_staff: bool | None) -> None:
+def user_add(email: str, name: str, role: str, password_stdin: bool, practice_staff: bool | None) -> None:
     """Create a user; the password comes from stdin, or a random one is printed."""
-    from app.domain.accounts.passwords import create_user
+    from sqlalchemy import select
+
+    from app.domain.accounts.people import create_account
     from app.domain.courses import membership
-    from app.domain.models import CourseRole, Role
+    from app.domain.models import CourseRole, Role, User
     from app.domain.platform.db import session_scope
 
     password = sys.stdin.readline().rstrip("\r\n") if password_stdin else secrets.token_urlsafe(12)
@@ -196,7 +199,9 @@ def user_add(email: str, role: str, password_stdin: bool, practice_staff: bool |
         raise click.UsageError("a learner cannot be on the practice course's staff")
     try:
         with session_scope() as session:
-            user = create_user(session=session, email=email, password=password, role=Role(role))
+            # A password is always given here (stdin or printed), so it is no one-time password to change.
+            made = create_account(session=session, email=email, name=name, role=Role(role), password=password)
+            user = session.scalars(select(User).where(User.email == made.email)).one()
             if on_practice:
                 practice = membership.practice_course(session=session)
                 membership.enroll(session=session, course=practice, user=user, role=CourseRole.instructor)

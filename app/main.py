@@ -225,16 +225,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _install_docs(app)
 
+    if settings.frame_origins and not settings.framed_sessions:
+        log.warning(
+            "GPULAB_FRAME_ANCESTORS is set without GPULAB_COOKIE_SECURE: browsers drop a SameSite=None cookie that is "
+            "not Secure, so the session cookie stays SameSite=Lax; gpulab works in its own tab, and inside the LMS's "
+            "frame it shows the log-in page (serve it over https with GPULAB_COOKIE_SECURE=true for framed sessions)"
+        )
     # add_middleware wraps: the last one added is the outermost.
     app.add_middleware(
         SessionMiddleware,
         secret_key=settings.session_secret(),
         session_cookie=SESSION_COOKIE,
         max_age=settings.session_max_age_s,
-        same_site="none" if settings.frame_origins else "lax",  # framed by an LMS: the cookie must go in its frame
+        same_site="none" if settings.framed_sessions else "lax",  # framed by an LMS: the cookie goes in its frame
         https_only=settings.cookie_secure,
         # CHIPS: a framed session keeps working in browsers that block unpartitioned third-party cookies.
-        partitioned=bool(settings.frame_origins) and settings.cookie_secure,
+        partitioned=settings.framed_sessions,
     )
     app.add_middleware(CSRFMiddleware)
     app.add_middleware(

@@ -100,6 +100,16 @@ class Settings(config.Settings):
         return self
 
     @property
+    def framed_sessions(self) -> bool:
+        """Say whether the session cookie goes into the LMS's frames (SameSite=None, Partitioned).
+
+        Only with GPULAB_COOKIE_SECURE: a browser drops a SameSite=None cookie that is not Secure, which would end
+        every log-in, top-level ones too. Dev and demo may frame over plain http: there the cookie stays Lax, so
+        gpulab works in its own tab and a frame shows the log-in page (``create_app`` warns at start).
+        """
+        return bool(self.frame_origins) and self.cookie_secure
+
+    @property
     def frame_origins(self) -> tuple[str, ...]:
         """Return the origins of ``frame_ancestors``, one per space-separated word."""
         return tuple(dict.fromkeys(o.rstrip("/") for o in self.frame_ancestors.split()))

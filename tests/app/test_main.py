@@ -90,15 +90,35 @@ def test_only_the_named_lms_origins_may_frame_gpulab(settings: Settings) -> None
         closed = client.get("/login")
         assert closed.headers["x-frame-options"] == "DENY" and "samesite=lax" in closed.headers["set-cookie"].lower()
 
-    framed = settings.model_copy(update={"frame_ancestors": "https://moodle.example.edu https://lms.example.org/"})
+    framed = settings.model_copy(
+        update={"frame_ancestors": "https://moodle.example.edu https://lms.example.org/", "cookie_secure": True}
+    )
     application = create_app(framed)
     application.state.recover_on_start = False
-    with make_test_client(application) as client:
+    with make_test_client(application, base_url="https://testserver") as client:
         page = client.get("/login")
         assert "x-frame-options" not in page.headers  # CSP's frame-ancestors names who may; XFO cannot list origins
         csp = page.headers["content-security-policy"]
         assert "frame-ancestors https://moodle.example.edu https://lms.example.org;" in csp
-        assert "samesite=none" in page.headers["set-cookie"].lower()  # the session works inside the LMS frame
+        cookie = page.headers["set-cookie"].lower()
+        assert "samesite=none" in cookie and "secure" in cookie  # the session works inside the LMS frame
+
+
+def test_dev_framing_without_secure_cookies_keeps_a_cookie_browsers_accept_and_says_why(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # SameSite=None without Secure is dropped by Chromium: no log-in would work at all, not even top-level.
+    framed = settings.model_copy(update={"frame_ancestors": "http://127.0.0.1:9000"})
+    assert framed.relaxed and not framed.cookie_secure
+    with caplog.at_level("WARNING", logger="app.main"):
+        application = create_app(framed)
+    assert "without GPULAB_COOKIE_SECURE" in caplog.text
+    application.state.recover_on_start = False
+    with make_test_client(application) as client:
+        page = client.get("/login")
+        cookie = page.headers["set-cookie"].lower()
+        assert "samesite=lax" in cookie and "samesite=none" not in cookie and "partitioned" not in cookie
+        assert "frame-ancestors http://127.0.0.1:9000;" in page.headers["content-security-policy"]
 
 
 @pytest.mark.parametrize(

@@ -142,6 +142,8 @@ def test_db_upgrade_sync_and_user_add_on_sqlite(tmp_path: Path) -> None:
         "user",
         "add",
         "Teacher@Example.com",
+        "--name",
+        "  Ada Lovelace ",
         "--role",
         "instructor",
         "--password-stdin",
@@ -179,6 +181,7 @@ def test_db_upgrade_sync_and_user_add_on_sqlite(tmp_path: Path) -> None:
 
     with sqlite3.connect(tmp_path / "gpulab.db") as db:
         roles = db.execute("SELECT email, role FROM users ORDER BY id").fetchall()
+        names = db.execute("SELECT name, must_change_password FROM users ORDER BY id").fetchall()
         practice_staff = db.execute(
             "SELECT u.email, m.role FROM course_members m JOIN users u ON u.id = m.user_id"
             " JOIN courses c ON c.id = m.course_id WHERE c.is_practice"
@@ -187,6 +190,7 @@ def test_db_upgrade_sync_and_user_add_on_sqlite(tmp_path: Path) -> None:
         versions = db.execute("SELECT count(*) FROM exercise_versions").fetchone()[0]
     assert roles == [("teacher@example.com", "instructor"), ("lecturer@example.com", "instructor")]
     assert practice_staff == [("teacher@example.com", "instructor")]  # the opted-out lecturer reviews no practice
+    assert names == [("Ada Lovelace", 0), ("", 0)]  # --name, trimmed; a password given is no one-time password
     assert {p.name for p in BANK.glob("*/exercise.toml") for p in [p.parent]} == slugs
     assert versions == len(slugs)
 

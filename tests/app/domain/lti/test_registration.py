@@ -151,6 +151,11 @@ def test_registration_when_not_logged_in_comes_back_with_its_query(
     }  # fmt: skip
     page = client.get(response.headers["location"])
     assert f'name="next" value="{html.escape(back)}"' in page.text  # the log-in form carries it on
+    # In the platform's frame a log-in from another tab does not count (partitioned cookies): the page says so and
+    # links to the same registration in a tab of its own.
+    assert "does not count here" in page.text
+    assert f'<a href="{html.escape(back)}" target="_blank" rel="noopener">' in page.text
+    assert "does not count here" not in client.get("/login?next=/exercises").text
     assert platform.registrations == [] and _platforms(db_session) == 0
 
 
