@@ -372,7 +372,14 @@ def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> N
         lanes = []
     # Started before any thread of ours exists (prewarm), as the companion is forked from this process.
     companion = _start_example_lane(lanes, examples_concurrency) if lanes else None
+    import signal
+
     from app.jobs.prewarm import prewarm_in_background
+    from worker.grading.sandbox import close_warm_pools
+
+    # Until Celery installs its warm shutdown, a SIGTERM (docker stop during start-up) still unwinds through the
+    # finally below, which closes the warm pools the prewarm is filling.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
     prewarm_in_background(settings)  # warm templates start while the worker connects to the broker
     argv = [
@@ -389,8 +396,14 @@ def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> N
     try:
         celery_app.worker_main(argv)
     finally:
+        close_warm_pools()  # also done at Celery's worker_shutdown; closing twice is harmless
         if companion is not None:
             _stop_example_lane(companion)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> None:
+    """Leave through ``SystemExit`` (so ``finally`` blocks run) with the status a SIGTERM'd process has."""
+    raise SystemExit(128 + signum)
 
 
 EXAMPLE_LANE_STOP_S = 30.0

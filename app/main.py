@@ -158,6 +158,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             # Forgotten too, not only stopped: another app in this process (tests) must not get a dead one.
             release_dispatcher(app.state.dispatcher)
             app.state.dispatcher = None
+            from worker.grading.sandbox import close_warm_pools
+
+            # Here, not at exit: a SIGTERM'd uvicorn re-raises the signal after the lifespan, so no exit hook runs,
+            # and warm container pairs would outlive their server.
+            await run_in_threadpool(close_warm_pools)
 
 
 def _end_streams_on_stop_signals() -> Callable[[], None]:

@@ -6,7 +6,8 @@ Contract (connected to Celery's signals when the worker imports this module, see
   ``app.domain.exercises.checks.sweep_checks`` for instructor checks) with a Celery dispatcher on its own app, so
   stranded
   work is sent again as long as any worker lives.
-- ``worker_shutdown``: both stop; the beat row is marked stopped (an orderly exit is not a dead worker).
+- ``worker_shutdown``: both stop; the beat row is marked stopped (an orderly exit is not a dead worker); the
+  worker's warm templates and container pairs are closed (``close_warm_pools``), so none outlive it.
 - SIGTERM is Celery's warm shutdown: the worker stops taking messages, finishes the gradings it holds (their
   leases keep beating), gives back the messages it had prefetched but not started (kombu restores them to
   the queue on close) and exits. SIGKILL gives nothing back: the leases stop beating and another worker's
@@ -47,3 +48,6 @@ def stop_background(**_kwargs: Any) -> None:
     duties = _running.pop("duties", None)
     if duties is not None:
         duties.stop()
+    from worker.grading.sandbox import close_warm_pools
+
+    close_warm_pools()  # the worker's warm templates and container pairs go with it (docker stop, systemd, Ctrl-C)

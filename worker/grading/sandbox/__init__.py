@@ -22,7 +22,22 @@ from worker.grading.sandbox.budget import MemoryBudget, budget_mb, shared_budget
 if TYPE_CHECKING:
     from worker.core.config import Settings
 
-__all__ = ["Sandbox", "SandboxRun", "get_sandbox"]
+__all__ = ["Sandbox", "SandboxRun", "close_warm_pools", "get_sandbox"]
+
+
+def close_warm_pools() -> None:
+    """Close this process's warm templates and container pairs: a graceful stop leaves nothing running.
+
+    Called by ``gpulab serve``'s lifespan and a worker's shutdown: ``atexit`` alone is not enough, since uvicorn
+    ends a process stopped by SIGTERM by raising the signal again, and no exit hook runs then. Only the modules
+    this process imported are asked (nothing imports the Docker SDK for this).
+    """
+    import sys
+
+    for name in ("worker.grading.sandbox.warm", "worker.grading.sandbox.docker_warm"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.close_shared()
 
 
 def warm_budget(settings: Settings) -> MemoryBudget:

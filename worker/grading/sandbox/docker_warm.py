@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,10 @@ MAX_RESULT_BYTES = 1024 * 1024
 CTL_MOUNT = "/ctl"
 GO = b"go\n"
 LABEL_WARM = "gpulab.warm"
+# Which pool made a pair: "<pid>:<uuid>". Closing removes every container of its own label, pairs still being made
+# included, and a test can find the pairs of one server process by its pid.
+LABEL_OWNER = "gpulab.warm.owner"
+CLOSE_REMOVERS = 8  # containers removed at once when a pool closes: a graceful stop has seconds, not minutes
 SHARED_PARTS = ("out", "ipc")  # bound on their own: written by the judge, and ipc/ shared by both roles
 
 
@@ -219,6 +224,7 @@ class WarmContainers:
         self._filling: dict[Shape, int] = {}
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self.owner = f"{os.getpid()}:{uuid.uuid4().hex}"  # LABEL_OWNER of every container this pool makes
         self.served = 0  # jobs that ran in a warm pair
         self.started = 0  # pairs created
         self._reaper = Reaper(self.reap_idle, idle_s, name="gpulab-warm-pair-reaper") if idle_s > 0 else None
@@ -298,7 +304,13 @@ class WarmContainers:
                         image=image_id,
                         argv=("python3", "-m", "runner.warm", json.dumps(config)),
                         binds=_view(folder, role),
-                        labels={**spec.labels, LABEL_JOB: pair_id, LABEL_WARM: "1", LABEL_DEADLINE: str(int(deadline))},
+                        labels={
+                            **spec.labels,
+                            LABEL_JOB: pair_id,
+                            LABEL_WARM: "1",
+                            LABEL_OWNER: self.owner,
+                            LABEL_DEADLINE: str(int(deadline)),
+                        },
                         name=names[role],
                     )
                     create(api, warm_spec)
@@ -437,7 +449,12 @@ class WarmContainers:
             time.sleep(READY_POLL_S)
 
     def close(self, *, wait_s: float = CLOSE_WAIT_S) -> None:
-        """Remove every pair, waiting up to ``wait_s`` for those being made (they remove themselves)."""
+        """Remove every pair, waiting up to ``wait_s`` for those being made (they remove themselves).
+
+        Fast enough for a graceful stop (compose gives 10 s): the waiting pairs are removed several at once, pairs
+        still being made stop waiting for their containers at once, and whatever of this pool's label is left
+        after that (a container whose creation was under way) is removed by the label.
+        """
         if self._reaper is not None:
             self._reaper.stop()
         with self._lock:
@@ -445,11 +462,21 @@ class WarmContainers:
             pairs = [p for ps in self._pairs.values() for p in ps]
             self._pairs.clear()
             threads = list(self._threads)
-        for pair in pairs:
-            self._discard(pair)
+        if pairs:
+            with ThreadPoolExecutor(max_workers=CLOSE_REMOVERS, thread_name_prefix="gpulab-warm-close") as removers:
+                list(removers.map(self._discard, pairs))
         deadline = time.monotonic() + wait_s
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        self._remove_labelled()
+
+    def _remove_labelled(self) -> None:
+        """Remove every container that carries this pool's owner label (a pair whose making was cut short)."""
+        with contextlib.suppress(*ENGINE_ERRORS), contextlib.closing(self._client()) as api:
+            found = api.containers(all=True, filters={"label": f"{LABEL_OWNER}={self.owner}"})
+            for container in found:
+                with contextlib.suppress(*ENGINE_ERRORS):
+                    api.remove_container(container["Id"], force=True)
 
 
 _shared: dict[tuple[str, str, int], WarmContainers] = {}
@@ -524,7 +551,7 @@ class WarmDockerSandbox(DockerSandbox):
 
 
 def close_shared() -> None:
-    """Close every pool of this process (tests; at exit ``atexit`` does it)."""
+    """Close every pool of this process (a graceful stop: ``close_warm_pools``; at exit ``atexit`` does it)."""
     with _shared_lock:
         pools = list(_shared.values())
         _shared.clear()

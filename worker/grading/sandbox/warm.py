@@ -473,6 +473,15 @@ def shared_pool(
         return pool
 
 
+def close_shared() -> None:
+    """Close every pool of this process (a graceful stop: ``close_warm_pools``; at exit ``atexit`` does it)."""
+    with _shared_lock:
+        pools = list(_shared.values())
+        _shared.clear()
+    for pool in pools:
+        pool.close()
+
+
 class WarmLocalSandbox(LocalSandbox):
     """``LocalSandbox`` whose subject is forked from a warm template (see the module contract)."""
 
