@@ -240,7 +240,11 @@ def exercises_sync(directory: Path | None) -> None:
 @exercises.command("check")
 @click.argument("slugs", nargs=-1)
 @click.option("--dir", "directory", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None)
-def exercises_check(slugs: tuple[str, ...], directory: Path | None) -> None:
+@click.option(
+    "--jobs", default=1, show_default=True, type=click.IntRange(min=1),
+    help="Variants graded at once (up to the machine's cores is sensible).",
+)  # fmt: skip
+def exercises_check(slugs: tuple[str, ...], directory: Path | None, jobs: int) -> None:
     """Grade each reference solution (full marks) and wrong variant (must not pass) in the real sandbox."""
     from worker.grading.bankcheck import check_bank
     from worker.grading.sandbox import get_sandbox
@@ -249,7 +253,8 @@ def exercises_check(slugs: tuple[str, ...], directory: Path | None) -> None:
     try:
         sandbox = get_sandbox(settings)
         sandbox.check()
-        problems = check_bank(directory or settings.exercises_dir, slugs, sandbox=sandbox, echo=click.echo)
+        root = directory or settings.exercises_dir
+        problems = check_bank(root, slugs, sandbox=sandbox, echo=click.echo, jobs=jobs)
     except GpulabError as exc:
         raise click.ClickException(exc.message) from exc
     if problems:

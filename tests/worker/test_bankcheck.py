@@ -81,3 +81,29 @@ def test_the_bank_check_reports_a_path_that_leaves_an_exercise_out(tmp_path: Pat
     problems = check_bank(tmp_path, ["nope"], sandbox=FakeSandbox(lambda job: None), echo=lambda line: None)
     assert problems[0] == f"no exercise called 'nope' in {tmp_path}"
     assert problems[1].startswith("path.toml: module[0] ('m-one').exercises names 'gone-away', which is no exercise")
+
+
+def test_a_message_that_shows_internals_is_a_problem_even_with_its_fragment() -> None:
+    shown = "add(1, 2) subtracts instead of adding\nassert -1 == 3"
+    problems, _ = run_check(spec_with("subtracts instead of adding"), grader(shown))
+    assert len(problems) == 1 and "shows pytest's assertion introspection" in problems[0], problems
+    library = "rank 0 raised RuntimeError: Connection closed by peer [127.0.0.1]:5. GLHF!"
+    problems, _ = run_check(spec_with("rank 0"), grader(library))
+    assert len(problems) == 1 and "gloo's own text" in problems[0], problems
+
+
+def test_variants_graded_at_once_report_in_the_order_of_the_folder() -> None:
+    files = tiny_add_files()
+    for i in range(5):
+        files["exercise.toml"] += f'\n[[wrong]]\nfile = "wrong/minus{i}.py"\nmust_fail = ["{SMALL}"]\n'
+        files[f"wrong/minus{i}.py"] = WRONG + f"# {i}\n"
+    spec = ExerciseSpec.from_files("tiny-add", files)
+
+    def handle(job: FakeJob) -> Reply:
+        return job.reply(default="failed", messages={SMALL: "subtracts"}) if "# " in job.code else job.reply()
+
+    one = run_check(spec, FakeSandbox(handle))
+    lines: list[str] = []
+    many = (check_exercise(spec, sandbox=FakeSandbox(handle), echo=lines.append, jobs=4), lines)
+    assert one == many and len(one[1]) == 6
+    assert [line.split(":")[0] for line in many[1]][1:] == [f"  ok  tiny-add/wrong/minus{i}.py" for i in range(5)]

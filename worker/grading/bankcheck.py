@@ -16,6 +16,7 @@ a bank folder with the format's checks (pydantic); the rest runs on the standard
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,20 +130,32 @@ def check_variant(
     return VariantCheck(variant, outcome, problem)
 
 
-def check_exercise(spec: ExerciseData, *, sandbox: Sandbox, echo: Callable[[str], None]) -> list[str]:
-    """Grade the reference, alternatives and wrong variants of one exercise; return the problems."""
+def check_exercise(spec: ExerciseData, *, sandbox: Sandbox, echo: Callable[[str], None], jobs: int = 1) -> list[str]:
+    """Grade the reference, alternatives and wrong variants of one exercise; return the problems.
+
+    ``jobs``: how many variants grade at once (a sandbox serves concurrent jobs, as a worker's does); the lines
+    and problems come in the variants' order whatever finishes first.
+    """
     problems: list[str] = []
-    for variant in variants(spec):
-        check = check_variant(spec, variant, sandbox=sandbox)
-        unchecked = variant.must_fail is not None and not variant.feedback
-        note = " [no feedback fragment declared: its message is not checked]" if unchecked else ""
-        echo(f"  {'ok ' if check.ok else 'BAD'} {spec.slug}/{variant.label}: {summary(check.outcome)}{note}")
-        if check.problem is not None:
-            problems.append(check.problem)
+    found = variants(spec)
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="gpulab-bankcheck") as pool:
+        checks = pool.map(lambda v: check_variant(spec, v, sandbox=sandbox), found)
+        for variant, check in zip(found, checks, strict=True):
+            problems.extend(_report(spec, variant, check, echo))
     return problems
 
 
-def check_bank(root: Path, slugs: Sequence[str], *, sandbox: Sandbox, echo: Callable[[str], None]) -> list[str]:
+def _report(spec: ExerciseData, variant: Variant, check: VariantCheck, echo: Callable[[str], None]) -> list[str]:
+    """Echo one graded variant's line; return its problem, if any, as a list."""
+    unchecked = variant.must_fail is not None and not variant.feedback
+    note = " [no feedback fragment declared: its message is not checked]" if unchecked else ""
+    echo(f"  {'ok ' if check.ok else 'BAD'} {spec.slug}/{variant.label}: {summary(check.outcome)}{note}")
+    return [] if check.problem is None else [check.problem]
+
+
+def check_bank(
+    root: Path, slugs: Sequence[str], *, sandbox: Sandbox, echo: Callable[[str], None], jobs: int = 1
+) -> list[str]:
     """Check the named exercises (all when ``slugs`` is empty)."""
     # Imported here, not above: reading a bank checks its format with pydantic, which the rest of this module
     # (used by scripts/gpu-check on a bare GPU machine) must not need.
@@ -161,5 +174,5 @@ def check_bank(root: Path, slugs: Sequence[str], *, sandbox: Sandbox, echo: Call
         if slugs and spec.slug not in slugs:
             continue
         echo(f"{spec.slug} (version {spec.content_hash[:8]}, {len(spec.tests)} tests):")
-        problems.extend(check_exercise(spec, sandbox=sandbox, echo=echo))
+        problems.extend(check_exercise(spec, sandbox=sandbox, echo=echo, jobs=jobs))
     return problems
