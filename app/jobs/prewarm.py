@@ -1,16 +1,20 @@
 """Start the warm templates a grading process will need before its first submission arrives.
 
-Contract: ``prewarm_in_background(settings)`` returns at once. With the ``docker`` sandbox and warm pools it
-has the worker's pool of container pairs (``worker/grading/sandbox/docker_warm.py``) make ``size`` pairs for each
-job shape of the published code exercises, in its own background threads (none on GPU workers, whose jobs
-run cold with their GPUs). When the ``local`` sandbox has warm pools, a daemon thread reads the current
-versions of the published code exercises, derives the template keys their
-jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its judge's) and starts the pool's
-templates for them, one of each key first, then the other slots (``WarmPool.prewarm``), so no learner waits
-for a framework import and no template start competes with gradings later (round-robin uses every slot soon
-anyway: starting them lazily would only move the same memory and CPU to a worse moment). Nothing else
-changes: a template that fails to start is only logged (the first job that needs it starts it again), and an
-exercise published later gets its templates on first use, as without prewarming.
+Contract: ``prewarm_in_background(settings)`` returns at once. Kinds start in the order learners are about to need
+them (``app.domain.exercises.demand``: the exercises of open assignments, then by recent submissions), one slot of
+every kind before a second of any, so when the memory budget runs out it is the least wanted kinds that wait for
+their first job (which may then take the memory of an idle kind: ``worker.grading.sandbox.warm``).
+
+With the ``docker`` sandbox and warm pools it has the worker's pool of container pairs
+(``worker/grading/sandbox/docker_warm.py``) make ``size`` pairs for each job shape of the published code exercises,
+in its own background threads (none on GPU workers, whose jobs run cold with their GPUs). When the ``local`` sandbox
+has warm pools, a daemon thread reads the current versions of the published code exercises, derives the template
+keys their jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its judge's) and starts the
+pool's templates for them, one of each key first, then the other slots (``WarmPool.prewarm``), so no learner waits
+for a framework import and no template start competes with gradings later (round-robin uses every slot soon anyway:
+starting them lazily would only move the same memory and CPU to a worse moment). Nothing else changes: a template
+that fails to start is only logged (the first job that needs it starts it again), and an exercise published later
+gets its templates on first use, as without prewarming.
 
 A worker may start before its database holds the bank: in ``docker-compose.yml`` the grading host and the API
 start together, and the API runs ``db upgrade`` and ``exercises sync`` first, so a worker that looked once found
@@ -28,7 +32,8 @@ import threading
 import time
 
 from app.domain.catalog.specs import spec_of
-from app.domain.exercises.bank import list_published
+from app.domain.exercises.demand import by_demand
+from app.domain.models import utcnow
 from app.domain.platform.db import session_scope
 from app.settings import Settings
 from worker.bank.spec import ExerciseSpec
@@ -41,9 +46,10 @@ RETRY_MAX_S = 30.0
 
 
 def published_specs() -> list[ExerciseSpec]:
-    """Return the grading specs of the current versions of every published exercise."""
+    """Return the grading specs of the published exercises' current versions, by demand (``exercises.demand``)."""
     with session_scope() as session:
-        return [spec_of(e.current_version) for e in list_published(session=session) if e.current_version is not None]
+        found = by_demand(session=session, now=utcnow())
+        return [spec_of(e.current_version) for e in found if e.current_version is not None]
 
 
 def prewarm(settings: Settings) -> int:

@@ -8,7 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from worker.bank.spec import ExerciseSpec, Limits
-from worker.grading.sandbox.budget import MIN_BUDGET_MB, MemoryBudget, budget_mb, cost_mb, machine_memory_mb
+from worker.grading.sandbox.budget import (
+    MIN_BUDGET_MB,
+    MemoryBudget,
+    budget_mb,
+    cost_mb,
+    machine_memory_mb,
+    measured_mb,
+)
 from worker.grading.sandbox.docker_warm import Shape, WarmContainers, pair_cost_mb
 from worker.grading.sandbox.warm import RuntimeKey
 
@@ -54,3 +61,18 @@ def test_spec_shape_matches_what_its_jobs_ask_for(tmp_path: Path) -> None:
     spec = ExerciseSpec.from_files("tiny-add", tiny_add_files())
     job = write_job_dir(tmp_path / "job", spec=spec, code=spec.solution)
     assert Shape.of_spec("img", spec) == Shape.of_job("img", job, spec.limits)
+
+
+def test_a_measured_size_replaces_the_estimate(tmp_path: Path) -> None:
+    (tmp_path / "7").mkdir()
+    (tmp_path / "7" / "smaps_rollup").write_text("Rss:  400000 kB\nPss:  307201 kB\n")
+    (tmp_path / "8").mkdir()
+    (tmp_path / "8" / "status").write_text("Name: x\nVmRSS:  2048 kB\n")  # no smaps_rollup: the resident size
+    assert measured_mb(7, proc=tmp_path) == 301 and measured_mb(8, proc=tmp_path) == 2
+    assert measured_mb(9, proc=tmp_path) is None
+    budget = MemoryBudget(700)
+    assert budget.reserve(320)
+    budget.adjust(320, 301)
+    assert budget.used_mb == 301
+    budget.adjust(301, 900)  # a measured size may exceed the total: later reservations then wait
+    assert budget.used_mb == 900 and not budget.reserve(1)

@@ -22,10 +22,17 @@ from worker.bank.spec import ExerciseSpec, Limits, load_exercise
 from worker.core.config import Settings
 from worker.grading.pipeline import grade
 from worker.grading.sandbox import get_sandbox
-from worker.grading.sandbox.budget import MemoryBudget, cost_mb
+from worker.grading.sandbox.budget import MemoryBudget, cost_mb, measured_mb
 from worker.grading.sandbox.local import LocalSandbox
 from worker.grading.sandbox.policy import sandbox_env
-from worker.grading.sandbox.warm import JUDGE_KEY, RuntimeKey, WarmLocalSandbox, WarmPool, parse_runtimes
+from worker.grading.sandbox.warm import (
+    EVICT_IDLE_S,
+    JUDGE_KEY,
+    RuntimeKey,
+    WarmLocalSandbox,
+    WarmPool,
+    parse_runtimes,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -307,16 +314,61 @@ def test_idle_templates_are_closed_and_their_memory_given_back() -> None:
     pool = WarmPool(("python",), budget=budget, idle_s=3600)
     try:
         template = pool.acquire(JUDGE_KEY)
-        assert template is not None and template.alive() and budget.used_mb == cost_mb("python")
+        assert template is not None and template.alive() and budget.used_mb == template.cost_mb
         assert pool.reap_idle() == 0  # just used
         assert pool.reap_idle(now=time.monotonic() + 3601) == 1
         template.proc.wait(timeout=10)
         assert not template.alive() and budget.used_mb == 0 and pool.templates() == []
+        assert pool.status()[0]["cold"] == "idle"
         again = pool.acquire(JUDGE_KEY)  # the next job that needs it starts it again
-        assert again is not None and again is not template and again.alive() and budget.used_mb == cost_mb("python")
+        assert again is not None and again is not template and again.alive() and budget.used_mb == again.cost_mb
+        assert pool.status()[0]["misses"] == {"first use": 1, "idle": 1}
     finally:
         pool.close()
     assert budget.used_mb == 0
+
+
+PLAIN_SUBJECT = RuntimeKey(preload=(), framework="none", replicas=1, threads=1)
+
+
+def test_a_template_is_charged_what_it_measures_and_status_counts_hits_and_misses() -> None:
+    budget = MemoryBudget(1000)
+    pool = WarmPool(("python",), size=1, budget=budget)
+    try:
+        first = pool.acquire(JUDGE_KEY)
+        assert first is not None
+        measured = measured_mb(first.pid)
+        assert measured is not None and first.cost_mb == measured and budget.used_mb == measured
+        assert pool.acquire(JUDGE_KEY) is first and pool.acquire(JUDGE_KEY) is first
+        [judge] = pool.status()
+        assert judge == {
+            "kind": "judge", "warm": 1, "size": 1, "hits": 2, "misses": {"first use": 1}, "memory_mb": measured,
+            "cold": "",
+        }  # fmt: skip
+    finally:
+        pool.close()
+
+
+def test_a_kind_with_a_job_takes_the_memory_of_an_idle_kind_never_of_a_busy_one() -> None:
+    pool = WarmPool(("python",), size=1, budget=MemoryBudget(cost_mb("python")))  # room for one template
+    try:
+        judge = pool.acquire(JUDGE_KEY)
+        assert judge is not None
+        assert pool.acquire(PLAIN_SUBJECT) is None  # the judge was just used: it keeps its memory, this job is cold
+        judge.last_used -= EVICT_IDLE_S + 1  # now idle for longer than a kind may keep memory another job needs
+        subject = pool.acquire(PLAIN_SUBJECT)
+        assert subject is not None and subject.alive()
+        judge.proc.wait(timeout=10)
+        assert not judge.alive() and pool.evicted == 1
+        by_kind = {kind["kind"]: kind for kind in pool.status()}
+        assert by_kind["judge"]["cold"] == "evicted" and by_kind["judge"]["warm"] == 0
+        # Both of its jobs missed for the budget: the first ran cold, the second waited for its template to start.
+        assert by_kind["python"]["warm"] == 1 and by_kind["python"]["misses"] == {"budget": 2}
+        assert PLAIN_SUBJECT.label == "python" and RuntimeKey(("torch",), "torch", 2, 2).label == (
+            "torch, 2 virtual CUDA devices, 2 threads"
+        )
+    finally:
+        pool.close()
 
 
 def test_judge_key_is_served_by_any_warm_pool() -> None:

@@ -8,4 +8,6 @@ Contract, by module:
 - ``checks``: an instructor's check of a version (solutions pass, wrong variants fail), run as a leased job.
 - ``example_runs``: running a learner's code against the visible examples, at once and without a submission.
 - ``notebooks``: an exercise as a Jupyter notebook, and the tagged solution cells read back from one.
+- ``demand``: the published exercises in the order learners are about to submit them (open assignments first,
+  then by recent submissions): the order warm grading starts in.
 """

@@ -6,8 +6,12 @@ Contract:
   plain Python 40 MB, torch 320 MB, TensorFlow 520 MB. ``cost_mb(runtime)`` reads it.
 - ``default_budget_mb()``: a quarter of the machine's memory (``MemTotal``; 2 GiB when it cannot be read), at
   least 512 MB. ``GPULAB_WARM_MEMORY_MB`` replaces it (``budget_mb(settings_value)``: 0 means the default).
-- ``MemoryBudget``: ``reserve(mb)`` says whether ``mb`` more fits (and takes it), ``release(mb)`` gives it back;
-  thread-safe. A pool that cannot reserve starts nothing: that job runs cold, as without warm pools.
+- ``MemoryBudget``: ``reserve(mb)`` says whether ``mb`` more fits (and takes it), ``release(mb)`` gives it back,
+  ``adjust(old, new)`` replaces an estimate by what was measured (it may go over the total: the next reservations
+  then wait for memory to come back); thread-safe. A pool that cannot reserve, and finds nothing idle to close
+  for it, starts nothing: that job runs cold, as without warm pools.
+- ``measured_mb(pid)``: what a live warm process holds, read from the kernel (its proportional set size from
+  ``/proc/PID/smaps_rollup``, else its resident size), or None when it cannot be read.
 - ``shared_budget(total_mb)``: one budget per process, shared by its pools (the first caller sizes it).
 - ``Reaper(reap, idle_s, name=...)``: a daemon thread that calls ``reap()`` every ``reap_interval_s(idle_s)``
   (a quarter of the idle time, between 1 s and a minute) until ``stop()``; an exception is logged, never fatal.
@@ -77,6 +81,23 @@ class MemoryBudget:
     def release(self, mb: int) -> None:
         with self._lock:
             self.used_mb = max(0, self.used_mb - mb)
+
+    def adjust(self, old_mb: int, new_mb: int) -> None:
+        """Replace a reservation of ``old_mb`` by ``new_mb`` (a measured size for an estimated one)."""
+        with self._lock:
+            self.used_mb = max(0, self.used_mb - old_mb + new_mb)
+
+
+def measured_mb(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """Return the megabytes process ``pid`` holds (proportional set size, else resident), or None."""
+    for name, field in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
+        try:
+            for line in (proc / str(pid) / name).read_text().splitlines():
+                if line.startswith(field):
+                    return max(1, -(-int(line.split()[1]) // 1024))  # kB, rounded up to MB
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
 
 
 def reap_interval_s(idle_s: float) -> float:

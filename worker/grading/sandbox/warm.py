@@ -17,10 +17,18 @@ Contract:
 - Both start paths apply the same ``local.RolePlan`` (stage, cgroups, ids, limits, rlimits); templates
   ``gc.freeze()`` before forking, so children never copy the template's heap by collecting it.
 - ``WarmPool`` keeps up to ``size`` templates per runtime key (preloads, virtual devices, thread count),
-  started on first use (or by ``prewarm``), used round-robin; a slot that is not up yet is started in the
-  background while its turn goes to a live template of the same key (templates are spawned from long-lived
-  threads: their parent-death signal follows the starting thread). A template that died or stops answering is
-  replaced; a job whose template dies fails as a platform error (retried), never as the learner's fault.
+  started on first use (or by ``prewarm``, one slot of every kind before a second of any, in the order given: the
+  caller's demand order), used round-robin; a slot that is not up yet is started in the background while its turn
+  goes to a live template of the same key (templates are spawned from long-lived threads: their parent-death
+  signal follows the starting thread). A template that died or stops answering is replaced; a job whose template
+  dies fails as a platform error (retried), never as the learner's fault.
+- Memory: a template reserves its framework's estimate (``budget.cost_mb``) before it starts and is charged what
+  it measures once up (``budget.measured_mb``). When a job's kind finds the budget full, the least recently used
+  templates of other kinds that are idle (no job for ``EVICT_IDLE_S``, none running) are closed until it fits:
+  an idle kind gives its memory back to a busier one. Prewarming never closes anything.
+- ``status()`` says per kind (``RuntimeKey.label``) how many slots are warm, the jobs that found one (hits) and
+  those that did not, by reason (``first use``, ``budget``, ``failed start``, ``idle``: closed after
+  ``idle_s`` unused, ``evicted``: closed for a busier kind), and why a kind with no live template is cold now.
   Templates run as root outside any sandbox, never see a job directory, run no learner code, and hold no
   host environment; they die with the worker (parent-death signal) and on ``close()``.
 - One pool per worker process (``shared_pool``): the in-process dispatcher's threads and a Celery worker
@@ -49,7 +57,7 @@ from typing import IO, Any
 from worker.bank.spec import ExerciseSpec, Limits
 from worker.core.errors import PlatformError
 from worker.grading.boot.linux import EXIT_LAUNCH_FAILED
-from worker.grading.sandbox.budget import MemoryBudget, Reaper, cost_mb
+from worker.grading.sandbox.budget import MemoryBudget, Reaper, cost_mb, measured_mb
 from worker.grading.sandbox.local import LocalSandbox, RolePlan
 from worker.grading.sandbox.policy import JOB_MOUNT, RUNNER_DIR, SANDBOX_RUNNER_ROOT, hard_output_cap, sandbox_env
 from worker.grading.sandbox.process import ProcessResult, supervise
@@ -59,6 +67,8 @@ TEMPLATE_SCRIPT = Path(__file__).resolve().parents[1] / "boot" / "template.py"
 RUNTIMES = ("python", "torch", "tensorflow")
 READY_TIMEOUT_S = 180.0
 SPAWN_TIMEOUT_S = 10.0
+EVICT_IDLE_S = 30.0  # a template unused for this long may be closed for a kind that has a job waiting
+COLD_REASONS = ("first use", "budget", "failed start", "idle", "evicted")
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,21 @@ class RuntimeKey:
             runtime = self.framework_runtime
             return "judge" if runtime == "python" else f"judge-{runtime}"
         return self.framework_runtime
+
+    @property
+    def label(self) -> str:
+        """Name the kind for people (dashboard, metrics): ``torch, 2 virtual CUDA devices``, ``judge-torch``."""
+        parts = [self.runtime]
+        if self.role == "subject" and self.framework != "none":
+            parts.append(f"{self.replicas} virtual {'CUDA devices' if self.framework == 'torch' else 'replicas'}")
+        if self.threads > 1:
+            parts.append(f"{self.threads} threads")
+        if self.gpus:
+            parts.append(f"{self.gpus} GPU{'s' if self.gpus > 1 else ''}")
+        extra = [p for p in self.preload if p != self.framework_runtime]
+        if extra:
+            parts.append("+" + "+".join(extra))
+        return ", ".join(parts)
 
     def judge(self) -> RuntimeKey:
         """Return the judge's key for jobs of this subject key: the same framework import, no devices."""
@@ -278,6 +303,19 @@ class OverBudget(Exception):
     """Starting a template would pass the memory budget: the job runs cold."""
 
 
+@dataclass
+class KindStats:
+    """What jobs of one template kind found: a warm template (hits) or none (misses, by reason)."""
+
+    hits: int = 0
+    misses: dict[str, int] = field(default_factory=dict)
+    cold: str = "first use"  # why the kind has no live template now ("" once one is up)
+    last_demand: float = 0.0  # when a job last asked for the kind (monotonic)
+
+    def missed(self, reason: str) -> None:
+        self.misses[reason] = self.misses.get(reason, 0) + 1
+
+
 class WarmPool:
     """Templates per runtime key, started on first use, replaced when they die, closed when idle."""
 
@@ -297,6 +335,8 @@ class WarmPool:
         self._spawner = ThreadPoolExecutor(max_workers=len(RUNTIMES), thread_name_prefix="gpulab-template-spawn")
         self.started = 0  # templates started so far (replacements included)
         self.reaped = 0  # templates closed for being idle
+        self.evicted = 0  # templates closed for another kind's job
+        self._stats: dict[RuntimeKey, KindStats] = {}
         self._reaper = Reaper(self.reap_idle, idle_s, name="gpulab-template-reaper") if idle_s > 0 else None
 
     def serves(self, key: RuntimeKey) -> bool:
@@ -332,31 +372,51 @@ class WarmPool:
         slot comes up in the background: only the very first job of a key waits for a framework import.
         None: no template of ``key`` is up and the memory budget has no room for one (the job runs cold).
         """
+        now = time.monotonic()
         with self._lock:
             slots = self._templates.setdefault(key, [None] * self.size)
             index = self._next.get(key, 0) % self.size
             self._next[key] = index + 1
             live = [t for t in slots if t is not None and t.alive()]
+            stats = self._stats.setdefault(key, KindStats())
+            stats.last_demand = now
+            if live:
+                stats.hits += 1
+            cold = stats.cold
         template = slots[index]
         if template is not None and template.alive():
-            template.last_used = time.monotonic()
+            template.last_used = now
             return template
         if live:
             self._fill_in_background(key, index)
-            live[0].last_used = time.monotonic()
+            live[0].last_used = now
             return live[0]
         try:
-            return self._fill(key, index)
+            template = self._fill(key, index, evict=True)
         except OverBudget:
+            with self._lock:
+                stats.missed("budget")
+                stats.cold = "budget"
             return None
+        except PlatformError:
+            with self._lock:
+                stats.missed("failed start")
+                stats.cold = "failed start"
+            raise
+        with self._lock:
+            stats.missed(cold or "first use")  # this job waited for its template's framework import
+        return template
 
     def _slot_lock(self, key: RuntimeKey, index: int) -> threading.Lock:
         with self._lock:
             self._templates.setdefault(key, [None] * self.size)
             return self._starting.setdefault((key, index), threading.Lock())
 
-    def _start(self, key: RuntimeKey, index: int) -> Template:
-        """Return slot ``index`` of ``key`` alive, starting or replacing its template (the slot lock is held)."""
+    def _start(self, key: RuntimeKey, index: int, *, evict: bool = False) -> Template:
+        """Return slot ``index`` of ``key`` alive, starting or replacing its template (the slot lock is held).
+
+        ``evict``: a job waits for this kind, so idle templates of other kinds may be closed to make room.
+        """
         slots = self._templates[key]
         template = slots[index]
         if template is not None and template.alive():
@@ -366,7 +426,8 @@ class WarmPool:
             self._close(template)
             slots[index] = None
         cost = cost_mb(key.framework_runtime)
-        if self.budget is not None and not self.budget.reserve(cost, what=f"a {key.runtime} template"):
+        fits = self.budget is None or self.budget.reserve(cost, what=f"a {key.runtime} template")
+        if not fits and not (evict and self._evict_for(key, cost)):
             raise OverBudget(key.runtime)
         try:
             template = self._spawner.submit(Template, key).result()
@@ -374,14 +435,45 @@ class WarmPool:
             if self.budget is not None:
                 self.budget.release(cost)
             raise
+        measured = measured_mb(template.pid)
+        if measured is not None:  # charge what it holds, not the estimate
+            if self.budget is not None:
+                self.budget.adjust(template.cost_mb, measured)
+            template.cost_mb = measured
         with self._lock:
             slots[index] = template
             self.started += 1
+            self._stats.setdefault(key, KindStats()).cold = ""
         return template
 
-    def _fill(self, key: RuntimeKey, index: int) -> Template:
+    def _evict_for(self, key: RuntimeKey, cost: int) -> bool:
+        """Close idle templates of other kinds, least recently used first, until ``cost`` fits; say whether it did."""
+        assert self.budget is not None
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                idle = [
+                    (template.last_used, other, index, template)
+                    for other, slots in self._templates.items()
+                    if other != key
+                    for index, template in enumerate(slots)
+                    if template is not None and now - template.last_used > EVICT_IDLE_S and not template.busy()
+                ]
+                if not idle:
+                    return False
+                _, other, index, victim = min(idle, key=lambda found: found[0])
+                self._templates[other][index] = None
+                self.evicted += 1
+                if not any(t is not None and t.alive() for t in self._templates[other]):
+                    self._stats.setdefault(other, KindStats()).cold = "evicted"
+            log.info("closing an idle %s template: a %s job needs its memory", other.label, key.label)
+            self._close(victim)
+            if self.budget.reserve(cost, what=f"a {key.runtime} template"):
+                return True
+
+    def _fill(self, key: RuntimeKey, index: int, *, evict: bool = False) -> Template:
         with self._slot_lock(key, index):
-            return self._start(key, index)
+            return self._start(key, index, evict=evict)
 
     def _fill_in_background(self, key: RuntimeKey, index: int) -> None:
         """Bring slot ``index`` up in a thread of its own, unless a start of it is already under way."""
@@ -435,16 +527,39 @@ class WarmPool:
         now = time.monotonic() if now is None else now
         idle: list[Template] = []
         with self._lock:
-            for slots in self._templates.values():
+            for key, slots in self._templates.items():
+                closed = 0
                 for index, template in enumerate(slots):
                     if template is not None and now - template.last_used > self.idle_s and not template.busy():
                         idle.append(template)
                         slots[index] = None
+                        closed += 1
+                if closed and not any(t is not None and t.alive() for t in slots):
+                    self._stats.setdefault(key, KindStats()).cold = "idle"
             self.reaped += len(idle)
         for template in idle:
             log.info("closing the %s template idle for %.0f s", template.key.runtime, now - template.last_used)
             self._close(template)
         return len(idle)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Return each kind's warm slots, hits, misses by reason, memory and why it is cold (the module contract)."""
+        with self._lock:
+            keys = list(dict.fromkeys([*self._templates, *self._stats]))
+            found = []
+            for key in keys:
+                live = [t for t in self._templates.get(key, []) if t is not None and t.alive()]
+                stats = self._stats.get(key, KindStats())
+                found.append({
+                    "kind": key.label,
+                    "warm": len(live),
+                    "size": self.size,
+                    "hits": stats.hits,
+                    "misses": dict(stats.misses),
+                    "memory_mb": sum(t.cost_mb for t in live),
+                    "cold": "" if live else (stats.cold or "first use"),
+                })  # fmt: skip
+        return sorted(found, key=lambda kind: kind["kind"])
 
     def close(self) -> None:
         if self._reaper is not None:
