@@ -1,0 +1,13 @@
+"""Split a batch into per-device shards, the way nn.DataParallel's scatter does."""
+
+def split_batch(batch: list, n_devices: int) -> list[list]:
+    """Split ``batch`` into contiguous shards, one per device."""
+    if n_devices < 1:
+        raise ValueError("n_devices must be >= 1")
+    if not batch:
+        for _ in range(n_devices):
+            yield []
+        return
+    size = -(-len(batch) // n_devices)
+    for start in range(0, len(batch), size):
+        yield batch[start:start + size]
