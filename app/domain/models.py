@@ -299,6 +299,9 @@ class WorkerBeat(Base):
     sandbox: Mapped[str] = mapped_column(String(32), default="")
     busy: Mapped[int] = mapped_column(Integer, default=0)  # gradings in progress at the last beat
     redispatched: Mapped[int] = mapped_column(Integer, default=0)  # sweeper re-dispatches since it started
+    # What it keeps warm at the last beat, per kind (worker.grading.sandbox.warm_status): slots, hits, misses by
+    # reason, memory, why a kind is cold. None before it first beat with warm pools.
+    warm: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

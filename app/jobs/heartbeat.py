@@ -21,6 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.domain.models import WorkerBeat, utcnow
 from app.domain.platform.db import session_scope
 from app.settings import Settings
+from worker.grading.sandbox import warm_status
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class ProcessBeat:
                     session.add(row)
                 row.queues = list(self.queues)
                 row.busy = busy()
+                row.warm = warm_status()
                 with _busy_lock:
                     row.redispatched = _redispatched
                 row.last_seen_at = now

@@ -10,7 +10,8 @@ Contract:
   exercises), ``gpu`` only while a published exercise's current version is graded there, so a deployment
   without GPU nodes and without GPU exercises is ready; and the example-run lane of each (``examples-cpu``,
   ``examples-gpu``), which ``gpulab worker`` consumes in a companion process or in its own pool.
-- ``overview`` gathers what the admin dashboard and ``/api/admin/liveness`` show.
+- ``overview`` gathers what the admin dashboard and ``/api/admin/liveness`` show; each worker carries what it kept
+  warm at its last beat (``WarmKind``: per kind, slots up, hits, misses by reason, memory, why it is cold).
 - A submission is ``stranded`` when it is ``running`` with a heartbeat (or, before its first one, a start)
   older than ``settings.grading_lease_s``, or ``queued`` for longer than ``STRANDED_QUEUED_S``.
 - Functions take the session keyword-only, only read, and take ``now`` so a page shows one consistent instant.
@@ -18,9 +19,9 @@ Contract:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 from sqlalchemy import ColumnElement, func, or_, select
@@ -38,6 +39,37 @@ STRANDED_SHOWN = 50
 
 
 @dataclass(frozen=True)
+class WarmKind:
+    """One kind of warm template (or container pair shape) of a worker at its last beat."""
+
+    kind: str  # e.g. "torch, 2 virtual CUDA devices" or "judge-tensorflow"
+    warm: int  # templates (or ready pairs) up
+    size: int  # how many it keeps of each kind when memory allows
+    hits: int  # jobs that found one warm
+    misses: dict[str, int]  # jobs that found none, by reason (first use, budget, failed start, idle, evicted, ...)
+    memory_mb: int  # what the warm ones hold, as measured
+    cold: str  # why the kind has none up now ("" when it has)
+
+    @property
+    def hit_pct(self) -> float | None:
+        """Return the share of jobs that found a warm one, in per cent (None before any job)."""
+        jobs = self.hits + sum(self.misses.values())
+        return 100 * self.hits / jobs if jobs else None
+
+    @classmethod
+    def of(cls, entry: dict[str, Any]) -> WarmKind | None:
+        """Read one entry of a heartbeat's ``warm`` (written by another process: checked, never trusted)."""
+        try:
+            misses = {str(k): int(v) for k, v in dict(entry.get("misses") or {}).items()}
+            return cls(
+                kind=str(entry["kind"]), warm=int(entry["warm"]), size=int(entry["size"]), hits=int(entry["hits"]),
+                misses=misses, memory_mb=int(entry.get("memory_mb", 0)), cold=str(entry.get("cold", "")),
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+
+@dataclass(frozen=True)
 class WorkerState:
     name: str
     queues: list[str]
@@ -51,6 +83,7 @@ class WorkerState:
     stopped_at: UtcDatetime | None
     state: Literal["live", "dead", "stopped"]
     seen_ago_s: float
+    warm: list[WarmKind] = field(default_factory=list)  # what it kept warm at its last beat, by kind
 
     @property
     def seen_ago(self) -> str:
@@ -112,6 +145,7 @@ def worker_state(beat: WorkerBeat, *, settings: Settings, now: datetime) -> Work
         name=beat.name, queues=list(beat.queues or []), hostname=beat.hostname, pid=beat.pid, sandbox=beat.sandbox,
         busy=beat.busy, redispatched=beat.redispatched, started_at=as_utc(beat.started_at), last_seen_at=seen,
         stopped_at=as_utc(beat.stopped_at) if beat.stopped_at else None, state=state, seen_ago_s=ago,
+        warm=[kind for entry in beat.warm or [] if isinstance(entry, dict) and (kind := WarmKind.of(entry))],
     )  # fmt: skip
 
 

@@ -5,18 +5,21 @@ Contract:
   ``GpulabCollector`` (a custom ``prometheus_client`` collector): any API process answers the same, and no
   counter is lost when a process restarts. One aggregate query per metric family (grouped in SQL, never a
   row scan in Python); only the worker heartbeat rows, few by nature, are read whole.
-- Families (``METRIC_NAMES``): ``gpulab_gradings_total{queue,verdict}`` counts settled gradings, regraded
-  ones included (their archived result still counts), so it only grows; ``gpulab_grading_duration_seconds``
+- Families (``METRIC_NAMES``): ``gpulab_gradings_total{queue,verdict}`` counts settled gradings, regraded ones
+  included (their archived result still counts), so it only grows; ``gpulab_grading_duration_seconds``
   (``finished_at - started_at`` of settled submissions) and ``gpulab_queue_wait_seconds`` (``started_at -
   created_at`` of started ones) are histograms per queue; ``gpulab_queue_depth`` (queued submissions),
-  ``gpulab_oldest_queued_age_seconds``, ``gpulab_running_submissions`` and ``gpulab_stranded_submissions``
-  (running with a heartbeat older than ``settings.grading_lease_s``) are gauges per queue;
-  ``gpulab_workers_live{queue}`` (example-run lanes included); per worker seen in the last ``WORKER_WINDOW_S``
-  (or not stopped): ``gpulab_worker_up``, ``gpulab_worker_busy``, ``gpulab_worker_last_seen_timestamp_seconds`` and
-  ``gpulab_sweeper_redispatches_total`` (its ``redispatched`` count, which restarts at 0 with the worker, as
-  a Prometheus counter may). In Celery mode also ``gpulab_broker_up`` and ``gpulab_broker_queue_depth{queue}``
-  (the Redis list length of each queue and example lane; a lost queue shows 0 while ``gpulab_queue_depth``
-  stays up).
+  ``gpulab_oldest_queued_age_seconds``, ``gpulab_running_submissions`` and ``gpulab_stranded_submissions`` (running
+  with a heartbeat older than ``settings.grading_lease_s``) are gauges per queue; ``gpulab_workers_live{queue}``
+  (example-run lanes included); per worker seen in the last ``WORKER_WINDOW_S`` (or not stopped):
+  ``gpulab_worker_up``, ``gpulab_worker_busy``, ``gpulab_worker_last_seen_timestamp_seconds`` and
+  ``gpulab_sweeper_redispatches_total`` (its ``redispatched`` count, which restarts at 0 with the worker, as a
+  Prometheus counter may). Per live worker and warm kind (``liveness.WarmKind``, from its last beat):
+  ``gpulab_warm_slots``, ``gpulab_warm_hits_total``, ``gpulab_warm_misses_total{reason}``,
+  ``gpulab_warm_memory_megabytes`` and ``gpulab_warm_cold{reason}`` (1 while the kind has nothing warm: first use,
+  budget, failed start, idle, evicted, warming up, used up). In Celery mode also ``gpulab_broker_up`` and
+  ``gpulab_broker_queue_depth{queue}`` (the Redis list length of each queue and example lane; a lost queue shows 0
+  while ``gpulab_queue_depth`` stays up).
 - ``gpulab_database_up`` is 0 (and the database families are left out) when a query fails; the scrape
   itself still succeeds, so an alert can tell "database down" from "gpulab down".
 - Access (``check_access``): with ``settings.metrics_token`` set, only ``Authorization: Bearer <token>``
@@ -43,7 +46,7 @@ from sqlalchemy.orm import Session
 
 from app.domain import leases
 from app.domain.models import ExerciseVersion, GradingRecord, Submission, SubmissionStatus, WorkerBeat
-from app.domain.operations.liveness import live_per_queue, worker_state
+from app.domain.operations.liveness import WorkerState, live_per_queue, worker_state
 from app.domain.platform.clock import as_utc
 from app.domain.platform.queues import ALL_QUEUES, QUEUES
 from app.settings import Settings
@@ -63,7 +66,8 @@ METRIC_NAMES = (
     "gpulab_queue_depth", "gpulab_oldest_queued_age_seconds", "gpulab_running_submissions",
     "gpulab_stranded_submissions", "gpulab_workers_live", "gpulab_worker_up", "gpulab_worker_busy",
     "gpulab_worker_last_seen_timestamp_seconds", "gpulab_sweeper_redispatches_total", "gpulab_broker_up",
-    "gpulab_broker_queue_depth",
+    "gpulab_broker_queue_depth", "gpulab_warm_slots", "gpulab_warm_hits_total", "gpulab_warm_misses_total",
+    "gpulab_warm_memory_megabytes", "gpulab_warm_cold",
 )  # fmt: skip
 
 
@@ -292,6 +296,7 @@ class GpulabCollector:
             seen.add_metric(key, w.last_seen_at.timestamp())
             swept.add_metric(key, w.redispatched)
         yield from (up, busy, seen, swept)
+        yield from _warm_families([w for w in states if w.state == "live"])
 
     def _from_broker(self) -> Iterator[Metric]:
         try:
@@ -307,6 +312,30 @@ class GpulabCollector:
             for queue, n in sorted(depths.items()):
                 family.add_metric([queue], n)
             yield family
+
+
+def _warm_families(live: list[WorkerState]) -> Iterator[Metric]:
+    """What each live worker keeps warm, per kind: slots up, hits, misses by reason, memory, cold (1/0 by reason)."""
+    labels = ["worker", "kind"]
+    slots = GaugeMetricFamily("gpulab_warm_slots", "Warm templates (or ready container pairs) up, per kind",
+                              labels=labels)  # fmt: skip
+    hits = CounterMetricFamily("gpulab_warm_hits", "Jobs that found a warm template of their kind", labels=labels)
+    misses = CounterMetricFamily("gpulab_warm_misses", "Jobs that found none, by reason", labels=[*labels, "reason"])
+    memory = GaugeMetricFamily("gpulab_warm_memory_megabytes", "What the warm ones of a kind hold, as measured",
+                               labels=labels)  # fmt: skip
+    cold = GaugeMetricFamily("gpulab_warm_cold", "1 while a kind has nothing warm, labelled with why", labels=[
+        *labels, "reason"])  # fmt: skip
+    for w in live:
+        for k in w.warm:
+            key = [w.name, k.kind]
+            slots.add_metric(key, k.warm)
+            hits.add_metric(key, k.hits)
+            for reason, n in sorted(k.misses.items()):
+                misses.add_metric([*key, reason], n)
+            memory.add_metric(key, k.memory_mb)
+            if k.cold:
+                cold.add_metric([*key, k.cold], 1)
+    yield from (slots, hits, misses, memory, cold)
 
 
 def render(factory: SessionFactory, settings: Settings) -> bytes:

@@ -70,12 +70,12 @@ class Deployment:
             return exercise
 
     def beat(self, name: str, queues: list[str], *, seen_ago_s: float = 0.0, stopped: bool = False,
-             redispatched: int = 0, busy: int = 0) -> None:  # fmt: skip
+             redispatched: int = 0, busy: int = 0, warm: list[dict[str, Any]] | None = None) -> None:  # fmt: skip
         seen = now() - timedelta(seconds=seen_ago_s)
         with self.db() as session:
             session.merge(WorkerBeat(name=name, queues=queues, hostname="node-1", pid=4242, sandbox="local", busy=busy,
                                      redispatched=redispatched, started_at=seen - timedelta(seconds=60),
-                                     last_seen_at=seen, stopped_at=seen if stopped else None))  # fmt: skip
+                                     last_seen_at=seen, stopped_at=seen if stopped else None, warm=warm))  # fmt: skip
             session.commit()
 
     def submission(self, exercise: Exercise, status: SubmissionStatus, **fields: Any) -> str:
@@ -307,8 +307,12 @@ def test_metrics_are_read_from_the_database(any_db: Deployment) -> None:
     d.submission(cpu, SubmissionStatus.running, created_at=t0, started_at=now(), heartbeat_at=now())
     d.submission(gpu, SubmissionStatus.running, created_at=t0, started_at=t0,
                  heartbeat_at=now() - timedelta(seconds=lease_s + 10))  # fmt: skip
-    d.beat("celery@a", ["cpu", "gpu"], redispatched=3, busy=1)
-    d.beat("celery@b", ["cpu"], seen_ago_s=get_settings().worker_stale_s + 60, redispatched=2)
+    warm = [{"kind": "torch", "warm": 1, "size": 2, "hits": 7, "misses": {"first use": 1, "evicted": 2},
+             "memory_mb": 301, "cold": ""},
+            {"kind": "judge-tensorflow", "warm": 0, "size": 2, "hits": 0, "misses": {"budget": 3}, "memory_mb": 0,
+             "cold": "budget"}]  # fmt: skip
+    d.beat("celery@a", ["cpu", "gpu"], redispatched=3, busy=1, warm=warm)
+    d.beat("celery@b", ["cpu"], seen_ago_s=get_settings().worker_stale_s + 60, redispatched=2, warm=warm)
 
     s = scrape(d.app)
     assert value(s, "gpulab_database_up") == 1
@@ -354,6 +358,14 @@ def test_metrics_are_read_from_the_database(any_db: Deployment) -> None:
     seen = value(s, "gpulab_worker_last_seen_timestamp_seconds", worker="celery@a", hostname="node-1")
     assert abs(seen - now().timestamp()) < 60
     assert not any(name.startswith("gpulab_broker") for name, _ in s)  # embedded: no broker
+
+    # What the live worker keeps warm (the dead one's last beat says nothing about now).
+    assert value(s, "gpulab_warm_slots", worker="celery@a", kind="torch") == 1
+    assert value(s, "gpulab_warm_hits_total", worker="celery@a", kind="torch") == 7
+    assert value(s, "gpulab_warm_misses_total", worker="celery@a", kind="torch", reason="evicted") == 2
+    assert value(s, "gpulab_warm_memory_megabytes", worker="celery@a", kind="torch") == 301
+    assert value(s, "gpulab_warm_cold", worker="celery@a", kind="judge-tensorflow", reason="budget") == 1
+    assert not any(dict(labels).get("worker") == "celery@b" for name, labels in s if name.startswith("gpulab_warm"))
 
 
 def test_metrics_say_when_the_database_is_down(deploy: Callable[..., Deployment]) -> None:

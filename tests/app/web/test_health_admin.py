@@ -25,11 +25,20 @@ def _ago(seconds: float) -> datetime:
     return datetime.now(UTC) - timedelta(seconds=seconds)
 
 
+WARM = [
+    {"kind": "torch, 2 virtual CUDA devices", "warm": 2, "size": 2, "hits": 30, "misses": {"first use": 1},
+     "memory_mb": 612, "cold": ""},
+    {"kind": "tensorflow", "warm": 0, "size": 2, "hits": 3, "misses": {"budget": 4, "first use": 1},
+     "memory_mb": 0, "cold": "budget"},
+    {"kind": "broken", "warm": "many"},  # another process wrote it: read, never trusted
+]  # fmt: skip
+
+
 def beat(db: Session, name: str, queues: list[str], *, seen_ago_s: float, stopped: bool = False) -> None:
     seen = _ago(seen_ago_s)
     db.add(WorkerBeat(name=name, queues=queues, hostname="gpu-node-7", pid=77, sandbox="docker", busy=1,
                       redispatched=4, started_at=seen - timedelta(hours=1), last_seen_at=seen,
-                      stopped_at=seen if stopped else None))  # fmt: skip
+                      stopped_at=seen if stopped else None, warm=WARM))  # fmt: skip
 
 
 def submission(db: Session, ex: TinyExercise, status: SubmissionStatus, **fields: object) -> str:
@@ -75,6 +84,15 @@ def test_dashboard_shows_dead_workers_and_stranded_submissions(admin_client: Tes
     assert int(re.search(r"no beat for (\d+) min", dead).group(1)) >= 5  # type: ignore[union-attr]
     assert "live" in _row(text, "worker-table", "celery@alive").split()
     assert "stopped" in _row(text, "worker-table", "celery@retired").split()
+
+    # What each live worker keeps warm, and why a kind is cold (dead and stopped workers keep nothing warm).
+    torch = " ".join(_row(text, "warm-table", "torch, 2 virtual CUDA devices").split())
+    assert "celery@alive" in torch and "2 / 2" in torch and "1 first use" in torch and "96.8%" in torch
+    assert "612 MB" in torch
+    tf = " ".join(_row(text, "warm-table", "tensorflow").split())
+    assert "0 / 2" in tf and "4 budget, 1 first use" in tf and "37.5%" in tf and tf.endswith("budget")
+    warm_table = text.split('id="warm-table"', 1)[1].split("</table>", 1)[0]
+    assert "celery@crashed" not in warm_table and "broken" not in warm_table
 
     stranded = _row(text, "stranded-table", scene["stranded"][:12])
     assert "running" in stranded and "stopped renewing the lease" in stranded

@@ -22,7 +22,7 @@ from worker.grading.sandbox.budget import MemoryBudget, budget_mb, shared_budget
 if TYPE_CHECKING:
     from worker.core.config import Settings
 
-__all__ = ["Sandbox", "SandboxRun", "close_warm_pools", "get_sandbox"]
+__all__ = ["Sandbox", "SandboxRun", "close_warm_pools", "get_sandbox", "warm_status"]
 
 
 def close_warm_pools() -> None:
@@ -38,6 +38,23 @@ def close_warm_pools() -> None:
         module = sys.modules.get(name)
         if module is not None:
             module.close_shared()
+
+
+def warm_status() -> list[dict[str, Any]]:
+    """Return what this process keeps warm, per kind: ``WarmPool.status`` and ``WarmContainers.status`` together.
+
+    Each entry: ``kind``, ``warm`` (slots or pairs up), ``size``, ``hits``, ``misses`` (by reason), ``memory_mb``
+    and ``cold`` (why a kind has nothing up now; "" when it has). The heartbeat carries it to the dashboard and
+    ``/metrics``.
+    """
+    import sys
+
+    found: list[dict[str, Any]] = []
+    for name in ("worker.grading.sandbox.warm", "worker.grading.sandbox.docker_warm"):
+        module = sys.modules.get(name)
+        if module is not None:
+            found.extend(module.shared_status())
+    return found
 
 
 def warm_budget(settings: Settings) -> MemoryBudget:

@@ -76,7 +76,7 @@ from worker.grading.sandbox.docker import (
     settle,
 )
 from worker.grading.sandbox.policy import JOB_MOUNT, hard_output_cap
-from worker.grading.sandbox.warm import RuntimeKey
+from worker.grading.sandbox.warm import EVICT_IDLE_S, KindStats, RuntimeKey
 
 log = logging.getLogger(__name__)
 READY_TIMEOUT_S = 180.0
@@ -112,6 +112,11 @@ class Shape:
     def of_job(cls, image: str, job_dir: Path, limits: Limits) -> Shape:
         return cls(image, RuntimeKey.of_job(job_dir, limits), limits)
 
+    @property
+    def label(self) -> str:
+        """Name the shape for people: its template kind and the job's memory limit."""
+        return f"{self.key.label}, {self.limits.memory_mb} MB"
+
 
 @dataclass
 class Pair:
@@ -122,6 +127,10 @@ class Pair:
     names: dict[str, str]  # role -> container name
     image_id: str
     created: float = field(default_factory=time.monotonic)
+    cost_mb: int = 0  # what the budget holds for it: the estimate, then what its containers measured
+
+    def __post_init__(self) -> None:
+        self.cost_mb = self.cost_mb or pair_cost_mb(self.shape)
 
     def fifo(self, role: str) -> Path:
         return self.folder / f"ctl-{role}" / "go"
@@ -228,6 +237,8 @@ class WarmContainers:
         self.served = 0  # jobs that ran in a warm pair
         self.started = 0  # pairs created
         self._reaper = Reaper(self.reap_idle, idle_s, name="gpulab-warm-pair-reaper") if idle_s > 0 else None
+        self.evicted = 0  # waiting pairs removed for another shape's job
+        self._stats: dict[Shape, KindStats] = {}
 
     # --- making pairs ------------------------------------------------------------------------------------
 
@@ -236,7 +247,8 @@ class WarmContainers:
         for shape in shapes:
             self._top_up(shape)
 
-    def _top_up(self, shape: Shape) -> None:
+    def _top_up(self, shape: Shape, *, evict: bool = False) -> None:
+        """Have pairs of ``shape`` made up to ``size``; ``evict``: a job waits, idle shapes may give memory back."""
         with self._lock:
             if self._closed:
                 return
@@ -246,20 +258,47 @@ class WarmContainers:
             missing = 0
             while missing < wanted and self._reserve(shape):
                 missing += 1
+            if missing < wanted and not have:
+                self._stats.setdefault(shape, KindStats()).cold = "budget"
             self._filling[shape] = self._filling.get(shape, 0) + missing
+        if evict and missing == 0 and wanted and self._evict_for(shape):
+            self._top_up(shape)
+            return
         for _ in range(missing):
             thread = threading.Thread(target=self._fill, args=(shape,), name="gpulab-warm-pair", daemon=True)
             with self._lock:
                 self._threads = [t for t in self._threads if t.is_alive()] + [thread]
             thread.start()
 
+    def _evict_for(self, shape: Shape) -> bool:
+        """Remove the waiting pairs of the least recently used other shape idle for ``EVICT_IDLE_S``; say if any."""
+        now = time.monotonic()
+        with self._lock:
+            idle = [
+                (self._last_used.get(other, 0.0), other)
+                for other, pairs in self._pairs.items()
+                if other != shape and pairs and now - self._last_used.get(other, 0.0) > EVICT_IDLE_S
+            ]
+            if not idle:
+                return False
+            _, victim = min(idle, key=lambda found: found[0])
+            pairs = list(self._pairs[victim])
+            self._pairs[victim].clear()
+            self.evicted += len(pairs)
+            self._stats.setdefault(victim, KindStats()).cold = "evicted"
+        log.info("removing %d idle %s pair(s): a %s job needs their memory", len(pairs), victim.label, shape.label)
+        for pair in pairs:
+            self._discard(pair)
+        return True
+
     def _reserve(self, shape: Shape) -> bool:
         runtime = shape.key.framework_runtime
         return self.budget is None or self.budget.reserve(pair_cost_mb(shape), what=f"a {runtime} container pair")
 
-    def _release(self, shape: Shape) -> None:
+    def _release(self, shape: Shape, mb: int | None = None) -> None:
+        """Give back what a pair of ``shape`` held (``mb``, measured) or was reserved for (its estimate)."""
         if self.budget is not None:
-            self.budget.release(pair_cost_mb(shape))
+            self.budget.release(pair_cost_mb(shape) if mb is None else mb)
 
     def _fill(self, shape: Shape) -> None:
         made: Pair | None = None
@@ -282,6 +321,7 @@ class WarmContainers:
                     closing = made
                 elif made is not None:
                     self._pairs.setdefault(shape, []).append(made)
+                    self._stats.setdefault(shape, KindStats()).cold = ""
             if closing is not None:
                 self._discard(closing)
 
@@ -333,11 +373,28 @@ class WarmContainers:
             if fds is not None:
                 for fd in fds.values():
                     os.close(fd)  # a probe: the container reads end of file and waits again
+                self._charge_measured(pair)
                 return
             if self._closed:
                 raise PlatformError("the warm pool closed")
             time.sleep(READY_POLL_S)
         raise PlatformError(f"a warm container pair was not ready within {READY_TIMEOUT_S:.0f} s")
+
+    def _charge_measured(self, pair: Pair) -> None:
+        """Charge the budget what the ready pair's containers hold (the engine's memory count), not the estimate."""
+        total = 0
+        with contextlib.suppress(*ENGINE_ERRORS), contextlib.closing(self._client()) as api:
+            for name in pair.names.values():
+                stats = api.stats(name, stream=False, one_shot=True).get("memory_stats") or {}
+                inner = stats.get("stats") or {}
+                # What it holds without the page cache it could give back (cgroup v1 and v2 call it differently).
+                cache = inner.get("total_inactive_file", inner.get("inactive_file", 0))
+                total += int(stats.get("usage", 0)) - int(cache)
+        measured = -(-total // (1024 * 1024))
+        if measured > 0:
+            if self.budget is not None:
+                self.budget.adjust(pair.cost_mb, measured)
+            pair.cost_mb = measured
 
     def _discard(self, pair: Pair) -> None:
         with contextlib.suppress(*ENGINE_ERRORS), contextlib.closing(self._client()) as api:
@@ -345,7 +402,7 @@ class WarmContainers:
                 with contextlib.suppress(*ENGINE_ERRORS):
                     api.remove_container(name, force=True)
         shutil.rmtree(pair.folder, ignore_errors=True)
-        self._release(pair.shape)
+        self._release(pair.shape, pair.cost_mb)
 
     # --- using them --------------------------------------------------------------------------------------
 
@@ -357,14 +414,22 @@ class WarmContainers:
         """
         with self._lock:
             self._last_used[shape] = time.monotonic()
+            stats = self._stats.setdefault(shape, KindStats())
         while (pair := self._pop(shape)) is not None:
             # Probed outside the lock: the FIFOs may take a few retries, and other jobs need not wait for them.
             too_old = time.monotonic() - pair.created > MAX_AGE_S
             fds = None if too_old or pair.image_id != image_id else pair.open_fifos(tries=TAKE_TRIES)
             if fds is not None:
+                with self._lock:
+                    stats.hits += 1
                 return pair, fds
             self._discard(pair)
-        self._top_up(shape)  # this job runs cold; the next ones of its shape need not
+        with self._lock:
+            # Why this job found no pair: none made yet, the budget, an idle or evicted shape, pairs still
+            # starting, or every ready pair taken by the jobs before it.
+            reason = stats.cold or ("warming up" if self._filling.get(shape) else "used up")
+            stats.missed(reason)
+        self._top_up(shape, evict=True)  # this job runs cold; the next ones of its shape need not
         return None
 
     def _pop(self, shape: Shape) -> Pair | None:
@@ -399,7 +464,7 @@ class WarmContainers:
                     os.close(fd)
             release(api, started, list(pair.names.values()))
             shutil.rmtree(pair.folder, ignore_errors=True)
-            self._release(pair.shape)
+            self._release(pair.shape, pair.cost_mb)
             # The replacement starts once this job is over: its framework import would otherwise compete with
             # the job for the same cores and slow down the very verdict the pair was there to speed up.
             self._top_up(pair.shape)
@@ -438,6 +503,24 @@ class WarmContainers:
         """Return the ready pairs of ``shape`` (only ready ones are kept; a copy of the list)."""
         with self._lock:
             return list(self._pairs.get(shape, []))
+
+    def status(self) -> list[dict[str, Any]]:
+        """Return each shape's ready pairs, hits, misses by reason, memory and why it is cold (``WarmPool.status``)."""
+        with self._lock:
+            found: list[dict[str, Any]] = []
+            for shape in dict.fromkeys([*self._pairs, *self._stats]) if not self._closed else []:
+                ready = self._pairs.get(shape, [])
+                stats = self._stats.get(shape, KindStats())
+                found.append({
+                    "kind": shape.label,
+                    "warm": len(ready),
+                    "size": self.size,
+                    "hits": stats.hits,
+                    "misses": dict(stats.misses),
+                    "memory_mb": sum(p.cost_mb for p in ready),
+                    "cold": "" if ready else (stats.cold or ("warming up" if self._filling.get(shape) else "used up")),
+                })  # fmt: skip
+        return sorted(found, key=lambda kind: kind["kind"])
 
     def wait_ready(self, shape: Shape, *, count: int = 1, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Have pairs of ``shape`` made (``prewarm``) and wait until ``count`` are ready, or raise ``PlatformError``."""
@@ -548,6 +631,13 @@ class WarmDockerSandbox(DockerSandbox):
         served = [shape for shape in dict.fromkeys(shapes) if self.serves(shape)]
         self.pool.prewarm(served)
         return len(served)
+
+
+def shared_status() -> list[dict[str, Any]]:
+    """Return the ``status()`` of every pool of this process, shapes of all pools together."""
+    with _shared_lock:
+        pools = list(_shared.values())
+    return [kind for pool in pools for kind in pool.status()]
 
 
 def close_shared() -> None:

@@ -588,6 +588,13 @@ def shared_pool(
         return pool
 
 
+def shared_status() -> list[dict[str, Any]]:
+    """Return the ``status()`` of every pool of this process, kinds of all pools together."""
+    with _shared_lock:
+        pools = list(_shared.values())
+    return [kind for pool in pools for kind in pool.status()]
+
+
 def close_shared() -> None:
     """Close every pool of this process (a graceful stop: ``close_warm_pools``; at exit ``atexit`` does it)."""
     with _shared_lock:
