@@ -19,8 +19,16 @@ fresh containers, and ``gpulab serve --workers 2``), and measures through the HT
 
 then grades the same plain-Python exercise with Otter-Grader (``otter run``, in ``benchmarks/.venv-otter``,
 installed from PyPI on first use, with ipykernel and matplotlib) as a peer. Results go to JSON;
-``benchmarks/report.py`` (run in that venv) writes the plot next to it. Each server grades a private copy of
-the three exercises, so a half-written exercise elsewhere in the bank cannot break the run.
+``benchmarks/report.py`` (run in that venv) writes the plot next to it.
+
+The bank: each server grades a private copy of the bank as shipped (``--bank whole``, the default: every exercise
+is published, so warm grading holds or fails as it would at a course's deadline), or of the three measured
+exercises only (``--bank three``, the earlier runs' set-up). With the whole bank, ``--throughput mixed`` fills the
+queue with every code exercise's solution in turn (the bank's proportions of frameworks and job shapes), the
+deadline phase sends a mixed burst besides the torch-only one, and each burst reports the share of template (or
+pair) requests that found a warm one (``warm_hit_share``, from the workers' beats). Every run also times a cold
+``import torch`` and ``import tensorflow`` on this machine (``cold_import``), so latencies can be read as a
+fraction of the import they save. ``docker-warm`` is ``gpulab serve`` on the docker backend with warm pairs.
 Other load on the machine distorts every number: run it when the machine is quiet.
 """
 
@@ -45,7 +53,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import EMAIL, GPULAB, PASSWORD, REPO, Served, pct
+from benchmarks.common import EMAIL, GPULAB, PASSWORD, REPO, Served, copy_bank, pct
 
 CGROUP = "gpulab-bench"
 
@@ -55,6 +63,25 @@ PHASES = ("latency", "throughput", "api", "api_paced", "burst", "deadline")
 
 def exercises() -> dict[str, str]:
     return {"python": "python-split-batch", "torch": "torch-unwrap-state-dict", "tensorflow": "tf-mirrored-scope"}
+
+
+# Also timed one at a time: a two-rank torch exercise with virtual CUDA devices, the kind issue 33 measured.
+LATENCY_EXTRA = {"torch-dp": "torch-dataparallel"}
+THROUGHPUT_KINDS = (*exercises(), "mixed")
+
+
+def cold_import(runs: int) -> dict[str, float]:
+    """Return the p50 seconds of a cold ``import torch`` and ``import tensorflow`` in a fresh interpreter here."""
+    python = REPO / ".venv" / "bin" / "python"
+    found = {}
+    for module in ("torch", "tensorflow"):
+        times = []
+        for _ in range(runs):
+            started = time.monotonic()
+            subprocess.run([str(python), "-c", f"import {module}"], check=True, capture_output=True)
+            times.append(time.monotonic() - started)
+        found[f"{module}_p50_s"] = pct(times, 50)
+    return found
 
 
 def machine() -> dict[str, Any]:
@@ -132,13 +159,13 @@ class Server(Served):
     bank when one exercise is half-written, which would leave nothing to submit to.
     """
 
-    def __init__(self, warm: bool, workers: int, sandbox: str = "local") -> None:
+    def __init__(self, warm: bool, workers: int, sandbox: str = "local", *, whole_bank: bool = True) -> None:
         self.data = Path(tempfile.mkdtemp(prefix="gpulab-bench-"))
         self.workers = workers
         self.warm = warm
-        bank = self.data / "exercises"
-        for slug in exercises().values():
-            shutil.copytree(REPO / "exercises" / slug, bank / slug)
+        self.sandbox = sandbox
+        slugs = None if whole_bank else [*exercises().values(), *LATENCY_EXTRA.values()]
+        bank = copy_bank(self.data / "exercises", slugs)
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -174,7 +201,8 @@ class Server(Served):
             # The server starts its warm templates in the background (app/jobs/prewarm.py): measuring while
             # frameworks import on the same cores would charge that one-off start-up to the first samples.
             deadline = time.monotonic() + 300
-            while "prewarmed" not in (self.data / "serve.log").read_text(errors="replace"):
+            ready = "warming container pairs" if self.sandbox == "docker" else "prewarmed"
+            while ready not in (self.data / "serve.log").read_text(errors="replace"):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the warm templates did not come up within 300 s")
                 time.sleep(0.5)
@@ -242,7 +270,7 @@ def latency(server: Any, runs: int, pause_s: float = 0.0) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with PeakSampler() as sampler:
         client = server.client()
-        for runtime, slug in exercises().items():
+        for runtime, slug in {**exercises(), **LATENCY_EXTRA}.items():
             code = solution(slug)
             wait_streamed(client, submit(client, slug, code))  # first use: a warm pool starts its templates here
             times, verdicts = [], []
@@ -262,16 +290,18 @@ def latency(server: Any, runs: int, pause_s: float = 0.0) -> dict[str, Any]:
 
 
 def throughput(server: Any, slug: str, jobs: int) -> dict[str, Any]:
+    """Fill the queue with ``jobs`` of ``slug``'s solution (``mixed``: every code exercise's in turn); time them."""
     with PeakSampler() as sampler:
         client = server.client()
-        code = solution(slug)
+        mix = server.bank_mix() if slug == "mixed" else [(slug, solution(slug))]
         started = time.monotonic()
-        ids = [submit(client, slug, code) for _ in range(jobs)]
+        ids = [submit(client, *mix[i % len(mix)]) for i in range(jobs)]
         done = wait_graded(client, ids)
         elapsed = max(b["seen_at"] for b in done.values()) - started
     cores = os.cpu_count() or 1
     peaks = sorted(sampler.peaks.values())
-    return {"slug": slug, "jobs": jobs, "graded": len(done), "seconds": elapsed, "per_s": len(done) / elapsed,
+    return {"slug": slug, "exercises": len(mix), "jobs": jobs, "graded": len(done), "seconds": elapsed,
+            "per_s": len(done) / elapsed,
             "per_s_per_core": len(done) / elapsed / cores,
             "peak_memory_mb_median": pct(peaks, 50) / 2**20 if peaks else None}  # fmt: skip
 
@@ -433,7 +463,7 @@ def otter(runs: int) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-SERVED_MODES = ("cold", "warm", "docker", "deploy", "deploy-cold", "deploy-local", "compose")
+SERVED_MODES = ("cold", "warm", "docker", "docker-warm", "deploy", "deploy-cold", "deploy-local", "compose")
 
 
 def main(argv: list[str]) -> int:
@@ -455,7 +485,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--jobs", type=int, help="throughput jobs (default 30, --quick 6)")
     parser.add_argument("--throughput", default="torch",
                         help="comma list of the exercises the throughput phase fills the queue with, one after the "
-                             "other: python, torch, tensorflow (results throughput_<kind>)")  # fmt: skip
+                             "other: python, torch, tensorflow, mixed (every code exercise of the bank in turn; "
+                             "results throughput_<kind>)")  # fmt: skip
+    parser.add_argument(
+        "--bank",
+        choices=("whole", "three"),
+        default="whole",
+        help="what each server grades: the bank as shipped, or only the three measured exercises",
+    )
     parser.add_argument("--phases", default=",".join(PHASES), help=f"comma list of {', '.join(PHASES)}")
     parser.add_argument("--no-plot", action="store_true", help="do not write docs/benchmarks.png")
     parser.add_argument("--runs", type=int, help="latency samples per exercise (default 15, --quick 3)")
@@ -470,14 +507,18 @@ def main(argv: list[str]) -> int:
     phases = set(args.phases.split(","))
     kinds = args.throughput.split(",")
     for flag, named, known in (("--only", only, {*SERVED_MODES, "otter"}), ("--phases", phases, set(PHASES)),
-                               ("--throughput", set(kinds), set(exercises()))):  # fmt: skip
+                               ("--throughput", set(kinds), set(THROUGHPUT_KINDS))):  # fmt: skip
         if named - known:
             parser.error(f"{flag}: unknown {', '.join(sorted(named - known))}; choose from {', '.join(sorted(known))}")
-    results: dict[str, Any] = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+    whole = args.bank == "whole"
+    if "mixed" in kinds and not whole:
+        parser.error("--throughput mixed needs --bank whole")
+    results: dict[str, Any] = {"machine": machine(), "quick": quick, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+                               "bank": args.bank, "cold_import": cold_import(3 if quick else 5)}  # fmt: skip
     with LoadSampler() as load:
         # In the order --only names them: a side-by-side comparison can be rerun with the order swapped.
         for mode in [m for m in order if m in SERVED_MODES]:
-            sandbox = "docker" if mode == "docker" else "local"
+            sandbox = "docker" if mode in ("docker", "docker-warm") else "local"
             cores = os.cpu_count() or 2
             if mode == "compose":
                 from benchmarks.compose_stack import ComposeStack
@@ -486,11 +527,13 @@ def main(argv: list[str]) -> int:
             elif mode.startswith("deploy"):
                 from benchmarks.deployment import Deployment
 
-                serving = Deployment(warm=mode != "deploy-cold", workers=cores, slugs=list(exercises().values()),
+                slugs = None if whole else [*exercises().values(), *LATENCY_EXTRA.values()]
+                serving = Deployment(warm=mode != "deploy-cold", workers=cores, slugs=slugs,
                                           sandbox="local" if mode == "deploy-local" else "docker",
                                           pin_api=args.pin_api)  # fmt: skip
             else:
-                serving = Server(warm=mode == "warm", workers=cores, sandbox=sandbox)
+                serving = Server(warm=mode in ("warm", "docker-warm"), workers=cores, sandbox=sandbox,
+                                 whole_bank=whole)  # fmt: skip
             with serving as server:
                 results[mode] = {}
                 if "latency" in phases:
@@ -522,8 +565,14 @@ def main(argv: list[str]) -> int:
                     server.drain()
                     slug = exercises()["torch"]
                     results[mode]["deadline_burst_torch"] = deadline_burst(
-                        server, slug, solution(slug), burst_n, deadline_s
+                        server, [(slug, solution(slug))], burst_n, deadline_s
                     )
+                    if whole:
+                        print(f"[{mode}] deadline burst, mixed over the bank", flush=True)
+                        server.drain()
+                        results[mode]["deadline_burst_mixed"] = deadline_burst(
+                            server, server.bank_mix(), burst_n, deadline_s
+                        )
             print(json.dumps(results[mode], indent=1), flush=True)
         if "otter" in only:
             print("[otter]", flush=True)

@@ -27,11 +27,13 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import EMAIL, GPULAB, PASSWORD, REPO, Served, pct, worker_prewarmed
+from benchmarks.common import EMAIL, GPULAB, PASSWORD, Served, copy_bank, pct, worker_prewarmed
 
 BENCH_PG = os.environ.get("BENCH_PG", "postgresql://postgres@127.0.0.1:5432")
 BENCH_REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379")
 REDIS_DB = 13  # the benchmark's own index, flushed before and after
+BEAT_WAIT_S = 12.0  # a heartbeat interval (10 s by default) and some: the next beats carry what just happened
+STEADY_S = 20.0  # warm pairs are up once their count has not changed for this long (the budget may stop short)
 
 
 def _warm_containers() -> int:
@@ -44,8 +46,9 @@ class Deployment(Served):
 
     tiebreak = "id"  # the submissions' second sort key (SQLite has rowid)
 
-    def __init__(self, warm: bool, workers: int, slugs: list[str], sandbox: str = "docker",
+    def __init__(self, warm: bool, workers: int, slugs: list[str] | None, sandbox: str = "docker",
                  pin_api: bool = False) -> None:  # fmt: skip
+        """``slugs``: the exercises its private bank holds (None: the bank as shipped)."""
         import psycopg
 
         self.warm = warm
@@ -54,9 +57,7 @@ class Deployment(Served):
         self.workers = workers
         self.data = Path(tempfile.mkdtemp(prefix="gpulab-bench-deploy-"))
         self.data.chmod(0o755)
-        bank = self.data / "exercises"
-        for slug in slugs:
-            shutil.copytree(REPO / "exercises" / slug, bank / slug)
+        bank = copy_bank(self.data / "exercises", slugs)
         self.database = f"gpulab_bench_{os.getpid()}"
         with psycopg.connect(f"{BENCH_PG}/postgres", autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.database}"')
@@ -122,12 +123,13 @@ class Deployment(Served):
                     raise RuntimeError("the worker's warm templates did not come up: " + self.logs())
                 time.sleep(0.5)
         elif self.warm:  # measuring while the pairs import their frameworks would charge that to the first samples
-            wanted = 2 * len(self.slugs) * self.workers
-            while _warm_containers() < wanted:
+            seen, since = -1, time.monotonic()
+            while (count := _warm_containers()) == 0 or count != seen or time.monotonic() - since < STEADY_S:
+                if count != seen:
+                    seen, since = count, time.monotonic()
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"only {_warm_containers()} of {wanted} warm containers came up")
-                time.sleep(0.5)
-            time.sleep(10)  # the last pairs' imports
+                    raise RuntimeError(f"the warm containers did not settle ({count} up)")
+                time.sleep(1.0)
         return self
 
     def logs(self) -> str:
@@ -178,26 +180,37 @@ class socket_port:
         self._sock.close()
 
 
-def deadline_burst(server: Any, slug: str, code: str, count: int, over_s: float) -> dict[str, Any]:
-    """Submit ``count`` submissions evenly over ``over_s`` seconds; report each one's submit->verdict."""
+def deadline_burst(server: Any, mix: list[tuple[str, str]], count: int, over_s: float) -> dict[str, Any]:
+    """Submit ``count`` submissions of ``mix`` (``(slug, code)`` in turn) evenly over ``over_s`` seconds.
+
+    Reports each one's submit->verdict, and the share of the workers' template (or pair) requests in the burst
+    that found a warm one (``warm_hit_share``, from their beats, read once a beat after the burst has passed).
+    """
     client = server.client()
     accepted: list[str] = []
+    before = server.warm_counts()
     started = time.monotonic()
     for i in range(count):
         delay = started + i * over_s / count - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        slug, code = mix[i % len(mix)]
         response = client.post(f"/api/exercises/{slug}/submissions", json={"code": code})
         if response.status_code == 202:
             accepted.append(str(response.json()["id"]))
     server.drain()
+    time.sleep(BEAT_WAIT_S)  # the workers' next beats carry the burst's hits and misses
+    after = server.warm_counts()
+    hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
     with server.db() as db:
         rows = db.execute(
             "SELECT status, verdict, EXTRACT(EPOCH FROM (finished_at - created_at)) FROM submissions "
             "WHERE id = ANY(%s)", (accepted,),
         ).fetchall()  # fmt: skip
     seconds = [float(r[2]) for r in rows if r[2] is not None]
-    return {"submitted": count, "over_s": over_s, "accepted": len(accepted), "graded": len(rows),
+    return {"submitted": count, "exercises": len(mix), "over_s": over_s, "accepted": len(accepted),
+            "graded": len(rows), "warm_hits": hits, "warm_misses": misses,
+            "warm_hit_share": hits / (hits + misses) if hits + misses else None,
             "lost": len(accepted) - len(rows), "statuses": sorted({r[0] for r in rows}),
             "verdicts": sorted({str(r[1]) for r in rows}), "p50_s": pct(seconds, 50), "p95_s": pct(seconds, 95),
             "max_s": max(seconds, default=float("nan"))}  # fmt: skip
