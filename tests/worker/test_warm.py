@@ -139,6 +139,33 @@ def test_warm_grades_like_cold(slug: str, local_sandbox: LocalSandbox, warm: War
     assert any(t.key.runtime == judge and t.alive() for t in warm.pool.templates()), "the judge must be warm too"
 
 
+def _threads_spec(cpus: float) -> ExerciseSpec:
+    files = {
+        "exercise.toml": 'title = "Threads"\nframework = "torch"\n\n[limits]\ntimeout_s = 60\nmemory_mb = 1536\n'
+        f"cpus = {cpus}\n",
+        "prompt.md": "x\n",
+        "starter.py": "import torch\n\ndef threads():\n    return torch.get_num_threads()\n",
+        "solution.py": "import torch\n\ndef threads():\n    return torch.get_num_threads()\n",
+        "tests/test_threads.py": f"def test_threads(submission):\n    got = submission.threads()\n"
+        f"    assert got == {int(cpus)}, f'torch used {{got}} threads; the job has {int(cpus)} CPUs'\n",
+    }
+    return ExerciseSpec.from_files("threads", files)
+
+
+def test_one_torch_template_serves_every_cpu_share_with_the_jobs_own_thread_count(
+    warm: WarmLocalSandbox, tmp_path: Path
+) -> None:
+    one, two = _threads_spec(1), _threads_spec(2)
+    assert RuntimeKey.of_spec(one) == RuntimeKey.of_spec(two)  # one kind, so one template's memory, for both
+    tf = {"preload": ("tensorflow",), "framework": "none", "replicas": 1, "role": "subject"}
+    assert RuntimeKey(**tf, threads=RuntimeKey.template_threads(("tensorflow",), 2)).threads == 2  # TF keeps it
+    for spec in (one, two, one):
+        outcome = grade(spec, spec.solution, sandbox=warm, work_root=tmp_path)
+        assert outcome.verdict.value == "passed", outcome.tests
+    torch_subjects = [t for t in warm.pool.templates() if t.key.runtime == "torch" and t.key.role == "subject"]
+    assert len(torch_subjects) == 1 and torch_subjects[0].key.threads == 1
+
+
 FRAMEWORK_JUDGE_TEST = """
 import gc, sys
 

@@ -52,6 +52,12 @@ def _child(config: dict[str, Any], spec: dict[str, Any], fds: list[int]) -> None
     try:
         entry = sys.modules["entry"]
         entry.enter({**spec, "role": role}, fds[0], fds[1])
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            # One torch template serves jobs of every CPU share (``warm.RuntimeKey``): its OpenMP read the
+            # template's thread count at import, so the job's own count (its environment, now set) is applied here,
+            # before anything ran a parallel op.
+            torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
         # Now sandboxed: forget the host folders the template imported from (all it needs is imported), and the
         # boot modules, so a learner's own ``entry`` or ``linux`` imports as it would in a cold sandbox.
         for name in ("entry", "linux"):

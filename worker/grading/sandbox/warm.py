@@ -116,6 +116,15 @@ class RuntimeKey:
         """Return the judge's key for jobs of this subject key: the same framework import, no devices."""
         return RuntimeKey(preload=self.preload, framework="none", replicas=1, threads=self.threads, role="judge")
 
+    @staticmethod
+    def template_threads(preload: Iterable[str], cpus: float) -> int:
+        """Return the thread count a template is made for: the job's CPU share for TensorFlow, else 1.
+
+        A torch template serves every CPU share (its child sets the job's count: ``boot/template.py``), and so
+        does a plain one; TensorFlow fixes its thread pools when its runtime starts, so its kinds keep the count.
+        """
+        return max(1, int(cpus)) if "tensorflow" in preload else 1
+
     @classmethod
     def of_spec(cls, spec: ExerciseSpec, gpus: int = 0) -> RuntimeKey:
         """Return the key the jobs of ``spec`` will ask for (what ``of_job`` reads from their ``subject.json``).
@@ -127,7 +136,7 @@ class RuntimeKey:
             framework=spec.vdev_framework,
             # Without virtual devices the replica count changes nothing in a template: one key for all.
             replicas=spec.replicas if spec.vdev_framework != "none" else 1,
-            threads=max(1, int(spec.limits.cpus)),
+            threads=cls.template_threads(spec.preload, spec.limits.cpus),
             gpus=gpus,
         )
 
@@ -136,11 +145,12 @@ class RuntimeKey:
         config = json.loads((job_dir / "subject.json").read_text(encoding="utf-8"))
         devices = config.get("devices") or {}
         framework = str(devices.get("framework", "none"))
+        preload = tuple(str(p) for p in config.get("preload", []))
         return cls(
-            preload=tuple(str(p) for p in config.get("preload", [])),
+            preload=preload,
             framework=framework,
             replicas=int(devices.get("replicas", 1)) if framework != "none" else 1,
-            threads=max(1, int(limits.cpus)),
+            threads=cls.template_threads(preload, limits.cpus),
             gpus=int(devices.get("gpus", 0)),
         )
 
