@@ -32,7 +32,7 @@ MEASURED_TESTS = {
 }
 
 
-def _run(tmp_path: Path, sent: int, calls: float) -> dict:
+def _run(tmp_path: Path, sent: float, calls: float) -> dict:
     code = f"def bytes_sent():\n    return {sent}\n\ndef calls():\n    return {calls}\n"
     proc, result = run_runner(make_job(tmp_path, code, MEASURED_TESTS))
     assert proc.returncode == 0, proc.stderr
@@ -58,6 +58,15 @@ def test_measurements_travel_in_result_json_with_partial_credit(tmp_path: Path) 
     assert found["modelled step time"]["modelled"] is True
     assert found["modelled step time"]["chart"]["series"][0]["points"] == [[1.0, 1.0], [2.0, 1.9]]
     # The host's reader accepts exactly what the judge wrote.
+    assert read_result(tmp_path / "job" / "out") == result
+
+
+def test_a_miss_by_a_hair_keeps_a_credit_the_host_accepts(tmp_path: Path) -> None:
+    # (800 - 200.0001) / 600 rounds to 1.0 at four places: the judge keeps it below 1, or the host refuses the
+    # whole result.json and the learner read "Your program exited ... before the tests could report".
+    result = _run(tmp_path, sent=200.0001, calls=1)
+    budget = by_id(result)["test_measured.py::test_within_budget"]
+    assert budget["outcome"] == "failed" and budget["credit"] == 0.9999
     assert read_result(tmp_path / "job" / "out") == result
 
 

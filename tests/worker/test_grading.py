@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -211,7 +212,8 @@ def test_local_check_names_a_missing_user() -> None:
         sandbox.check()
 
 
-def test_partial_credit_and_measurements_reach_the_outcome(tiny_spec: SpecFactory) -> None:
+@pytest.mark.parametrize("credit", [0.25, 0.9999])  # 0.9999: a miss by a hair still shows less than full points
+def test_partial_credit_and_measurements_reach_the_outcome(tiny_spec: SpecFactory, credit: float) -> None:
     spec = tiny_spec(timeout_s=5)
     first, *rest = [t.id for t in spec.tests]
     measurement = {
@@ -227,7 +229,7 @@ def test_partial_credit_and_measurements_reach_the_outcome(tiny_spec: SpecFactor
             pass
 
         def run(self, job_dir: Path, limits: Limits) -> SandboxRun:
-            tests = [{"id": first, "outcome": "failed", "message": "over budget", "duration_ms": 1, "credit": 0.25}]
+            tests = [{"id": first, "outcome": "failed", "message": "over budget", "duration_ms": 1, "credit": credit}]
             tests += [{"id": i, "outcome": "passed", "message": "", "duration_ms": 1} for i in rest]
             unknown = {**measurement, "test": "test_nope.py::test_not_expected"}
             result = {"version": 1, "tests": tests, "error": None, "measurements": [measurement, unknown]}
@@ -236,7 +238,8 @@ def test_partial_credit_and_measurements_reach_the_outcome(tiny_spec: SpecFactor
 
     result = grade(spec, CORRECT, sandbox=MeasuringSandbox())
     got = {t.name: t for t in result.tests}
-    assert got[first].outcome is TestOutcomeKind.failed and got[first].points == round(got[first].max_points * 0.25, 2)
+    assert got[first].outcome is TestOutcomeKind.failed
+    assert got[first].points == math.floor(got[first].max_points * credit * 100 + 1e-6) / 100 < got[first].max_points
     assert result.score == got[first].points + sum(got[i].max_points for i in rest)
     assert result.verdict is Verdict.failed
     assert result.measurements == [measurement], "only expected tests' measurements travel on"

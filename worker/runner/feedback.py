@@ -156,6 +156,13 @@ CLASSES: tuple[FailureClass, ...] = (
         "CPU ranks leave it out (DistributedDataParallel(model))",
     ),
     FailureClass(
+        "ddp.hook_not_future",
+        re.compile(r"hook's callback must return a torch\.futures\.Future object, but got (?P<got>[\w.]+)"),
+        "your DDP communication hook returned a {got}, not a torch.futures.Future: DDP waits on the future a hook "
+        "returns. Start the all-reduce with async_op=True and return its future "
+        "(dist.all_reduce(t, async_op=True).get_future(), or the future its .then(...) returns)",
+    ),
+    FailureClass(
         "ddp.unused_parameters",
         re.compile(r"Expected to have finished reduction in the prior iteration"),
         "DDP started a new step while the last one still waited for gradients: in the previous backward some "
@@ -251,6 +258,14 @@ CLASSES: tuple[FailureClass, ...] = (
         re.compile(r"Trying to backward through the graph a second time"),
         "your code ran backward() twice through the same graph: compute a fresh forward pass and loss for every "
         "backward",
+    ),
+    FailureClass(
+        "python.context_manager_reused",
+        re.compile(r"'_GeneratorContextManager' object has no attribute 'args'"),
+        "your code entered one context manager object a second time: an object made by a @contextlib.contextmanager "
+        "function (model.no_sync() makes one) serves a single `with`. Call the function again for every `with` "
+        "(`with model.no_sync():` inside the loop, not one `ctx = model.no_sync()` entered again and again)",
+        types=("AttributeError",),
     ),
     FailureClass(
         "autograd.inplace",

@@ -5,18 +5,26 @@ each test then reads the same results. The accuracy is computed here from rank 0
 epoch are every collective's payload over the run (the steps and the tail after the last one) divided by EPOCHS, a
 measured outcome with partial credit, shown beside its target with a modelled epoch time labelled as a model.
 
+The messages name a cause where the probe observed it (probes.py, ``observed``): no_sync() never called, or called
+with no forward inside it; every forward inside it (no sync at all); steps right after no_sync-only windows; a hook
+that made no collective, sent float32, or handed DDP twice the ranks' average (their sum); PowerSGD still in its
+warm-up; zero_grad throwing away an unused backward; the learner's own collectives (counted, and shown apart);
+ranks that registered different hooks. Elsewhere they state what was measured and name the candidates as such.
+
 Figures (exercises/FACTS.md P46): build_model() has 136,193 parameters, 544,772 bytes of float32 gradients. A
 rank's 256 samples per epoch make 16 micro-batches of MICRO = 16; plain DDP all-reduces them all as float32 after
 each one: 16 * 544,772 = 8,716,352 bytes per epoch, four times BUDGET (2,179,088: windows of two micro-batches
 with bfloat16 on the wire, or windows of four in float32).
 """
 
+import math
+import re
 import statistics
 
 import pytest
 import torch
 from probes import BUDGET, EPOCHS, MICRO, N_TRAIN, N_VAL, W_PER_KW, build_model, make_dataset
-from runner import costmodel
+from runner import costmodel, feedback
 
 WORLD = 2
 PARAMS = 16 * 256 + 256 + 2 * (256 * 256 + 256) + 256 + 1  # 136,193
@@ -26,6 +34,7 @@ PLAIN_BYTES = MICRO_PER_EPOCH * 4 * PARAMS  # 8,716,352: plain DDP, float32 afte
 TARGET_ACCURACY = 0.90
 TOLERANCE_W = 300.0
 FP16_MAX = 65_504.0
+TIMEOUT_S = 40.0
 ITEMSIZE = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "int16": 2}
 _cache: dict = {}
 
@@ -34,41 +43,81 @@ def _ranks(probe):
     """Return both ranks' results of train; it runs once, at the first test that asks."""
     if not _cache:
         try:
-            _cache["runs"] = probe("run", world_size=WORLD, timeout_s=40.0)
+            _cache["runs"] = probe("run", world_size=WORLD, timeout_s=TIMEOUT_S)
         except Exception as exc:
             _cache["runs"] = exc
     runs = _cache["runs"]
     if isinstance(runs, Exception):
-        pytest.fail(f"running train on {WORLD} ranks failed before any rank reported: {type(runs).__name__}: {runs}")
+        feedback.fail(feedback.raised(f"running train on {WORLD} ranks", type(runs).__name__, str(runs)))
     return runs
 
 
-def _describe(r):
-    if r["timed_out"]:
-        return (
-            f"rank {r['rank']} did not finish within 40 s (the reference needs about a second): a rank waits forever "
-            "in a collective the other rank never joins (a hook must all-reduce every bucket it is given, on every "
-            "rank; both ranks must step at the same micro-batches), or the grading machine was overloaded (then "
-            "submit again)"
+def _observed(r):
+    """Return what rank r's probe observed of its training ({} when the rank wrote nothing)."""
+    return r.get("observed") or {}
+
+
+def _hook_names(r):
+    return [h["name"] for h in _observed(r).get("hooks", [])]
+
+
+def _details(bad):
+    return "\n".join(f"rank {r['rank']}: {r['error']['type']}: {r['error']['message']}" for r in bad if r["error"])
+
+
+def _rank_failure(runs):
+    """Explain why some ranks did not return a result: an observed cause where the probe isolated one."""
+    bad = [r for r in runs if r["timed_out"] or r["error"] or r["destroyed"] is None]
+    for r in bad:
+        e = r["error"] or {}
+        if (
+            e.get("type") == "AttributeError"
+            and re.search(r"has no attribute '__(?:qual)?name__'", e.get("message", ""))
+            and re.search(r"_check_comm_hook|register_comm_hook", e.get("traceback", ""))
+        ):
+            where = "every rank" if all(x in bad for x in runs) else f"rank {r['rank']}"
+            return feedback.Explained(
+                f"train on {where} failed in model.register_comm_hook: DDP reads the hook's __name__ and "
+                "__qualname__ (to refuse torch's bf16 hooks on CPU ranks by name), and your hook object has none. "
+                "Functions and bound methods have them; an instance of a class with __call__ or a functools.partial "
+                "does not. Register a function, or the object's bound method "
+                "(model.register_comm_hook(state, hook.__call__)).",
+                _details(bad),
+            )
+    explained = None
+    errors = {(r["error"]["type"], r["error"]["message"]) for r in runs if r["error"]}
+    if len(errors) == 1 and all(r["error"] for r in runs):
+        explained = feedback.raised("train on every rank", *errors.pop())
+    elif all(r["timed_out"] for r in runs):
+        explained = feedback.Explained(
+            f"Neither rank finished within {TIMEOUT_S:g} s (the reference needs about a second). The usual cause is "
+            "a rank waiting in a collective the other rank never joins: every rank must run the same collectives "
+            "(a hook must all-reduce every bucket it is given, on every rank, and both ranks must step at the same "
+            "micro-batches). A run that is only far too slow ends the same way."
         )
-    if r["error"]:
-        e = r["error"]
-        return f"rank {r['rank']} raised {e['type']}: {e['message'][:600]}"
-    return f"rank {r['rank']} exited without returning a result (exit code {r['exit_code']})"
+    else:
+        explained = feedback.ranks(runs, what="train", timeout_s=TIMEOUT_S)
+    text = explained.message
+    if any("BF16 all reduce communication hook required" in (r["error"] or {}).get("message", "") for r in bad):
+        text += (
+            " DDP refuses to register torch's own bf16_compress_hook and bf16_compress_wrapper without CUDA "
+            "and NCCL: it checks the hook's name, although gloo all-reduces bfloat16 tensors. Write a bfloat16 "
+            "hook yourself (compress bucket.buffer(), all-reduce, copy the result back), under a name of your own."
+        )
+    names = [_hook_names(r) for r in runs]
+    if any(names) and any(n != names[0] for n in names):
+        told = "; ".join(f"rank {r['rank']}: {', '.join(n) or 'none'}" for r, n in zip(runs, names, strict=True))
+        text += (
+            f" The ranks registered different communication hooks ({told}), so their gradient all-reduces differ "
+            "(in dtype, size or number) and cannot meet: register the same hook on every rank."
+        )
+    return feedback.Explained(text, explained.details or _details(bad))
 
 
 def _ok_ranks(probe):
     runs = _ranks(probe)
-    bad = [r for r in runs if r["timed_out"] or r["error"] or r["destroyed"] is None]
-    if bad:
-        text = "; ".join(_describe(r) for r in bad)
-        if any("BF16 all reduce communication hook required" in (r["error"] or {}).get("message", "") for r in bad):
-            text += (
-                ". DDP refuses to register torch's own bf16_compress_hook and bf16_compress_wrapper without CUDA "
-                "and NCCL: it checks the hook's name, although gloo all-reduces bfloat16 tensors. Write a bfloat16 "
-                "hook yourself (compress bucket.buffer(), all-reduce, copy the result back), under a name of your own"
-            )
-        pytest.fail(text)
+    if any(r["timed_out"] or r["error"] or r["destroyed"] is None for r in runs):
+        feedback.fail(_rank_failure(runs))
     if any(not r["comm"] for r in runs):
         pytest.fail("the ranks finished but reported no measurements: run them through the probe, unchanged")
     return runs
@@ -79,9 +128,19 @@ def _weights(r):
     want = {k: list(v.shape) for k, v in build_model().state_dict().items()}
     got = {k: v["shape"] for k, v in state.items()}
     if got != want:
+        if got and all(k.startswith("module.") for k in got) and {k[7:]: v for k, v in got.items()} == want:
+            pytest.fail(
+                f"rank {r['rank']} returned the DistributedDataParallel wrapper's state_dict: every key starts with "
+                '"module." (module.0.weight, ...), which build_model() cannot load. Return model.module.state_dict(), '
+                "the unwrapped model's."
+            )
+        missing = ", ".join(sorted(set(want) - set(got))[:6]) or "none"
+        unexpected = ", ".join(sorted(set(got) - set(want))[:6]) or "none"
+        odd = ", ".join(f"{k} {got[k]} (expected {want[k]})" for k in sorted(set(got) & set(want)) if got[k] != want[k])
         pytest.fail(
-            f"rank {r['rank']} returned keys and shapes {got}; expected the unwrapped model's state_dict {want}. "
-            "Return model.module.state_dict(), not the DistributedDataParallel wrapper's."
+            f"rank {r['rank']} returned a state_dict that does not fit build_model() (missing keys: {missing}; "
+            f"unexpected keys: {unexpected}{'; other shapes: ' + odd if odd else ''}). Return "
+            "model.module.state_dict() of the model you trained."
         )
     odd = {k: v["dtype"] for k, v in state.items() if v["dtype"] != "float32"}
     if odd:
@@ -90,6 +149,75 @@ def _weights(r):
         k: torch.frombuffer(bytearray(v["bytes"]), dtype=torch.float32).reshape(v["shape"]).clone()
         for k, v in state.items()
     }
+
+
+def _steps_list(steps):
+    shown = ", ".join(str(s) for s in steps[:5])
+    return shown + (", ..." if len(steps) > 5 else "")
+
+
+def _unsynced(r):
+    """Return why rank r stepped on gradients that were not averaged, where the probe observed it ('' if not)."""
+    obs = _observed(r)
+    if not obs:
+        return ""
+    forwards = obs.get("forwards", {})
+    hooks = _hook_names(r)
+    sync = obs.get("sync_dtypes", {})
+    if forwards.get("sync", 0) == 0 and forwards.get("no_sync", 0) > 0 and obs.get("hook_calls", 0) == 0 and not sync:
+        what = f"your communication hook ({', '.join(hooks)})" if hooks else "DDP's all-reduce"
+        return (
+            f"no gradient sync happened on rank {r['rank']}: all {forwards['no_sync']:,} of its samples went "
+            f"through DDP's forward inside model.no_sync(), so DDP never ran {what} and every step used the rank's "
+            "own gradients. Run each window's last micro-batch, forward and backward, outside no_sync(): that "
+            "backward all-reduces the accumulated sum"
+        )
+    steps = r["comm"]["per_step"]
+    windows = obs.get("windows", [])
+    silent = [i for i, s in enumerate(steps) if s["calls"] == 0 and i < len(windows)]
+    if silent and all(windows[i]["sync"] == 0 and windows[i]["no_sync"] > 0 for i in silent):
+        listed = _steps_list([i + 1 for i in silent])
+        return (
+            f"{len(silent)} of rank {r['rank']}'s {len(steps)} optimizer steps (steps {listed}) "
+            "came right after micro-batches that all ran inside model.no_sync(): nothing was all-reduced before "
+            "them, so each rank stepped on its own gradients. Step (and zero the gradients) only after a window's "
+            "last micro-batch, which runs outside no_sync() and all-reduces the window's sum"
+        )
+    if hooks and obs.get("hook_calls", 0) > 0 and not sync:
+        return (
+            f"your communication hook ({', '.join(hooks)}) ran {obs['hook_calls']:,} times on rank {r['rank']} and "
+            "made no collective: it handed DDP the rank's own gradients, or a compressed copy of them that never "
+            "went through dist.all_reduce. A hook must all-reduce the bucket it is given "
+            "(dist.all_reduce(..., async_op=True)) and return a future of the result"
+        )
+    return ""
+
+
+def _hook_average(runs):
+    """Return what the learner's hook handed DDP at its first calls on both ranks, or None if unseen (or given no
+    finite, nonzero bucket): ``usable`` (whether what it handed DDP was finite and nonzero),
+    ``apart`` (how far apart the two ranks' results' norms were) and ``factor`` (against the ranks' average
+    bucket: 1 the average, 2 their sum; None when it points away from the average)."""
+    firsts = [{c["call"]: c for c in _observed(r).get("hook_first", [])} for r in runs]
+    common = sorted(set.intersection(*(set(f) for f in firsts))) if all(firsts) else []
+    # Only calls whose buckets were finite and nonzero on both ranks say anything about the hook.
+    calls = [c for c in common if all(math.isfinite(f[c]["in_in"]) and f[c]["in_in"] > 0 for f in firsts)]
+    if not calls:
+        return None
+    out_in = sum(f[c]["out_in"] for f in firsts for c in calls) / len(firsts)  # <out, average of the ins>
+    out_out = [sum(f[c]["out_out"] for c in calls) for f in firsts]
+    seen = {"factor": None, "apart": 0.0, "usable": False}
+    if not all(math.isfinite(v) for v in (out_in, *out_out)) or min(out_out) <= 0:
+        return seen
+    seen["usable"] = True
+    norms = [math.sqrt(v) for v in out_out]
+    seen["apart"] = abs(norms[0] - norms[-1]) / max(norms)
+    if out_in <= 0:
+        return seen
+    # For out = k * average: <out, average> / <out, out> = 1 / k. A projection of the average (PowerSGD's low-rank
+    # approximation) gives 1 as well, so only a scale is told.
+    seen["factor"] = out_out[0] / out_in
+    return seen
 
 
 def _total_bytes(comm):
@@ -188,24 +316,96 @@ def test_replicas_identical(probe):
     apart = {k: ~torch.isclose(a[k], b[k], rtol=0, atol=1e-6, equal_nan=True) for k in a}
     gap = max(float((a[k] - b[k])[apart[k]].abs().max()) if apart[k].any() else 0.0 for k in a)
     if any(m.any() for m in apart.values()):
+        head = f"Rank 0 and rank 1 ended with weights up to {gap:.3g} apart"
+        why = _unsynced(runs[0]) or _unsynced(runs[1])
+        if not why:
+            seen = _hook_average(runs)
+            if seen is not None and seen["apart"] > 1e-3:
+                why = (
+                    "your communication hook handed DDP different tensors on the two ranks at its first call: it must "
+                    "hand back the all-reduced result (the same on every rank), not the local bucket"
+                )
+        if why:
+            pytest.fail(f"{head}. {why[:1].upper()}{why[1:]}.")
         pytest.fail(
-            f"rank 0 and rank 1 ended with weights up to {gap:.3g} apart: each rank stepped on gradients that were "
-            "not the same average. A comm hook must all-reduce the bucket it is given and hand DDP the result "
-            "(divided by the world size) on every rank; returning the local bucket, or a compressed copy of it "
-            "that never went through dist.all_reduce, skips the averaging."
+            f"{head}: the ranks stepped on gradients that were not the same average, or made different steps. "
+            "Candidates: a hook that does not hand DDP the all-reduced result on every rank; an optimizer step after "
+            "micro-batches that all ran under no_sync(); ranks that step at different micro-batches; weights changed "
+            "on one rank only."
         )
+
+
+def test_step_gradients(probe):
+    """Every step uses all the micro-batches since the last one, averaged over the ranks: no gradient is zeroed
+    before a step used it, and the hook's first results are the average of both ranks' buckets."""
+    runs = _ok_ranks(probe)
+    for r in runs:
+        obs = _observed(r)
+        if obs.get("discards"):
+            first = obs.get("first_discard") or {}
+            micro = first.get("samples", 0) / MICRO
+            pytest.fail(
+                f"rank {r['rank']} called zero_grad {obs['discards']:,} times while the gradients held a backward "
+                f"that no optimizer step had used yet (the first time in step {first.get('step', '?')}, after "
+                f"{micro:g} micro-batch{'es' if micro != 1 else ''} of its window): those micro-batches' gradients "
+                "were thrown away, so a step used only part of its window. Zero the gradients once per window: "
+                "after optimizer.step(), or before the window's first micro-batch."
+            )
+    seen = _hook_average(runs)
+    if seen is None:
+        return  # no hook of the learner's ran on both ranks (DDP's own reduction averages), or nothing to compare
+    factor = seen["factor"]
+    if not seen["usable"]:
+        sent = ", ".join(sorted(_observed(runs[0]).get("sync_dtypes", {}))) or "nothing"
+        pytest.fail(
+            "your communication hook handed DDP inf, nan or zeros in its first calls, although the buckets both "
+            f"ranks gave it held finite, nonzero gradients; its collectives carried {sent}. It must hand back their "
+            "average: a float16 copy overflows past 65,504 (these gradients reach about 1e6), bfloat16 keeps "
+            "float32's range."
+        )
+    if seen["apart"] > 1e-3:
+        pytest.fail(
+            "your communication hook handed DDP different tensors on the two ranks at its first call (their norms "
+            f"differ by {seen['apart']:.1%}): it must hand back the all-reduced result, the same on every rank, not "
+            "the local bucket."
+        )
+    if factor is None:
+        pytest.fail(
+            "your communication hook handed DDP, at its first call, a tensor pointing away from the average of the "
+            "buckets both ranks gave it: it must hand back their all-reduced sum divided by the world size."
+        )
+    if not 0.9 <= factor <= 1.1:
+        why = (
+            f"your communication hook handed DDP {factor:.3g} times the ranks' average gradients (compared at its "
+            "first call with the buckets both ranks gave it)"
+        )
+        if abs(factor - WORLD) <= 0.1:
+            why += (
+                f": with {WORLD} ranks, that is their sum. Divide by the world size (dist.get_world_size()), before "
+                "or after the all-reduce"
+            )
+        else:
+            why += ": it must hand back the all-reduced sum divided by the world size"
+        pytest.fail(why + ".")
 
 
 def test_bytes_per_epoch(probe, measure):
     runs = _ok_ranks(probe)
     comm = runs[0]["comm"]
+    obs = _observed(runs[0])
     steps = comm["per_step"]
     silent = [i + 1 for i, s in enumerate(steps) if s["calls"] == 0]
     if silent or not steps:
+        why = _unsynced(runs[0])
+        if why:
+            pytest.fail(
+                f"{why[:1].upper()}{why[1:]}. The bytes are graded once every optimizer step follows a collective."
+            )
         pytest.fail(
-            f"rank 0 made optimizer steps with no collective before them (steps {silent[:5]}), so the gradients "
-            "were not averaged over the ranks and there is no communication to grade. A comm hook must all-reduce "
-            "the bucket it is given (dist.all_reduce(..., async_op=True)) and return a future of the result."
+            f"rank 0 made optimizer steps with no collective before them (steps {_steps_list(silent)}), so their "
+            "gradients were not averaged over the ranks and there is no communication to grade. Candidates: a hook "
+            "that does not all-reduce the bucket it is given; optimizer steps after micro-batches that all ran "
+            "under no_sync()."
         )
     per_epoch = _total_bytes(comm) / EPOCHS
     calls = (sum(s["calls"] for s in steps) + comm["tail"]["calls"]) / EPOCHS
@@ -224,7 +424,13 @@ def test_bytes_per_epoch(probe, measure):
             modelled=True,
             basis=basis,
         )
+    own = obs.get("own") or {}
+    own_epoch = own.get("bytes", 0) / EPOCHS
+    if own.get("calls"):
+        measure.record("bytes in your own collectives per epoch (rank 0)", round(own_epoch, 1), unit="B")
     dtypes = comm.get("dtypes", {})
+    sync_dtypes = obs.get("sync_dtypes", {})
+    hooks = obs.get("hooks", [])
     opt_steps = comm["steps"]
     windows = comm["samples"] / MICRO / opt_steps if opt_steps else 0
     syncs = _syncs(comm) / opt_steps if opt_steps else 0
@@ -233,10 +439,28 @@ def test_bytes_per_epoch(probe, measure):
         why = (
             f"rank 0 sent {per_epoch:,.0f} bytes per epoch ({seen} over the run). Each optimizer step took "
             f"{windows:.3g} micro-batches, and all the gradients went out {syncs:.3g} times per step: once per "
-            "backward. Accumulating saves nothing unless every backward of a window but its last runs inside "
-            "model.no_sync() (the forward too: DDP decides at the forward whether that backward syncs)"
+            "backward. "
         )
-    elif set(dtypes) == {"float32"} and windows <= 1.2 and syncs > 0.75:
+        forwards = obs.get("forwards", {})
+        if obs and obs.get("no_sync_calls", 0) == 0:
+            why += (
+                "Your code never called model.no_sync(), so every backward all-reduced. Accumulating saves bytes "
+                "only when every backward of a window but its last runs inside model.no_sync() (the forward too: "
+                "DDP decides at the forward whether that backward syncs)"
+            )
+        elif obs and forwards.get("no_sync", 0) == 0:
+            why += (
+                f"Your code called model.no_sync() {obs['no_sync_calls']:,} times, but no forward ran inside it: "
+                "DDP decides at the forward whether the backward that follows syncs, so a backward alone inside "
+                "no_sync() still all-reduces. Run the forward and the backward of every micro-batch but a window's "
+                "last inside model.no_sync()"
+            )
+        else:
+            why += (
+                "Accumulating saves nothing unless every backward of a window but its last runs inside "
+                "model.no_sync() (the forward too: DDP decides at the forward whether that backward syncs)"
+            )
+    elif set(dtypes) == {"float32"} and windows <= 1.2 and syncs > 0.75 and not hooks:
         why = (
             f"rank 0 sent {per_epoch:,.0f} bytes per epoch, all of them float32, after every micro-batch: plain "
             f"DDP, {per_epoch / BUDGET:.2g} times the budget. The bucket cap only changes how the same bytes are "
@@ -250,6 +474,28 @@ def test_bytes_per_epoch(probe, measure):
             f"too) in {opt_steps} optimizer steps. The budget is {BUDGET:,}: all {PARAMS:,} gradients once per "
             "window of 2 micro-batches as bfloat16 (8 times per epoch, 2 bytes each) fit exactly"
         )
+        powersgd = [h for h in hooks if "powersgd" in h["name"].lower() and h.get("start_powerSGD_iter") is not None]
+        if powersgd and set(sync_dtypes) == {"float32"} and powersgd[0]["start_powerSGD_iter"] >= opt_steps:
+            why += (
+                f". Your {powersgd[0]['name']} never compressed: PowerSGDState's start_powerSGD_iter is "
+                f"{powersgd[0]['start_powerSGD_iter']:,}, and until that many iterations PowerSGD all-reduces the "
+                f"whole bucket in float32; this run has {opt_steps} (start it at 2, say)"
+            )
+        elif hooks and set(sync_dtypes) == {"float32"}:
+            why += (
+                f". Your communication hook ({', '.join(h['name'] for h in hooks)}) all-reduced float32 tensors only, "
+                "4 bytes per gradient: it sent the bucket uncompressed. All-reduce the bfloat16 copy you make of "
+                "bucket.buffer(), not the buffer itself"
+            )
+    if own.get("calls"):
+        ops = ", ".join(f"{op} x{n / EPOCHS:g}" for op, n in sorted(own.get("ops", {}).items()))
+        kinds = ", ".join(f"{k} {v:,} B" for k, v in sorted(own.get("dtypes", {}).items())) or "no payload"
+        why += (
+            f". Of these, {own_epoch:,.0f} bytes per epoch were collectives of your own, made outside DDP's gradient "
+            f"sync ({ops} per epoch; {kinds} over the run): they count too"
+        )
+        if per_epoch - own_epoch <= BUDGET:
+            why += ", and without them you would be within the budget"
     measure.grade(
         "bytes communicated per epoch (rank 0)",
         round(per_epoch, 1),

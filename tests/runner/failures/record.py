@@ -64,6 +64,13 @@ TORCH: dict[str, str] = {
         y = (w.exp() * 2).sum()
         y.backward()
         y.backward()"""),
+    "torch.context_manager_reused": textwrap.dedent("""\
+        import torch
+        forked = torch.random.fork_rng()
+        with forked:
+            pass
+        with forked:
+            pass"""),
     "torch.inplace_modified": textwrap.dedent("""\
         import torch
         w = torch.ones(2, requires_grad=True)
@@ -160,6 +167,15 @@ RANKS_TORCH: dict[str, tuple[str, float]] = {
         textwrap.dedent("""\
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
         torch.nn.Linear(2, 1).load_state_dict(model.state_dict())"""),
+        20.0,
+    ),
+    "torch.ddp_hook_returns_tensor": (
+        textwrap.dedent("""\
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+        def hook(state, bucket):
+            return bucket.buffer()
+        model.register_comm_hook(None, hook)
+        model(torch.ones(1, 2)).sum().backward()"""),
         20.0,
     ),
     "torch.fsdp_child_after_parent": (
