@@ -674,6 +674,30 @@ class RegradeRequestStatus(enum.StrEnum):
     closed = "closed"  # settled; only staff reopen it
 
 
+class Draft(Base):
+    """A learner's unsubmitted work on one item (learner x exercise x assignment or practice): code or quiz answers.
+
+    Never an attempt. ``revision`` counts the saves: a save names the revision it started from, so two tabs never
+    overwrite each other silently (``app.domain.courses.drafts``).
+    """
+
+    __tablename__ = "drafts"
+    # assignment_key: the assignment's id, 0 for practice (a unique constraint treats NULLs as distinct).
+    __table_args__ = (UniqueConstraint("user_id", "exercise_id", "assignment_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    exercise_id: Mapped[int] = mapped_column(ForeignKey("exercises.id", ondelete="CASCADE"), index=True)
+    assignment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("assignments.id", ondelete="CASCADE"), nullable=True, index=True
+    )
+    assignment_key: Mapped[int] = mapped_column(Integer, default=0)
+    code: Mapped[str | None] = mapped_column(Text, nullable=True)  # a code exercise's editor text
+    answers: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # a quiz's answers, as submitted
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class RegradeRequest(Base):
     """A learner's request that staff look again at one graded item (learner x exercise x assignment or practice)."""
 

@@ -12,6 +12,7 @@
   let source = null;
   let timer = null;
   let editor = null;
+  let drafts = null;
   let busy = false;
 
   function byId(id) { return document.getElementById(id); }
@@ -293,10 +294,15 @@
     }
   }
 
-  function resetToStarter(form) {
+  function setCode(form, code) {
+    if (editor) editor.setValue(code); else form.elements.code.value = code;
+  }
+
+  async function resetToStarter(form) {
     const starter = JSON.parse(byId("starter-code").textContent);
-    if (!window.confirm("Replace your code with the starter code? Your current code is lost unless you submitted it.")) return;
-    if (editor) { editor.setValue(starter); editor.focus(); } else { form.elements.code.value = starter; form.elements.code.focus(); }
+    if (!window.confirm("Replace your code with the starter code? Your current code and its saved draft are lost unless you submitted it.")) return;
+    if (drafts) await drafts.discard(starter); else setCode(form, starter);
+    if (editor) editor.focus(); else form.elements.code.focus();
     announce("The editor holds the starter code again.");
   }
 
@@ -309,6 +315,7 @@
       try {
         editor = window.gpulabEditor.mount(textarea, {
           labelId: "code-label", describedBy: "editor-help", onSubmit: () => submitCode(form),
+          onChange: () => { if (drafts) drafts.changed(); },
         });
         byId("code-label").addEventListener("click", () => editor.focus());
       } catch (err) {
@@ -316,6 +323,14 @@
         textarea.hidden = false;
         console.error("gpulab: the code editor could not start", err);
       }
+    }
+    textarea.addEventListener("input", () => { if (drafts) drafts.changed(); });  // the plain-textarea fallback
+    if (window.gpulabDrafts && form.dataset.user) {
+      drafts = window.gpulabDrafts.start({
+        slug: form.dataset.slug, assignment: form.dataset.assignment, userId: form.dataset.user, kind: "code",
+        revision: form.dataset.draftRevision, status: byId("draft-status"),
+        get: () => currentCode(form), set: (code) => setCode(form, code),
+      });
     }
     textarea.addEventListener("keydown", (event) => {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); submitCode(form); }
@@ -329,7 +344,7 @@
     reset.addEventListener("click", () => resetToStarter(form));
 
     // For tests, the browser console and notebook.js (a dropped notebook is followed like a submission).
-    window.gpulabExercise = { editor: () => editor, followSubmission: (id) => followNew(form, id) };
+    window.gpulabExercise = { editor: () => editor, drafts: () => drafts, followSubmission: (id) => followNew(form, id) };
     // Show the result of the last submission (its code is already in the editor).
     if (form.dataset.lastSubmission) follow(form.dataset.lastSubmission, form.dataset.slug, false);
   });

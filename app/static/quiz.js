@@ -59,6 +59,18 @@
     box.hidden = false;
   }
 
+  // Put saved answers back into the form (a draft from the server or this browser).
+  function fill(form, answers) {
+    for (const fieldset of form.querySelectorAll("fieldset[data-question]")) {
+      const value = (answers || {})[fieldset.dataset.question];
+      if (fieldset.dataset.type === "text") {
+        fieldset.querySelector("textarea").value = typeof value === "string" ? value : "";
+      } else {
+        for (const input of fieldset.querySelectorAll("input")) input.checked = Array.isArray(value) && value.includes(input.value);
+      }
+    }
+  }
+
   function clearFeedback(form) {
     for (const box of form.querySelectorAll(".q-feedback")) { box.replaceChildren(); box.hidden = true; }
     byId("quiz-score").hidden = true;
@@ -70,6 +82,17 @@
     const error = byId("quiz-error");
     const button = byId("quiz-submit");
     const reset = byId("quiz-reset");
+    const saved = byId("draft-answers");
+    if (saved) fill(form, JSON.parse(saved.textContent));
+    const drafts = window.gpulabDrafts && form.dataset.user ? window.gpulabDrafts.start({
+      slug: form.dataset.slug, assignment: form.dataset.assignment, userId: form.dataset.user, kind: "quiz",
+      revision: form.dataset.draftRevision, status: byId("draft-status"),
+      get: () => collect(form), set: (answers) => fill(form, answers),
+    }) : null;
+    if (drafts) {
+      form.addEventListener("input", () => drafts.changed());
+      form.addEventListener("change", () => drafts.changed());
+    }
 
     form.addEventListener("submit", async (event) => {
       event.preventDefault();
@@ -114,6 +137,7 @@
 
     reset.addEventListener("click", () => {
       form.reset();
+      if (drafts) drafts.discard({});
       clearFeedback(form);
       reset.hidden = true;
       const first = form.querySelector("fieldset input, fieldset textarea");

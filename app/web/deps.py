@@ -576,6 +576,7 @@ SUBMIT_PATHS = frozenset({
     "/api/exercises/{slug}/notebook-submissions",
     "/api/exercises/{slug}/runs",
     "/api/exercises/{slug}/quiz",
+    "/api/exercises/{slug}/draft",
     "/api/submissions/{submission_id}/regrade-request",
 })  # fmt: skip
 # Staff's routes that check the role inside (a grading, a similarity run): ``staff``, whatever the method.

@@ -26,7 +26,7 @@ from app.web.errors import PROBLEM_MEDIA_TYPE, kind_for_status, problem_body, pr
 from app.web.sessions import UNSAFE_METHODS, csrf_problem, header
 from worker.core import humane
 
-CODE_PATH = re.compile(r"/exercises/[^/]+/(submissions|runs)$")  # where a body carries a learner's code
+CODE_PATH = re.compile(r"/exercises/[^/]+/(submissions|runs|draft)$")  # where a body carries a learner's code
 NOTEBOOK_PATH = re.compile(r"/exercises/[^/]+/notebook-submissions$")  # where a body carries a notebook
 
 

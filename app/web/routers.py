@@ -14,6 +14,7 @@ from app.web.routes import (
     api_admin,
     api_auth,
     api_courses,
+    api_drafts,
     api_exercises,
     api_grading,
     api_instructor,
@@ -46,6 +47,7 @@ for _router in (
     api_exercises.router,
     api_exercises.path_router,  # /api/path: the learning path and my standing in it
     api_notebooks.router,  # an exercise as a notebook, and submitting one
+    api_drafts.router,
     api_quiz.router,
     api_submissions.router,
     api_tokens.router,  # /api/me/tokens: personal access tokens of the API

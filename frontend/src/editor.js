@@ -54,7 +54,9 @@ function mount(textarea, options = {}) {
           },
         }),
         EditorView.updateListener.of((update) => {
-          if (update.docChanged) textarea.value = update.state.doc.toString();
+          if (!update.docChanged) return;
+          textarea.value = update.state.doc.toString();
+          if (options.onChange) options.onChange();  // drafts: saved a moment after typing stops
         }),
         // The editor's own class through the view (CodeMirror rewrites its root's class list on every update, so a
         // class added by hand is gone after the first edit, and with it app.css's bounded height: the editor grew

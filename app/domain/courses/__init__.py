@@ -13,4 +13,5 @@ Contract, by module:
   through ``app.domain.results.settle``).
 - ``leaderboard``: an assignment's board of one measurement per opted-in exercise, pseudonyms for learners.
 - ``visibility``: which of a learner's test results are shown now, and when the rest will be.
+- ``drafts``: a learner's unsubmitted code or quiz answers per item, saved as they work (never an attempt).
 """

@@ -30,12 +30,13 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from app.domain.accounts.passwords import authenticate
-from app.domain.courses import coursework, membership
+from app.domain.courses import coursework, drafts, membership
 from app.domain.courses.assignments import gate, places_made
 from app.domain.courses.visibility import shown_for
 from app.domain.exercises.bank import list_published
 from app.domain.exercises.learning_path import path_for
 from app.domain.models import Assignment, Exercise, Submission, User, utcnow
+from app.domain.platform.clock import as_utc
 from app.domain.platform.highlight import highlight_blocks, highlight_python
 from app.domain.platform.markdown import render_markdown
 from app.domain.review.regrade_requests import request_for_item
@@ -159,15 +160,30 @@ def exercises_page(
 # --- one exercise --------------------------------------------------------------------------------------------
 
 
-def exercise_context(*, session: Session, user: User, exercise: Exercise, detail: ExerciseDetail) -> dict[str, Any]:
-    """Return what ``exercise.html`` needs to show the code exercise ``detail`` to ``user`` (also under assignments)."""
+def exercise_context(
+    *, session: Session, user: User, exercise: Exercise, detail: ExerciseDetail, assignment: Assignment | None = None
+) -> dict[str, Any]:
+    """Return what ``exercise.html`` needs to show the code exercise ``detail`` to ``user`` (also under assignments).
+
+    The editor holds the newest of the learner's draft for this page (``assignment``, or practice) and their last
+    submission; the starter when they have neither.
+    """
     attempts = attempts_for(session=session, user=user, exercise=exercise, limit=None)
     last = attempts[0] if attempts else None
+    draft = drafts.find(session=session, exercise=exercise, user=user, assignment=assignment)
+    draft_shown = (
+        draft is not None
+        and draft.code is not None
+        and (last is None or as_utc(draft.updated_at) >= as_utc(last.created_at))
+    )
+    code = draft.code if draft_shown and draft is not None else (last.code if last is not None else detail.starter_code)
     return {
         "ex": detail,
         "prompt": highlight_blocks(detail.prompt_html),
         "examples": {name: highlight_python(source) for name, source in detail.examples.items()},
-        "code": last.code if last is not None else detail.starter_code,
+        "code": code,
+        "draft": draft,
+        "draft_shown": draft_shown,
         "last_id": last.id if last else "",
         "progress": progress_for(session=session, user=user, exercise=exercise),
         "has_editor": EDITOR_BUNDLE.is_file(),
@@ -199,9 +215,9 @@ def exercise_page(request: Request, exercise: ExerciseDep, user: CurrentUser, se
     bound = binding(session=session, user=user, exercise=exercise)
     if detail.kind == "quiz":  # answered through quiz.js and POST /api/exercises/{slug}/quiz
         progress = progress_for(session=session, user=user, exercise=exercise)
-        return render(
-            request, "quiz.html", ex=detail, prompt=highlight_blocks(detail.prompt_html), progress=progress, bound=bound
-        )
+        draft = drafts.find(session=session, exercise=exercise, user=user, assignment=None)
+        prompt = highlight_blocks(detail.prompt_html)
+        return render(request, "quiz.html", ex=detail, prompt=prompt, progress=progress, bound=bound, draft=draft)
     page = exercise_context(session=session, user=user, exercise=exercise, detail=detail)
     return render(request, "exercise.html", **{**page, "bound": bound})
 

@@ -31,7 +31,7 @@ from fastapi.responses import Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain.courses import assignments, coursework, leaderboard, membership
+from app.domain.courses import assignments, coursework, drafts, leaderboard, membership
 from app.domain.models import Assignment, Course, CourseRole, User, utcnow
 from app.domain.platform.highlight import highlight_blocks
 from app.domain.review.insights import exercise_insights
@@ -177,8 +177,9 @@ def assignment_exercise_page(
     if detail.kind == "quiz":  # answered through quiz.js, which sends the assignment id
         prompt = highlight_blocks(detail.prompt_html)
         progress = progress_for(session=session, user=user, exercise=exercise)
-        return render(request, "courses/quiz.html", ex=detail, prompt=prompt, progress=progress, **under)
-    page = exercise_context(session=session, user=user, exercise=exercise, detail=detail)
+        draft = drafts.find(session=session, exercise=exercise, user=user, assignment=assignment)
+        return render(request, "courses/quiz.html", ex=detail, prompt=prompt, progress=progress, draft=draft, **under)
+    page = exercise_context(session=session, user=user, exercise=exercise, detail=detail, assignment=assignment)
     return render(request, "courses/exercise.html", **page, **under)
 
 
