@@ -6,6 +6,9 @@ device_count() is 2, and nn.DataParallel's own __init__ and forward run unchange
 `Net` from here to compute the expected outputs and gradients on the CPU.
 """
 
+import inspect as inspect_module
+import re
+
 import torch
 from torch import nn
 
@@ -49,15 +52,85 @@ def _reset_moves() -> None:
     torch_cuda.reset_moves()
 
 
+# What the learner's make_parallel built while it ran: one entry per nn.DataParallel or DistributedDataParallel
+# constructor call (the class, the arguments given, whether the constructor raised). Kept until the next
+# make_parallel call of this test's process, so a test can ask for it after make_parallel raised.
+BUILT: list = []
+
+
+def _shown(value) -> str:
+    """A constructor argument as a learner would write it (short)."""
+    if isinstance(value, torch.device):
+        return f"torch.device('{value}')"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_shown(v) for v in list(value)[:8])
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _recording(cls, label: str):
+    """Wrap cls.__init__ so that each call is appended to BUILT; return a function that undoes it."""
+    original = cls.__dict__["__init__"]
+    signature = inspect_module.signature(original)
+
+    def __init__(self, *args, **kwargs):
+        entry = {"class": label, "args": {}, "arg_types": {}, "raised": None}
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+            for name in ("device_ids", "output_device", "dim"):
+                if name in bound.arguments:
+                    entry["args"][name] = _shown(bound.arguments[name])
+                    entry["arg_types"][name] = type(bound.arguments[name]).__name__
+        except TypeError:
+            pass
+        BUILT.append(entry)
+        try:
+            original(self, *args, **kwargs)
+        except Exception as exc:
+            entry["raised"] = {"type": type(exc).__name__, "message": str(exc)[:600]}
+            raise
+
+    __init__.__wrapped__ = original
+    cls.__init__ = __init__
+
+    def undo() -> None:
+        cls.__init__ = original
+
+    return undo
+
+
+def _make(submission, model):
+    """Call the learner's make_parallel(model), recording the wrappers it constructs."""
+    BUILT.clear()
+    undo = [_recording(nn.DataParallel, "DataParallel")]
+    from torch.nn.parallel import DistributedDataParallel
+
+    undo.append(_recording(DistributedDataParallel, "DistributedDataParallel"))
+    try:
+        return submission.make_parallel(model)
+    finally:
+        for step in reversed(undo):
+            step()
+
+
+def built(submission) -> list:
+    """What the last make_parallel call of this test constructed (see BUILT)."""
+    return list(BUILT)
+
+
 def _describe(result, model) -> dict:
     cls = type(result)  # type(), not result.__class__, which an object can fake
     claimed = getattr(result, "__class__", cls)
-    params, buffers = {}, {}
+    params, buffers, dtypes, contains, not_training = {}, {}, {}, False, []
     if isinstance(result, nn.Module):
         params = {n: str(p.device) for n, p in nn.Module.named_parameters(result)}
         buffers = {n: str(b.device) for n, b in nn.Module.named_buffers(result)}
+        dtypes = {n: str(p.dtype).removeprefix("torch.") for n, p in nn.Module.named_parameters(result)}
+        contains = any(m is model for m in nn.Module.modules(result))
+    not_training = [n or "the model" for n, m in model.named_modules() if not m.training]
     attrs = {}
-    for name in ("device_ids", "output_device"):
+    for name in ("device_ids", "output_device", "dim"):
         try:
             value = getattr(result, name)
         except Exception as exc:  # absent or broken attribute: report it
@@ -65,24 +138,47 @@ def _describe(result, model) -> dict:
         attrs[name] = value if isinstance(value, (int, str, list, tuple, type(None))) else repr(value)
     return {
         "type": f"{cls.__module__}.{cls.__qualname__}",
+        "name": cls.__qualname__,
         "mro": [f"{c.__module__}.{c.__qualname__}" for c in cls.__mro__],
         "claimed_type": f"{getattr(claimed, '__module__', '?')}.{getattr(claimed, '__qualname__', repr(claimed))}",
         "is_module": isinstance(result, nn.Module),
         "is_model": result is model,
         "wraps_model": getattr(result, "module", None) is model,
+        "contains_model": contains,
         "device_ids": attrs["device_ids"],
         "output_device": attrs["output_device"],
+        "dim": attrs["dim"],
         "param_devices": params,
         "buffer_devices": buffers,
+        "param_dtypes": dtypes,
+        "not_training": not_training,
         "model_param_devices": {n: str(p.device) for n, p in model.named_parameters()},
+        "built": list(BUILT),
     }
+
+
+def _replica_error(message: str) -> dict | None:
+    """DataParallel re-raises a replica's exception as "Caught T in replica i on device d.\nOriginal Traceback
+    ...": return the original exception's type and text (the traceback's last, unindented lines)."""
+    head = re.match(r"Caught (\w+) in replica (\d+) on device (\d+)\.", message)
+    if head is None:
+        return None
+    lines = message.split("\n")
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    after = frames[-1] if frames else 0
+    start = next((i for i in range(after + 1, len(lines)) if lines[i] and not lines[i][0].isspace()), None)
+    if start is None:
+        return {"type": head[1], "message": "", "replica": int(head[2]), "device": int(head[3])}
+    text = "\n".join(lines[start:]).strip()
+    kind, _, rest = text.partition(": ")
+    return {"type": kind.rsplit(".", 1)[-1], "message": rest, "replica": int(head[2]), "device": int(head[3])}
 
 
 def inspect(submission, seed: int = 0) -> dict:
     """Call make_parallel(Net(seed)) and describe what came back."""
     model = Net(seed)
     _reset_moves()
-    result = submission.make_parallel(model)
+    result = _make(submission, model)
     seen = _describe(result, model)
     seen["moves"] = _moves()
     return seen
@@ -92,14 +188,15 @@ def forward(submission, rows: int = 6, seed: int = 0, backward: bool = True) -> 
     """Call make_parallel(Net(seed)), run it on a batch placed on cuda:0, then backward on the sum."""
     model = Net(seed)
     _reset_moves()
-    result = submission.make_parallel(model)
-    seen = {"moves": _moves()}
+    result = _make(submission, model)
+    seen = {"moves": _moves(), "described": _describe(result, model)}
     x = batch(rows).to("cuda:0")
     CALLS.clear()
     try:
         out = result(x)
     except Exception as exc:
-        seen["error"] = {"type": type(exc).__name__, "message": str(exc)[:600]}
+        text = str(exc)
+        seen["error"] = {"type": type(exc).__name__, "message": text[:600], "replica": _replica_error(text)}
         seen["calls"] = list(CALLS)
         return seen
     seen["calls"] = list(CALLS)
@@ -111,7 +208,8 @@ def forward(submission, rows: int = 6, seed: int = 0, backward: bool = True) -> 
         "type": "Tensor",
         "device": str(out.device),
         "shape": list(out.shape),
-        "values": out.detach().cpu().clone(),
+        "dtype": str(out.dtype).removeprefix("torch."),
+        "values": out.detach().cpu().float().clone(),
     }
     if backward:
         try:
@@ -121,7 +219,7 @@ def forward(submission, rows: int = 6, seed: int = 0, backward: bool = True) -> 
             return seen
         seen["backward_error"] = None
         seen["grads"] = {
-            n: None if p.grad is None else {"device": str(p.grad.device), "value": p.grad.detach().cpu().clone()}
+            n: None if p.grad is None else {"device": str(p.grad.device), "value": p.grad.detach().cpu().float()}
             for n, p in model.named_parameters()
         }
     return seen

@@ -1,4 +1,4 @@
-import torch
+import torch  # noqa: F401 - torch.cuda tells how many GPUs there are
 from torch import nn
 
 

@@ -1,29 +1,145 @@
 """Hidden tests for make_parallel. They run in the judge; the learner's code runs in the subject with two
-virtual CUDA devices (see probes.py). Probes report what happened; the expectations are computed here.
+virtual CUDA devices (see probes.py). Probes report what happened; the expectations and the words are here.
 """
 
-import pytest
+import re
+
 import torch
 from probes import Net, batch
+from runner import feedback
 
 DP = "torch.nn.parallel.data_parallel.DataParallel"
 ROWS = 6
+# DataParallel.forward's own placement check (torch/nn/parallel/data_parallel.py): matched here, never shown.
+PLACEMENT_CHECK = re.compile(
+    r"module must have its parameters and buffers on device (?P<want>\S+) \(device_ids\[0\]\) "
+    r"but found one of them on device: (?P<found>\S+)"
+)
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def _probe(probe, name, **kwargs):
+    """Run a probe; when make_parallel itself raised, fail with what it was building and why it stopped."""
     try:
         return probe(name, **kwargs)
-    except Exception as exc:  # the learner's exception, turned into feedback
-        pytest.fail(f"make_parallel(Net()) raised {type(exc).__name__}: {exc}")
+    except Exception as exc:  # the learner's exception, carried over as data
+        _fail_make_parallel(probe, exc)
+
+
+def _fail_make_parallel(probe, exc):
+    type_name = getattr(exc, "type_name", type(exc).__name__)
+    message = str(exc.args[0]) if exc.args else ""
+    line = getattr(exc, "line", None)
+    where = f" (your code, line {line})" if line else ""
+    try:
+        built = probe("built")
+    except Exception:  # only a hint: without it the message says less
+        built = []
+    ddp = [b for b in built if b["class"] == "DistributedDataParallel"]
+    dp_failed = [b for b in built if b["class"] == "DataParallel" and b["raised"]]
+    if ddp:
+        got = feedback.explain(type_name, message)
+        why = ": it needs a process group (dist.init_process_group), and none exists"
+        feedback.fail(
+            f"make_parallel built a DistributedDataParallel{where}, and its constructor raised {type_name}"
+            + (why if got.cause == "process_group.missing" else "")
+            + ". This exercise asks for nn.DataParallel, not DistributedDataParallel: one Python process that "
+            "drives both GPUs, with no process group (DistributedDataParallel runs one process per GPU, each after "
+            "dist.init_process_group). Return nn.DataParallel(model) with the model on cuda:0.",
+            details=got.details,
+        )
+    if dp_failed:
+        args = dp_failed[-1]["args"]
+        call = "nn.DataParallel(model" + "".join(f", {k}={v}" for k, v in args.items()) + ")"
+        if dp_failed[-1]["arg_types"].get("device_ids") == "int":
+            got = feedback.explain(type_name, message)
+            feedback.fail(
+                f"make_parallel called {call}{where}, and DataParallel's constructor raised {type_name}: "
+                "device_ids takes a list of GPU indices, such as [0, 1] or "
+                "list(range(torch.cuda.device_count())), not the number of GPUs. Leave it out to use every "
+                "visible GPU.",
+                details=got.details,
+            )
+        got = feedback.raised(f"{call} in make_parallel", type_name, message)
+        feedback.fail(f"{got.message[:-1]}{where}.", details=got.details)
+    got = feedback.raised("make_parallel(Net())", type_name, message)
+    feedback.fail(f"{got.message[:-1]}{where}.", details=got.details)
 
 
 def _moves(seen):
     moves = [f"{what}: {src} -> {dst}" for what, src, dst in seen.get("moves", [])]
-    return ", ".join(moves[:4]) if moves else "no move at all"
+    if len(moves) > 4:
+        moves = [*moves[:4], f"and {len(moves) - 4} more"]
+    return ", ".join(moves) if moves else "no move at all"
 
 
 def _is_dp(seen):
     return DP in seen["mro"]
+
+
+def _float32(seen) -> str:
+    """'' when every parameter is float32, else what the parameters are (the batch is float32)."""
+    kinds = sorted(set(seen.get("param_dtypes", {}).values()) - {"float32"})
+    return " and ".join(kinds)
+
+
+def _eval_mode(seen) -> str:
+    """Why the numbers differ when make_parallel left (part of) the model in eval mode, else ''."""
+    off = seen.get("not_training") or []
+    if not off:
+        return ""
+    which = "the model" if "the model" in off else "its layers " + ", ".join(off[:3])
+    return (
+        f"make_parallel left {which} in eval mode (.training is False): BatchNorm then normalises with its "
+        "running statistics instead of each chunk's own, and no longer updates them. A model ready for training "
+        "stays in training mode, as you were given it: do not call model.eval() here"
+    )
+
+
+def _placement(seen):
+    """What is wrong with where the parameters and buffers are, as (which, why), or None when all are on cuda:0."""
+    params, buffers = seen["param_devices"], seen["buffer_devices"]
+    wrong = {n: d for n, d in {**params, **buffers}.items() if d != "cuda:0"}
+    if not wrong:
+        return None
+    names = ", ".join(f"{n} on {d}" for n, d in list(wrong.items())[:3])
+    if len(wrong) > 3:
+        names += f" (and {len(wrong) - 3} more)"
+    found = sorted(set(wrong.values()))
+    params_wrong = [n for n in params if params[n] != "cuda:0"]
+    moves = seen.get("moves", [])
+    tensor_moves = [m for m in moves if m[0] == "tensor" and m[2].startswith("cuda")]
+    module_moves = [m for m in moves if m[0].startswith("module")]
+    if found == ["cpu"] and params and not params_wrong:
+        why = (
+            "your code moved the parameters but not the buffers (BatchNorm's running statistics): DataParallel "
+            "needs both on device_ids[0]. model.to('cuda:0') or model.cuda() moves parameters and buffers together"
+        )
+    elif found == ["cpu"] and len(wrong) == len(params) + len(buffers) and tensor_moves and not module_moves:
+        why = (
+            f"your code moved {len(tensor_moves)} tensor{'s' if len(tensor_moves) != 1 else ''} to the GPU with "
+            "Tensor.to or Tensor.cuda, yet every parameter and buffer of the model is still on the CPU: both "
+            "return a moved copy and leave the tensor they were called on where it was (Module.to, by contrast, "
+            "moves a module's own parameters and buffers). "
+            "Use model.to('cuda:0') or model.cuda()"
+        )
+    elif found == ["cpu"]:
+        why = (
+            "they are still on the CPU: nn.DataParallel does not move the model for you (with more than one "
+            "device id), so move it with model.to('cuda:0') or model.cuda(), before or after wrapping. "
+            f"Moves your code made: {_moves(seen)}"
+        )
+    else:
+        why = (
+            f"they are on {', '.join(found)}: DataParallel keeps the real model on device_ids[0], which is "
+            "cuda:0 here (model.to('cuda') and model.cuda() mean cuda:0 too). "
+            f"Moves your code made: {_moves(seen)}"
+        )
+    return names, why
 
 
 def _reference(sizes, rows=ROWS, seed=0):
@@ -40,119 +156,231 @@ def _reference(sizes, rows=ROWS, seed=0):
     return out.detach(), {n: p.grad.detach() for n, p in net.named_parameters()}
 
 
+def _fail_forward(seen):
+    """model(x) raised: say where and why, from what the probe observed before the forward pass."""
+    err, d = seen["error"], {**seen["described"], "moves": seen.get("moves", [])}
+    text = err["message"]
+    start = f"model(x) for a batch of {ROWS} rows on cuda:0"
+    check = PLACEMENT_CHECK.search(text)
+    if check and err["type"] == "RuntimeError":
+        want, found = check["want"], check["found"]
+        said = (
+            f"{start} stopped before running: DataParallel's forward first checks that every parameter and "
+            f"buffer is on device_ids[0], here {want}, and found one on {found}."
+        )
+        ids = d.get("device_ids")
+        if want != "cuda:0" and isinstance(ids, list):
+            said += (
+                f" Your device_ids={ids} starts with {ids[0]}: DataParallel expects the real model on the first GPU "
+                "in device_ids. List cuda:0 first (device_ids=[0, 1]) or leave device_ids out."
+            )
+        else:
+            placed = _placement(d)
+            if placed is not None:
+                said += f" Found {placed[0]}: {_sentence(placed[1])}"
+        feedback.fail(said, details=f"{err['type']}: {text}")
+    replica = err.get("replica")
+    if replica:
+        device = f"cuda:{replica['device']}"
+        details = f"{replica['type']}: {replica['message']}"
+        if d.get("dim") not in (0, None) and isinstance(d.get("dim"), int):
+            feedback.fail(
+                f"{start} failed in the copy of your model on {device}: your DataParallel cuts the batch along "
+                f"dim={d['dim']}, not along the rows, so each GPU got all {ROWS} rows and only some of the 4 input "
+                "columns, which the model's first Linear(4, 8) cannot take. DataParallel splits along dim 0 (the "
+                "batch) by default: leave dim out.",
+                details=details,
+            )
+        dtypes = _float32(d)
+        if dtypes:
+            feedback.fail(
+                f"{start} failed in the copy of your model on {device}: your model's parameters are {dtypes} but "
+                "the batch is float32, and a layer needs its weights and input in one dtype. make_parallel changed "
+                "the model's dtype (.half(), .to(torch.float16), ...): only move the model, keep its dtype.",
+                details=details,
+            )
+        got = feedback.raised(f"{start}: the copy of your model on {device}", replica["type"], replica["message"])
+        feedback.fail(got.message, details=got.details)
+    got = feedback.raised(start, err["type"], text)
+    feedback.fail(got.message, details=got.details)
+
+
 def test_returns_a_dataparallel(probe):
     seen = _probe(probe, "inspect")
+    built_dp = any(b["class"] == "DataParallel" for b in seen.get("built", []))
     if _is_dp(seen):
-        return
-    if seen["is_model"]:
-        pytest.fail(
-            f"make_parallel returned your model itself ({seen['type']}), not wrapped. Moving a model to the GPU "
-            "uses one GPU only; wrap it: nn.DataParallel(model) splits each batch across all GPUs."
+        if seen["contains_model"]:
+            return
+        feedback.fail(
+            "make_parallel returned an nn.DataParallel that does not hold the model it was given: the module "
+            "inside it is another object (a copy, such as copy.deepcopy(model), or a new model). Training it "
+            "would never update the caller's model, and an optimizer built on model.parameters() would train "
+            "nothing. Move and wrap the given model itself (Module.to moves it in place)."
         )
-    if seen["claimed_type"].endswith("DataParallel"):
-        pytest.fail(
+    if seen["is_model"]:
+        if built_dp:
+            feedback.fail(
+                "your code built an nn.DataParallel, but make_parallel returned the model itself, not the "
+                "wrapper: return what nn.DataParallel(...) gave you. The bare model runs on one GPU only."
+            )
+        feedback.fail(
+            "make_parallel returned the model it was given, unwrapped: no nn.DataParallel was built while it ran. "
+            "Moving a model to the GPU uses one GPU only; wrap it: nn.DataParallel(model) splits each batch across "
+            "all GPUs. (If your code wraps only under a condition: the grader shows 2 GPUs, "
+            "torch.cuda.device_count() == 2.)"
+        )
+    if seen["claimed_type"] != seen["type"] and seen["claimed_type"].endswith("DataParallel"):
+        feedback.fail(
             f"make_parallel returned a {seen['type']} that claims to be a {seen['claimed_type']} but is not one "
             "(its real type does not inherit from nn.DataParallel). Return torch.nn.DataParallel(model) "
             "(or an instance of a genuine subclass of it)."
         )
-    pytest.fail(
-        f"make_parallel returned a {seen['type']}; expected a torch.nn.DataParallel (type() must be "
-        "nn.DataParallel or a real subclass of it). An object with `module` and `device_ids` attributes is not "
-        "enough: only DataParallel's forward scatters the batch, replicates the model and gathers the outputs."
+    same_name = " (a class of your own with that name is not torch's)" if seen["name"] == "DataParallel" else ""
+    feedback.fail(
+        f"make_parallel returned a {seen['type']}, which does not inherit from nn.DataParallel{same_name}; "
+        "expected a torch.nn.DataParallel (type() must be nn.DataParallel or a real subclass of it). An object "
+        "with `module` and `device_ids` attributes is not enough: only DataParallel's forward scatters the batch, "
+        "replicates the model and gathers the outputs."
     )
 
 
 def test_uses_every_gpu_and_gathers_on_cuda0(probe):
     seen = _probe(probe, "inspect")
     if not _is_dp(seen):
-        pytest.fail(f"make_parallel returned a {seen['type']}, not an nn.DataParallel, so it uses no GPU list.")
-    assert seen["device_ids"] == [0, 1] and seen["output_device"] == 0, (
-        f"your DataParallel has device_ids={seen['device_ids']!r} and output_device={seen['output_device']!r}; "
-        "with 2 visible GPUs it should use both, device_ids=[0, 1], and gather on output_device=0. "
-        "Leave device_ids out (the default is every visible GPU) or pass [0, 1]; device_ids=[0] trains on one GPU."
-    )
+        what = f"your model itself (a {seen['name']})" if seen["is_model"] else f"a {seen['type']}"
+        feedback.fail(f"make_parallel returned {what}, not an nn.DataParallel, so it has no GPU list (device_ids).")
+    ids, out = seen["device_ids"], seen["output_device"]
+    problems = []
+    if ids != [0, 1]:
+        if isinstance(ids, list) and sorted(ids) == [0, 1]:
+            problems.append(
+                f"device_ids={ids}, which lists both GPUs but not in order: device_ids[0] is the GPU that holds "
+                f"the real model, where DataParallel expects its parameters (cuda:{ids[0]} here). Use "
+                "device_ids=[0, 1] or leave device_ids out."
+            )
+        elif isinstance(ids, list) and len(ids) == 1:
+            problems.append(
+                f"device_ids={ids}, which names one GPU, so DataParallel runs the whole batch there. Leave "
+                "device_ids out (the default is every visible GPU) or pass [0, 1]."
+            )
+        else:
+            problems.append(
+                f"device_ids={ids}; with 2 visible GPUs it should be [0, 1]. Leave device_ids out (the default is "
+                "every visible GPU) or pass [0, 1]."
+            )
+    if out != 0:
+        problems.append(
+            f"output_device={out}, so it gathers the outputs on cuda:{out}, and the task asks for cuda:0. Pass "
+            "output_device=0 or leave it out (it defaults to device_ids[0])."
+        )
+    if problems:
+        feedback.fail("Your DataParallel has " + " It also has ".join(problems))
 
 
 def test_parameters_and_buffers_on_first_gpu(probe):
     seen = _probe(probe, "inspect")
-    devices = {**seen["param_devices"], **seen["buffer_devices"]}
-    if not devices:
-        pytest.fail(f"make_parallel returned a {seen['type']} with no parameters at all; return the wrapped model.")
-    wrong = {n: d for n, d in devices.items() if d != "cuda:0"}
-    if not wrong:
+    if not seen["param_devices"] and not seen["buffer_devices"]:
+        feedback.fail(f"make_parallel returned a {seen['type']} with no parameters at all; return the wrapped model.")
+    placed = _placement(seen)
+    if placed is None:
         return
-    found = sorted(set(wrong.values()))
-    if found == ["cpu"]:
-        why = (
-            "they are still on the CPU: nn.DataParallel does not move the model for you (with more than one "
-            "device id), so move it with model.to('cuda:0') or model.cuda(), before or after wrapping"
-        )
-    else:
-        why = (
-            f"they are on {', '.join(found)}: DataParallel keeps the real model on device_ids[0], which is "
-            "cuda:0 here (model.to('cuda') and model.cuda() mean cuda:0 too)"
-        )
-    names = ", ".join(f"{n} on {d}" for n, d in list(wrong.items())[:3])
-    pytest.fail(
-        f"all parameters and buffers must be on cuda:0 (device_ids[0]) but found {names}; {why}. "
-        f"Moves your code made: {_moves(seen)}."
-    )
+    names, why = placed
+    feedback.fail(f"all parameters and buffers must be on cuda:0 (device_ids[0]) but found {names}; {_sentence(why)}")
 
 
 def test_forward_on_cuda0_batch(probe):
     seen = _probe(probe, "forward", rows=ROWS, backward=False)
     if seen["error"]:
-        err = seen["error"]
-        pytest.fail(
-            f"model(x) for a batch x of {ROWS} rows on cuda:0 raised {err['type']}: {err['message']} "
-            "DataParallel checks before anything else that every parameter and buffer is on device_ids[0] "
-            "(cuda:0); move the model there."
-        )
+        _fail_forward(seen)
+    d = seen["described"]
     out = seen["output"]
-    assert out["type"] == "Tensor", f"model(x) returned a {out['type']}, expected the model's output tensor."
-    want, _ = _reference([n for _, n in seen['calls']])
-    assert out["device"] == "cuda:0" and out["shape"] == [ROWS, 3], (
-        f"model(x) for a batch of shape [{ROWS}, 4] on cuda:0 returned a tensor of shape {out['shape']} on "
-        f"{out['device']}; expected shape [{ROWS}, 3] on cuda:0: DataParallel gathers the replicas' outputs on "
-        "output_device, which defaults to device_ids[0]."
-    )
+    if out["type"] != "Tensor":
+        feedback.fail(f"model(x) returned a {out['type']}, expected the model's output tensor.")
+    if out["device"] != "cuda:0" or out["shape"] != [ROWS, 3]:
+        why = "DataParallel gathers the replicas' outputs on output_device, which defaults to device_ids[0]"
+        if out["device"] != "cuda:0" and d.get("output_device") not in (0, None):
+            why = f"your DataParallel has output_device={d['output_device']}, and DataParallel gathers there"
+        feedback.fail(
+            f"model(x) for a batch of shape [{ROWS}, 4] on cuda:0 returned a tensor of shape {out['shape']} on "
+            f"{out['device']}; expected shape [{ROWS}, 3] on cuda:0: {why}."
+        )
+    want, _ = _reference([n for _, n in seen["calls"]])
     diff = float((out["values"] - want).abs().max())
-    assert diff < 1e-5, (
-        f"model(x) gave different numbers than your model run on each chunk of the batch (max difference "
-        f"{diff:.3g}); make_parallel must wrap the model it was given, with its weights unchanged."
+    if diff < 1e-5:
+        return
+    if _eval_mode(d):
+        feedback.fail(f"model(x) gave different numbers than in training mode (by up to {diff:.2g}): {_eval_mode(d)}.")
+    if _float32(d):
+        feedback.fail(
+            f"model(x) gave different numbers (by up to {diff:.2g}) than your model in float32: its parameters are "
+            f"{_float32(d)}. make_parallel should move the model, not change its dtype."
+        )
+    feedback.fail(
+        f"model(x) gave different numbers than the model you were given, run on each chunk of the batch (by up to "
+        f"{diff:.2g}): make_parallel must wrap that model with its weights unchanged."
     )
 
 
 def test_batch_split_across_both_gpus(probe):
     seen = _probe(probe, "forward", rows=ROWS, backward=False)
-    if seen["error"]:
-        pytest.fail(f"model(x) on a cuda:0 batch raised {seen['error']['type']}, so nothing ran on the GPUs.")
+    d = seen["described"]
     calls = sorted(tuple(c) for c in seen["calls"])
-    assert calls == [("cuda:0", 3), ("cuda:1", 3)], (
-        f"a batch of {ROWS} rows reached your model as {calls} (device, rows); with DataParallel on 2 GPUs each "
-        "GPU runs a copy of the model on its half of the batch: expected [('cuda:0', 3), ('cuda:1', 3)]. "
-        + ("Your model ran once on the whole batch: it is not really wrapped in nn.DataParallel, or uses one GPU."
-           if len(calls) == 1 else "")
-    )
+    if calls == [("cuda:0", 3), ("cuda:1", 3)] and not seen["error"]:
+        return
+    ran = ", ".join(f"{rows} rows on {device}" for device, rows in calls)
+    if seen["error"]:
+        said = (
+            f"model(x) on a cuda:0 batch of {ROWS} rows failed (the forward test says why) before both GPUs had run "
+            "their half of it" + (f"; your model was reached with {ran}." if ran else ".")
+        )
+    else:
+        said = (
+            f"a batch of {ROWS} rows reached your model as: {ran or 'nothing'}. With DataParallel on 2 GPUs each "
+            "GPU runs a copy of the model on its half of the batch: 3 rows on cuda:0 and 3 rows on cuda:1."
+        )
+    if not _is_dp(d):
+        said += " make_parallel did not return an nn.DataParallel, so nothing split the batch."
+    elif isinstance(d.get("device_ids"), list) and len(d["device_ids"]) == 1:
+        said += f" Your DataParallel has device_ids={d['device_ids']}: one GPU."
+    elif isinstance(d.get("dim"), int) and d["dim"] != 0:
+        said += f" Your DataParallel splits along dim={d['dim']}, not along the rows (dim 0, the default)."
+    feedback.fail(said)
 
 
 def test_gradients_reach_the_model_on_cuda0(probe):
     seen = _probe(probe, "forward", rows=ROWS, backward=True)
     if seen["error"] or seen.get("output", {}).get("type") != "Tensor":
-        pytest.fail("model(x) on a cuda:0 batch did not return an output tensor, so no gradient could flow.")
+        feedback.fail("model(x) on a cuda:0 batch did not return an output tensor, so no gradient could flow.")
     if seen.get("backward_error"):
         err = seen["backward_error"]
-        pytest.fail(f"model(x).sum().backward() raised {err['type']}: {err['message']}")
-    _, want = _reference([n for _, n in seen['calls']])
+        got = feedback.raised("model(x).sum().backward()", err["type"], err["message"])
+        feedback.fail(got.message, details=got.details)
+    d = seen["described"]
+    _, want = _reference([n for _, n in seen["calls"]])
     for name, expected in want.items():
         got = seen["grads"].get(name)
-        assert got is not None, (
-            f"after model(x).sum().backward() the parameter {name} of the model you were given has no gradient; "
-            "wrap that very model (not a copy) so the optimizer built on it trains."
-        )
-        assert got["device"] == "cuda:0", f"the gradient of {name} is on {got['device']}; expected cuda:0."
+        if got is None:
+            if not d["contains_model"]:
+                feedback.fail(
+                    f"after model(x).sum().backward() the parameter {name} of the model make_parallel was given has "
+                    "no gradient: what make_parallel returned does not hold that model (a copy, or a new model), "
+                    "so the optimizer built on it would train nothing. Wrap that very model."
+                )
+            feedback.fail(
+                f"after model(x).sum().backward() the parameter {name} of the model make_parallel was given has "
+                "no gradient, although the model is inside what make_parallel returned: its requires_grad was "
+                "turned off, or the forward did not use it."
+            )
+        if got["device"] != "cuda:0":
+            feedback.fail(f"the gradient of {name} is on {got['device']}; expected cuda:0, where the model lives.")
         diff = float((got["value"] - expected).abs().max())
-        assert diff < 1e-4, (
-            f"the gradient of {name} differs from the sum of the chunks. gradients by {diff:.3g}; DataParallel "
-            "sums the replicas' gradients into the original model."
-        )
+        if diff >= 1e-4:
+            if _eval_mode(d):
+                feedback.fail(
+                    f"the gradient of {name} differs from training mode's (by up to {diff:.2g}): {_eval_mode(d)}."
+                )
+            feedback.fail(
+                f"the gradient of {name} differs from the sum of the chunks' gradients (by up to {diff:.2g}); "
+                "DataParallel sums the replicas' gradients into the model you were given, so wrap that model with "
+                "its weights, dtype and training mode unchanged."
+            )
