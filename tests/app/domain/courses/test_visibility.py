@@ -120,7 +120,8 @@ def _withheld(body: dict[str, Any], name: str, max_points: float) -> bool:
     """Say whether ``name`` is shown by name and worth only."""
     test = _tests(body)[name]
     return test == {
-        "name": name, "outcome": "hidden", "message": "", "points": 0.0, "max_points": max_points, "visible": False,
+        "name": name, "outcome": "hidden", "message": "", "details": "", "points": 0.0, "max_points": max_points,
+        "visible": False,
     }  # fmt: skip
 
 
@@ -203,7 +204,8 @@ def test_an_after_due_test_shows_once_the_learners_deadline_passed(
     after = submit(learner, exercise, make_assignment(exercise, due_at=PAST))
     body = learner_client.get(f"/api/submissions/{after.id}").json()
     assert _tests(body)[NEGATIVE] == {
-        "name": NEGATIVE, "outcome": "failed", "message": SECRET, "points": 0.0, "max_points": 3.0, "visible": True,
+        "name": NEGATIVE, "outcome": "failed", "message": SECRET, "details": "", "points": 0.0, "max_points": 3.0,
+        "visible": True,
     }  # fmt: skip
     assert body["hidden_tests"] == 0 and body["newly_visible"] == [NEGATIVE] and body["reveals_at"] is None
 
