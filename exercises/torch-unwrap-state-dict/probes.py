@@ -59,12 +59,18 @@ def mixed() -> OrderedDict:
     return OrderedDict([("module.a", torch.zeros(1)), ("b", torch.ones(1)), ("module.c", torch.full((1,), 2.0))])
 
 
+def mixed_plain_first() -> OrderedDict:
+    """The same keys as mixed(), a key without the prefix first."""
+    return OrderedDict([("b", torch.ones(1)), ("module.a", torch.zeros(1)), ("module.c", torch.full((1,), 2.0))])
+
+
 CHECKPOINTS = {
     "wrapped_sequential": lambda: nn.DataParallel(sequential()).state_dict(),
     "wrapped_net": lambda: trained_wrapped_net().state_dict(),
     "plain_net": lambda: Net().state_dict(),
     "wrapped_outer": lambda: nn.DataParallel(Outer(seed=4)).state_dict(),
     "mixed": mixed,
+    "mixed_plain_first": mixed_plain_first,
     "empty": dict,
 }
 
