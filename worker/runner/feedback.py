@@ -298,6 +298,31 @@ CLASSES: tuple[FailureClass, ...] = (
         ".to(torch.float16)): keep the model in float32 and let autocast run the low-precision operations",
     ),
     FailureClass(
+        "scaler.update_without_step",
+        re.compile(r"No inf checks were recorded prior to update"),
+        "scaler.update() ran with no scaler.step(optimizer) since the scaler's previous update: the step was "
+        "optimizer.step() called directly, or update() came before scaler.step(optimizer) or twice in one step. "
+        "Step through scaler.step(optimizer), which unscales the gradients and checks them for inf and NaN, then "
+        "call scaler.update() once",
+        types=("AssertionError",),
+    ),
+    FailureClass(
+        "scaler.step_without_update",
+        re.compile(
+            r"unscale_\(\) is being called after step\(\)|step\(\) has already been called since the last update\(\)"
+        ),
+        "your code called scaler.unscale_(optimizer) or scaler.step(optimizer) after scaler.step(optimizer) with no "
+        "scaler.update() in between: every step ends with scaler.update()",
+        types=("RuntimeError",),
+    ),
+    FailureClass(
+        "autocast.no_device_type",
+        re.compile(r"autocast\.__init__\(\) missing 1 required positional argument: 'device_type'"),
+        'torch.autocast was called without its device type: name it first, as in torch.autocast("cpu", '
+        'dtype=torch.bfloat16) ("cuda" for GPU tensors)',
+        types=("TypeError",),
+    ),
+    FailureClass(
         "tensor.item_of_many",
         re.compile(r"a Tensor with (?P<n>\d+) elements cannot be converted to Scalar"),
         "your code called .item() (or float()) on a tensor of {n} values: reduce it first (loss.mean(), .sum()) "

@@ -98,6 +98,25 @@ TORCH: dict[str, str] = {
         scaler = torch.amp.GradScaler("cpu")
         scaler.scale(m(torch.ones(1, 2, dtype=torch.float16)).float().sum()).backward()
         scaler.step(opt)"""),
+    "torch.scaler_update_without_step": textwrap.dedent("""\
+        import torch
+        m = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.scale(m(torch.ones(1, 2)).sum()).backward()
+        opt.step()
+        scaler.update()"""),
+    "torch.scaler_step_without_update": textwrap.dedent("""\
+        import torch
+        m = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler("cpu")
+        for _ in range(2):
+            opt.zero_grad()
+            scaler.scale(m(torch.ones(1, 2)).sum()).backward()
+            scaler.unscale_(opt)
+            scaler.step(opt)"""),
+    "torch.autocast_no_device_type": "import torch\nwith torch.autocast(dtype=torch.bfloat16):\n    pass",
     "torch.no_process_group": "import torch, torch.distributed as dist\ndist.all_reduce(torch.ones(1))",
     "torch.ddp_no_process_group": textwrap.dedent("""\
         import torch
