@@ -38,6 +38,7 @@ EXPECTED = {
     "torch.cross_entropy_float_target": "loss.target_dtype",
     "torch.loss_batch_mismatch": "loss.batch_mismatch",
     "torch.load_state_dict_prefix": "state_dict.module_prefix",
+    "torch.load_state_dict_module": "state_dict.not_a_mapping",
     "torch.cuda_not_compiled": "device.no_cuda",
     "torch.optimizer_empty": "optimizer.no_parameters",
     "torch.item_many": "tensor.item_of_many",

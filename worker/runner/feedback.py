@@ -193,6 +193,13 @@ CLASSES: tuple[FailureClass, ...] = (
         fill=_keys,
     ),
     FailureClass(
+        "state_dict.not_a_mapping",
+        re.compile(r"Expected state_dict to be dict-like, got <class '(?:[\w.]*\.)?(?P<got>\w+)'>"),
+        "load_state_dict was given a {got} object, not a state dict: it takes a mapping of names to tensors, such "
+        "as what module.state_dict() returns",
+        types=("TypeError",),
+    ),
+    FailureClass(
         "device.mismatch",
         re.compile(
             r"Expected all tensors to be on the same device(?:, but found at least two devices, (?P<a>[\w:]+) "

@@ -135,6 +135,7 @@ TORCH: dict[str, str] = {
         import torch
         m = torch.nn.Linear(2, 1)
         m.load_state_dict({"module." + k: v for k, v in m.state_dict().items()})"""),
+    "torch.load_state_dict_module": "import torch\ntorch.nn.BatchNorm1d(3).load_state_dict(torch.nn.BatchNorm1d(3))",
     "torch.cuda_not_compiled": "import torch\ntorch.ones(1).to('cuda:0')",
     "torch.optimizer_empty": "import torch\ntorch.optim.SGD([], lr=0.1)",
     "torch.item_many": "import torch\ntorch.ones(3).item()",

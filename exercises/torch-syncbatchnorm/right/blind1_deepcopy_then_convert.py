@@ -1,0 +1,24 @@
+import copy
+from collections.abc import Callable
+
+from torch import nn
+
+
+def convert_bn(model: nn.Module) -> nn.Module:
+    """Return the model with every BatchNorm1d/2d/3d layer, at any depth, replaced by nn.SyncBatchNorm.
+
+    Keep the trained weights, biases and running statistics. `model` may itself be a BatchNorm layer.
+
+    Works on a deep copy, so the caller's original model is left exactly as it was.
+    """
+    model_copy = copy.deepcopy(model)
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model_copy)
+
+
+def prepare(model: nn.Module, wrap: Callable[[nn.Module], nn.Module]) -> nn.Module:
+    """Get `model` ready for DistributedDataParallel: convert its BatchNorm layers, then call wrap exactly once
+    with the converted model and return what wrap returns.
+    """
+    sync_model = convert_bn(model)
+    ddp_model = wrap(sync_model)
+    return ddp_model

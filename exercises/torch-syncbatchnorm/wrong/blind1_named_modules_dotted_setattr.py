@@ -1,0 +1,28 @@
+from collections.abc import Callable
+
+from torch import nn
+
+_BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+
+
+def convert_bn(model: nn.Module) -> nn.Module:
+    """Return the model with every BatchNorm1d/2d/3d layer, at any depth, replaced by nn.SyncBatchNorm.
+
+    Keep the trained weights, biases and running statistics. `model` may itself be a BatchNorm layer.
+    """
+    if isinstance(model, _BN_TYPES):
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    # named_modules() goes to every depth (unlike named_children)
+    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, _BN_TYPES)]
+    for name, bn in targets:
+        setattr(model, name, nn.SyncBatchNorm.convert_sync_batchnorm(bn))
+    return model
+
+
+def prepare(model: nn.Module, wrap: Callable[[nn.Module], nn.Module]) -> nn.Module:
+    """Get `model` ready for DistributedDataParallel: convert its BatchNorm layers, then call wrap exactly once
+    with the converted model and return what wrap returns.
+    """
+    converted = convert_bn(model)
+    return wrap(converted)
+
