@@ -33,7 +33,8 @@ def train(rank: int, world_size: int) -> dict[str, torch.Tensor]:
     """Train build_model() with DDP for EPOCHS epochs, one optimizer step per window of up to ACCUM micro-batches.
 
     Every step must use the gradient of the mean loss over the window's samples on all ranks (the large batch's
-    gradient), with one all-reduce per step: run every backward of a window but its last inside model.no_sync().
+    gradient), with one all-reduce per step: run the forward AND the backward of every micro-batch of a window but
+    its last inside model.no_sync() (DDP decides at forward time whether the backward all-reduces).
     ACCUM does not divide an epoch's micro-batches evenly: each epoch ends with a shorter window, which steps too.
     Return the unwrapped model's state_dict.
     """
@@ -43,7 +44,8 @@ def train(rank: int, world_size: int) -> dict[str, torch.Tensor]:
     loader = micro_batches(rank, world_size)
     for _ in range(EPOCHS):
         for i, (x, y) in enumerate(loader):
-            # TODO: accumulate: no_sync for all but a window's last micro-batch, scale the loss, step per window.
+            # TODO: accumulate: forward and backward inside no_sync for all but a window's last micro-batch,
+            # scale the loss, step per window.
             raise NotImplementedError("the accumulation loop is not written yet")
     dist.destroy_process_group()
     return model.module.state_dict()

@@ -100,6 +100,13 @@ def test_no_sync_window_costs_one_allreduce_of_the_parameters() -> None:
         assert [(w["calls"], w["bytes"]) for w in comm["per_step"]] == [(1, SMALL_BYTES)] * 3
         assert [w["samples"] for w in comm["per_step"]] == [8, 8, 8]
         assert (comm["tail"]["calls"], comm["tail"]["bytes"]) == (2, 8 + 24)
+        # DDP's all-reduces run in backward; the learner's own all_reduce and broadcast after training do not.
+        assert [(w["backward_calls"], w["backward_bytes"]) for w in comm["per_step"]] == [(1, SMALL_BYTES)] * 3
+        assert (comm["tail"]["backward_calls"], comm["tail"]["backward_bytes"]) == (0, 0)
+        assert comm["ops_outside_backward"] == {
+            "allreduce": {"calls": 1, "bytes": 8},
+            "broadcast": {"calls": 1, "bytes": 24},
+        }
         assert comm["ops"] == {
             "allreduce": {"calls": 4, "bytes": 3 * SMALL_BYTES + 8},
             "broadcast": {"calls": 1, "bytes": 24},
@@ -122,6 +129,7 @@ def test_a_learners_own_hook_is_counted_as_it_communicates() -> None:
     comm = _comm(train_fp16_hook)[0].comm
     assert comm is not None
     assert [(w["calls"], w["bytes"]) for w in comm["per_step"]] == [(1, SMALL_BYTES // 2)] * 2  # float16 halves it
+    assert [w["backward_calls"] for w in comm["per_step"]] == [1, 1] and comm["ops_outside_backward"] == {}
     assert comm["own_hooks"] == 1 and comm["ddp_default_hooks"] == 0
 
 

@@ -144,6 +144,14 @@ CLASSES: tuple[FailureClass, ...] = (
         "dist.destroy_process_group() once at the end",
     ),
     FailureClass(
+        "process_group.destroyed_twice",
+        re.compile(r"Process group cannot be None"),
+        "your code destroyed a process group that no longer existed: dist.destroy_process_group() ran after the "
+        "group had already been destroyed (a second call, for example one inside a loop) or before it was "
+        "initialised. Call it once per rank, at the end, after the last collective",
+        types=("AssertionError",),
+    ),
+    FailureClass(
         "ddp.no_parameters",
         re.compile(r"DistributedDataParallel is not needed when a module doesn't have any parameter"),
         "DistributedDataParallel was given a module without trainable parameters: wrap the model that holds the "
@@ -174,6 +182,14 @@ CLASSES: tuple[FailureClass, ...] = (
         re.compile(r"Expected to mark a variable ready only once"),
         "DDP saw one parameter's gradient become ready twice in one backward: the same parameters were used in "
         "two forward passes (or a reentrant checkpoint) before one backward",
+    ),
+    FailureClass(
+        "ddp.no_sync_elsewhere",
+        re.compile(r"'(?P<owner>\w+)' object has no attribute 'no_sync'"),
+        "your code looked for no_sync() on a {owner} object, which does not have it: no_sync() belongs to the "
+        "DistributedDataParallel wrapper (what DistributedDataParallel(...) returned), not to the model inside it "
+        "(model.module) or a model that was never wrapped",
+        types=("AttributeError",),
     ),
     FailureClass(
         "state_dict.module_prefix",
@@ -339,6 +355,13 @@ CLASSES: tuple[FailureClass, ...] = (
         "tensor.numpy_requires_grad",
         re.compile(r"Can't call numpy\(\) on Tensor that requires grad"),
         "your code called .numpy() on a tensor that requires gradients: call .detach() first (t.detach().numpy())",
+    ),
+    FailureClass(
+        "python.with_uncalled_method",
+        re.compile(r"'method' object does not support the (?:asynchronous )?context manager protocol"),
+        "a `with` statement was given a method itself instead of what calling it returns: add the parentheses "
+        "(for example `with model.no_sync():`, not `with model.no_sync:`)",
+        types=("TypeError",),
     ),
     FailureClass(
         "optimizer.no_parameters",

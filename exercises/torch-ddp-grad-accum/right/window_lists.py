@@ -1,5 +1,3 @@
-import contextlib
-
 import torch
 import torch.distributed as dist
 from torch import nn

@@ -140,6 +140,8 @@ TORCH: dict[str, str] = {
     "torch.optimizer_empty": "import torch\ntorch.optim.SGD([], lr=0.1)",
     "torch.item_many": "import torch\ntorch.ones(3).item()",
     "torch.numpy_requires_grad": "import torch\ntorch.ones(2, requires_grad=True).numpy()",
+    "torch.no_sync_on_module": "import torch\ntorch.nn.Sequential(torch.nn.Linear(2, 1)).no_sync()",
+    "torch.with_uncalled_method": "import torch\nm = torch.nn.Linear(2, 1)\nwith m.train:\n    pass",
     "torch.virtual_device_mismatch": textwrap.dedent("""\
         from runner.vdev import torch_cuda
         torch_cuda.enable(2)
@@ -164,6 +166,7 @@ RANKS_TORCH: dict[str, tuple[str, float]] = {
         20.0,
     ),
     "torch.init_twice": ("dist.init_process_group('gloo')", 20.0),
+    "torch.destroy_twice": ("dist.destroy_process_group()\ndist.destroy_process_group()", 20.0),
     "torch.ddp_no_params": ("torch.nn.parallel.DistributedDataParallel(torch.nn.ReLU())", 20.0),
     "torch.ddp_device_ids_cpu": (
         "torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1), device_ids=[rank])",

@@ -24,6 +24,11 @@ Contract (torch 2.13, any backend; measured on gloo, see README.md "Communicatio
 - **Compute** per window is the main thread's CPU time (``time.thread_time``): gloo works and waits in threads
   of its own, so time spent waiting for the other rank is not counted as compute.
 - **Samples** are the rows of the first tensor argument of each DDP ``forward``.
+- **In a backward pass or not**: a collective called while autograd runs a backward pass (DDP's gradient
+  reduction, its twin or a learner's comm hook, FSDP's gradient reduce-scatter) also counts in its window's
+  ``backward_calls``/``backward_bytes``; every other one (the learner's own ``dist.all_reduce`` of a loss, a
+  broadcast, a manual gradient average after ``backward``; FSDP's forward all-gathers) is summed by op in
+  ``ops_outside_backward``, so an exercise can tell a learner's own collectives from DDP's.
 """
 
 from __future__ import annotations
@@ -59,14 +64,21 @@ _step_hook_handle: list[Any] = []  # the optimizer post-hook is global: register
 
 
 def _new_window() -> dict[str, Any]:
-    return {"calls": 0, "bytes": 0, "samples": 0, "compute_s": 0.0}
+    return {"calls": 0, "bytes": 0, "backward_calls": 0, "backward_bytes": 0, "samples": 0, "compute_s": 0.0}
 
 
 def reset() -> None:
     """Forget everything recorded so far (a fresh rank starts empty)."""
     _state.clear()
     _state.update(
-        windows=[_new_window()], calls=[], ops={}, dtypes={}, clock=time.thread_time(), ddp_hooks=0, own_hooks=0
+        windows=[_new_window()],
+        calls=[],
+        ops={},
+        ops_outside_backward={},
+        dtypes={},
+        clock=time.thread_time(),
+        ddp_hooks=0,
+        own_hooks=0,
     )
 
 
@@ -99,13 +111,23 @@ def _inputs(op: str, args: tuple[Any, ...]) -> Any:
     return args[0]
 
 
-def note(op: str, nbytes: int, by_dtype: dict[str, int] | None = None) -> None:
-    """Record one collective of ``nbytes`` payload bytes (``by_dtype``: the same bytes by dtype name)."""
+def note(op: str, nbytes: int, by_dtype: dict[str, int] | None = None, *, in_backward: bool = False) -> None:
+    """Record one collective of ``nbytes`` payload bytes (``by_dtype``: the same bytes by dtype name).
+
+    ``in_backward``: it was called while autograd ran a backward pass (DDP's gradient reduction, a comm hook).
+    """
     if not _state:
         return
     window = _state["windows"][-1]
     window["calls"] += 1
     window["bytes"] += nbytes
+    if in_backward:
+        window["backward_calls"] += 1
+        window["backward_bytes"] += nbytes
+    else:
+        outside = _state["ops_outside_backward"].setdefault(op, {"calls": 0, "bytes": 0})
+        outside["calls"] += 1
+        outside["bytes"] += nbytes
     for name, part in (by_dtype or {}).items():
         _state["dtypes"][name] = _state["dtypes"].get(name, 0) + part
     stats = _state["ops"].setdefault(op, {"calls": 0, "bytes": 0})
@@ -113,6 +135,14 @@ def note(op: str, nbytes: int, by_dtype: dict[str, int] | None = None) -> None:
     stats["bytes"] += nbytes
     if len(_state["calls"]) < MAX_CALLS:
         _state["calls"].append([len(_state["windows"]) - 1, op, nbytes])
+
+
+def _in_backward() -> bool:
+    """Return whether autograd is running a backward pass in this thread (DDP's hooks run inside one)."""
+    import torch
+
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    return task is not None and task() != -1
 
 
 def _wrap_collectives(pg_class: Any) -> None:
@@ -123,7 +153,7 @@ def _wrap_collectives(pg_class: Any) -> None:
 
         def wrapper(self: Any, *args: Any, _op: str = op, _original: Any = original, **kwargs: Any) -> Any:
             by_dtype: dict[str, int] = {}
-            note(_op, _payload(_inputs(_op, args), by_dtype), by_dtype)
+            note(_op, _payload(_inputs(_op, args), by_dtype), by_dtype, in_backward=_in_backward())
             return _original(self, *args, **kwargs)
 
         wrapper._gpulab_comm = True  # type: ignore[attr-defined]
@@ -244,6 +274,7 @@ def report() -> dict[str, Any]:
         "per_step": per_step,
         "tail": tail,
         "ops": {k: dict(v) for k, v in sorted(_state["ops"].items())},
+        "ops_outside_backward": {k: dict(v) for k, v in sorted(_state["ops_outside_backward"].items())},
         "dtypes": dict(sorted(_state["dtypes"].items())),
         "calls": [list(c) for c in _state["calls"]],
         "calls_truncated": len(_state["calls"]) >= MAX_CALLS,
