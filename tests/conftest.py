@@ -279,14 +279,19 @@ def app(settings: Settings, db_session: Session, dispatcher: RecordingDispatcher
     return application
 
 
-def make_test_client(application: Any, base_url: str = "http://testserver") -> TestClient:
-    """Return a ``TestClient`` for ``application`` (use it as a context manager to run the lifespan)."""
+def make_test_client(
+    application: Any, base_url: str = "http://testserver", client_address: str = "testclient"
+) -> TestClient:
+    """Return a ``TestClient`` for ``application`` (use it as a context manager to run the lifespan).
+
+    ``client_address``: the address its requests come from (a timed assessment's networks are checked against it).
+    """
     with warnings.catch_warnings():
         # Starlette's test client prefers the httpx2 package but works with httpx; the nudge is noise here.
         warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient` is deprecated")
         from fastapi.testclient import TestClient
 
-    return TestClient(application, base_url=base_url)
+    return TestClient(application, base_url=base_url, client=(client_address, 50000))
 
 
 @pytest.fixture

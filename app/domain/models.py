@@ -408,6 +408,18 @@ class Assignment(Base):
     practice: Mapped[str] = mapped_column(String(16), default="examples_only", server_default="examples_only")
     # Whether the boards of its exercises that opt in ([leaderboard], app.domain.courses.leaderboard) show.
     leaderboard: Mapped[bool] = mapped_column(default=True, server_default=true())
+    # A timed assessment (app.domain.courses.timing): each learner's clock starts when they start it, inside the
+    # window, and ends after this many minutes (times their accommodation), never after the window's close.
+    time_limit_min: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # At a learner's end: their drafts are submitted as their final attempts (else kept for staff to read).
+    submit_on_expiry: Mapped[bool] = mapped_column(default=True, server_default=true())
+    access_code: Mapped[str] = mapped_column(String(100), default="", server_default="")  # needed to start, if set
+    # Networks (CIDR, space-separated) a learner must be in to start and to work: a proctored room. Empty: any.
+    allowed_networks: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # While a learner's time runs, the rest of gpulab (practice, other assignments) is closed to them.
+    exam_mode: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # Tests' outcomes and messages stay held back (only the score shows) until the learner's window closes.
+    feedback_after_close: Mapped[bool] = mapped_column(default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     course: Mapped[Course] = relationship(back_populates="assignments")
@@ -440,9 +452,13 @@ class Extension(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"), index=True)
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
-    due_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # None: the assignment's own dates (an extension that only gives time on a timed assessment).
+    due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     late_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     extra_attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # Accommodations on a timed assessment: its time limit times ``time_multiplier``, plus ``extra_minutes``.
+    extra_minutes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    time_multiplier: Mapped[float] = mapped_column(Float, default=1.0, server_default="1")
     reason: Mapped[str] = mapped_column(Text, default="")
     granted_by_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -672,6 +688,24 @@ class RegradeRequestStatus(enum.StrEnum):
     open = "open"  # waiting for staff
     answered = "answered"  # staff answered; the learner may reply
     closed = "closed"  # settled; only staff reopen it
+
+
+class TimedAttempt(Base):
+    """A learner's run at a timed assignment: when their clock started and when it ends (fixed at the start)."""
+
+    __tablename__ = "timed_attempts"
+    __table_args__ = (UniqueConstraint("assignment_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("assignments.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    ends_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), index=True)
+    started_from: Mapped[str] = mapped_column(String(64), default="")  # the client address it started from
+    # Set once the end was handled (drafts submitted or kept): the sweeper's mark, so it happens once.
+    closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True, index=True)
+    # The submissions the end made from the learner's drafts, by exercise slug (shown to them and to staff).
+    submitted: Mapped[dict[str, str] | None] = mapped_column(JSON, nullable=True)
 
 
 class Draft(Base):

@@ -17,7 +17,8 @@ Contract:
 - ``extra_sweeps`` are callables run in each sweep after the submissions (checks use one); each returns how
   many jobs it sent again.
 - Each ``Sweeper`` interval also delivers the due LTI scores once (``app.domain.lti.scores.deliver_due``, with
-  ``SCORE_HTTP_TIMEOUT_S`` per call, in its own transaction); a failure there is logged, never raised.
+  ``SCORE_HTTP_TIMEOUT_S`` per call, in its own transaction), and closes the timed assessments whose learner's
+  time ended (``app.jobs.timed.close_due``: their drafts submitted once); a failure there is logged, never raised.
 - ``Duties.start(dispatcher, settings, name=..., queues=...)`` is what every grading process (a Celery worker,
   the embedded server) runs beside its gradings: its ``ProcessBeat`` and a ``Sweeper`` that also sweeps
   instructor checks and similarity runs; ``stop()`` ends both.
@@ -213,6 +214,16 @@ class Sweeper:
             if self.on_report is not None:
                 self.on_report(report)
             deliver_scores()
+            self._close_timed()
+
+    def _close_timed(self) -> None:
+        """Close the timed assessments whose learner's time has ended (``app.jobs.timed``); never raise."""
+        from app.jobs.timed import close_due
+
+        try:
+            close_due(dispatcher=self.dispatcher, settings=self.settings)
+        except Exception:
+            log.warning("closing ended timed assessments failed; trying again next sweep", exc_info=True)
 
     def stop(self) -> None:
         self._stop.set()

@@ -230,9 +230,50 @@ window.addEventListener("pageshow", (event) => { if (event.persisted) window.loc
 
 window.gpulab = {
   postJson, errorText, showError, localTimes, timedText, refreshGate, confirmAttempt, holdSubmit, holdAfter, waiting,
-  num, points, duration, size, codeTooLarge,
+  num, points, duration, size, codeTooLarge, clockText,
 };
+// A timed assessment's countdown: from the seconds the server gave the page, on the page's own monotonic clock, so
+// a browser whose clock is wrong counts right. Five seconds before the end the pages save their drafts once more
+// (the "gpulab:time-almost-up" event); at the end, submitting is closed here too (the server refuses it anyway).
+function clockText(ms) {
+  const s = Math.max(0, Math.ceil(ms / 1000));
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+  const two = (n) => String(n).padStart(2, "0");
+  return (h ? h + ":" + two(m) : String(m)) + ":" + two(sec);
+}
+
+function countdowns(root) {
+  for (const box of root.querySelectorAll(".countdown[data-remaining-s]")) {
+    const remaining = Number(box.dataset.remainingS);
+    if (!(remaining > 0)) continue;
+    const end = performance.now() + remaining * 1000;
+    const left = box.querySelector(".countdown-left");
+    let warned = false;
+    const tick = () => {
+      const ms = end - performance.now();
+      if (ms <= 5000 && !warned) { warned = true; document.dispatchEvent(new Event("gpulab:time-almost-up")); }
+      if (ms <= 0) {
+        window.clearInterval(timer);
+        box.classList.add("over");
+        box.setAttribute("aria-live", "assertive");
+        box.textContent = box.dataset.onExpiry === "submit"
+          ? "Time is up: your saved work is being submitted for you."
+          : "Time is up: your saved work is kept for your instructor.";
+        for (const id of ["submit-button", "run-button", "quiz-submit"]) {
+          const button = document.getElementById(id);
+          if (button) button.disabled = true;
+        }
+        return;
+      }
+      if (left) left.textContent = clockText(ms);
+    };
+    const timer = window.setInterval(tick, 1000);
+    tick();
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  countdowns(document);
   localTimes(document);
   watchScrollers();
   const gate = document.getElementById("gate");

@@ -345,6 +345,7 @@
 
     // For tests, the browser console and notebook.js (a dropped notebook is followed like a submission).
     window.gpulabExercise = { editor: () => editor, drafts: () => drafts, followSubmission: (id) => followNew(form, id) };
+    document.addEventListener("gpulab:time-almost-up", () => { if (drafts) drafts.saveNow(); });
     // Show the result of the last submission (its code is already in the editor).
     if (form.dataset.lastSubmission) follow(form.dataset.lastSubmission, form.dataset.slug, false);
   });

@@ -92,6 +92,7 @@
     if (drafts) {
       form.addEventListener("input", () => drafts.changed());
       form.addEventListener("change", () => drafts.changed());
+      document.addEventListener("gpulab:time-almost-up", () => drafts.saveNow());
     }
 
     form.addEventListener("submit", async (event) => {

@@ -64,7 +64,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.domain.accounts.passwords import LoginLimiter
 from app.domain.accounts.tokens import Scope, user_for_token
-from app.domain.courses import coursework, membership, policy
+from app.domain.courses import coursework, membership, policy, timing
 from app.domain.courses.policy import WorkScope
 from app.domain.dispatcher import Dispatcher
 from app.domain.exercises.authoring import get_version
@@ -88,12 +88,13 @@ from app.domain.models import (
     SimilarityRun,
     Submission,
     User,
+    utcnow,
 )
 from app.domain.review import regrade_requests, similarity_runs, staff_grading
 from app.domain.submissions.lifecycle import create_submission
 from app.settings import Settings
 from app.web.schemas.auth import MeOut
-from app.web.sessions import SESSION_COOKIE, user_from_session
+from app.web.sessions import SESSION_COOKIE, UNSAFE_METHODS, client_ip, user_from_session
 from worker.bank.spec import SLUG_RE
 from worker.core.errors import Forbidden, NotFound, PasswordChangeRequired, Unauthorized
 
@@ -289,11 +290,23 @@ def _no_such_submission(submission_id: str) -> bool:
     return "\x00" in submission_id
 
 
-def get_exercise(slug: str, session: SessionDep, user: CurrentUser) -> Exercise:
+def _page_assignment(request: Request) -> int | None:
+    """Return the assignment an exercise is read under: its path's, or ``?assignment_id=`` (``?assignment=``)."""
+    raw = request.path_params.get("assignment_id") or request.query_params.get("assignment_id") or (
+        request.query_params.get("assignment")
+    )  # fmt: skip
+    return int(raw) if isinstance(raw, str | int) and str(raw).isdigit() and len(str(raw)) < 12 else None
+
+
+def get_exercise(slug: str, session: SessionDep, user: CurrentUser, request: Request) -> Exercise:
     if _no_such_exercise(slug):
         raise NotFound(f"no exercise called {slug!r}")
     exercise = get_published(session=session, slug=slug)
     membership.require_exercise_access(session=session, user=user, exercise=exercise)  # practice, or a course of theirs
+    if request.method not in UNSAFE_METHODS:
+        # A learner in an exam reads exercises only under it; their writes meet the same rule in the domain's gates
+        # (submissions, drafts, example runs), which know the assignment a body names.
+        timing.lockout(session=session, user=user, assignment_id=_page_assignment(request), now=utcnow())
     return exercise
 
 
@@ -543,11 +556,12 @@ class Submitter:
     session: Session
     settings: Settings
     dispatcher: Dispatcher
+    client_ip: str | None = None  # the request's address: a timed assignment's networks are checked against it
 
     def __call__(self, *, user: User, exercise: Exercise, code: str, assignment_id: int | None) -> Submission:
         """Pass ``code`` through the gate of ``assignment_id`` (or practice), store it queued and dispatch it."""
         under = coursework.gate_submission(
-            session=self.session, assignment_id=assignment_id, exercise=exercise, user=user
+            session=self.session, assignment_id=assignment_id, exercise=exercise, user=user, client_ip=self.client_ip
         )
         submission = create_submission(
             session=self.session, user=user, exercise=exercise, code=code, max_bytes=self.settings.max_code_bytes,
@@ -558,8 +572,10 @@ class Submitter:
         return submission
 
 
-async def get_submitter(session: SessionDep, settings: SettingsDep, dispatcher: DispatcherDep) -> Submitter:
-    return Submitter(session, settings, dispatcher)
+async def get_submitter(
+    session: SessionDep, settings: SettingsDep, dispatcher: DispatcherDep, request: Request
+) -> Submitter:
+    return Submitter(session, settings, dispatcher, client_ip(request))
 
 
 SubmitDep = Annotated[Submitter, Depends(get_submitter)]
@@ -577,6 +593,7 @@ SUBMIT_PATHS = frozenset({
     "/api/exercises/{slug}/runs",
     "/api/exercises/{slug}/quiz",
     "/api/exercises/{slug}/draft",
+    "/api/assignments/{assignment_id}/start",
     "/api/submissions/{submission_id}/regrade-request",
 })  # fmt: skip
 # Staff's routes that check the role inside (a grading, a similarity run): ``staff``, whatever the method.

@@ -47,6 +47,7 @@ from urllib.parse import quote
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.orm import Session
 
+from app.domain.courses import timing
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -187,8 +188,8 @@ def extensions_in_force(
 def dates_from(assignment: Assignment, extension: Extension | None) -> Dates:
     """Return a learner's dates on ``assignment`` given the extension in force (None: the assignment's own)."""
     opens_at = _utc(assignment.opens_at)
-    if extension is None:
-        return Dates(opens_at, _utc(assignment.due_at), _utc(assignment.late_until), None)
+    if extension is None or extension.due_at is None:  # none, or one that only gives time or attempts
+        return Dates(opens_at, _utc(assignment.due_at), _utc(assignment.late_until), extension)
     # An extension replaces both dates: without its own late end there is no late period.
     return Dates(opens_at, as_utc(extension.due_at), _utc(extension.late_until), extension)
 
@@ -344,6 +345,9 @@ def gate(*, session: Session, assignment: Assignment, exercise: Exercise, user: 
         closed_at = _closed_at(dates)
         assert closed_at is not None  # only a due date closes it
         return made(False, f"closed on {humane.utc_text(closed_at)}")
+    timed = timing.refusal(session=session, assignment=assignment, user=user, now=now)
+    if timed is not None:
+        return made(False, timed)
     if left == 0:
         return made(False, f"no attempts left ({used} used)")
 
@@ -514,9 +518,13 @@ def validate_assignment_fields(
 
 
 def validate_extension_fields(
-    *, assignment: Assignment, due_at: datetime, late_until: datetime | None, extra_attempts: int
+    *, assignment: Assignment, due_at: datetime | None, late_until: datetime | None, extra_attempts: int
 ) -> None:
     """Raise ``InvalidInput`` saying what is wrong with an extension of ``assignment``, if anything."""
+    if extra_attempts < 0:
+        raise InvalidInput("extra attempts cannot be negative")
+    if due_at is None:  # the assignment's own dates
+        return
     due_at, late_until = as_utc(due_at), _utc(late_until)
     opens_at = _utc(assignment.opens_at)
     if opens_at is not None and due_at <= opens_at:

@@ -7,7 +7,11 @@ Contract:
   unknown or unpublished exercise, a repeated one, or a weight outside 0..100 is ``InvalidInput``; nothing is
   written then. Editing items keeps the rows of items that stay (their overrides stay with them).
 - ``grant_extension`` (course staff: instructors and TAs) adds an ``Extension`` for an enrolled learner with a
-  reason (required); ``revoke_extension`` marks one revoked, never deletes it, so the audit list keeps both.
+  reason (required): new dates, extra attempts, or time on a timed assessment (extra minutes, a multiplier: the
+  accommodations ``timing.limit_for`` applies); ``revoke_extension`` marks one revoked, never deletes it, so the
+  audit list keeps both.
+- ``start_timed`` starts a learner's clock on a timed assignment (``app.domain.courses.timing``): once, inside
+  its window, with its access code and from its networks, never while another exam runs for them.
 - ``require_submittable`` is what a submission under an assignment passes before it is stored: the learner is
   a member of the course, the assignment's gate (``assignments.gate``) allows it now, else ``Forbidden`` or
   ``RateLimited`` with the gate's sentence. On PostgreSQL it locks the learner's membership row first, so two
@@ -22,6 +26,7 @@ Contract:
 
 from __future__ import annotations
 
+import hmac
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,7 +37,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.catalog.variants import version_params
-from app.domain.courses import assignments, membership
+from app.domain.courses import assignments, membership, timing
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -41,13 +46,16 @@ from app.domain.models import (
     CourseRole,
     Exercise,
     Extension,
+    TimedAttempt,
     User,
     utcnow,
 )
+from worker.core import humane
 from worker.core.errors import Forbidden, InvalidInput, NotFound
 
 MAX_ITEMS = 100
 MAX_REASON_CHARS = 2000
+MAX_ACCESS_CODE_CHARS = 100
 MAX_TITLE_CHARS = 200
 
 
@@ -67,6 +75,13 @@ class AssignmentFields:
     is_published: bool = True
     practice: str = "examples_only"
     leaderboard: bool = True  # the boards of its exercises that opt in (app.domain.courses.leaderboard)
+    # A timed assessment (app.domain.courses.timing); None: not timed, and the four below change nothing.
+    time_limit_min: int | None = None
+    submit_on_expiry: bool = True
+    access_code: str = ""
+    allowed_networks: str = ""
+    exam_mode: bool = False
+    feedback_after_close: bool = False
 
 
 def _title(text: str) -> str:
@@ -82,6 +97,15 @@ def _check(fields: AssignmentFields) -> None:
         late_credit_pct=fields.late_credit_pct, counts=fields.counts, max_attempts=fields.max_attempts,
         rate_burst=fields.rate_burst, rate_refill_s=fields.rate_refill_s, practice=fields.practice,
     )  # fmt: skip
+    limit = fields.time_limit_min
+    if limit is not None and not 1 <= limit <= timing.MAX_LIMIT_MIN:
+        raise InvalidInput(f"a time limit must be 1 to {timing.MAX_LIMIT_MIN} minutes")
+    code = fields.access_code.strip()
+    if len(code) > MAX_ACCESS_CODE_CHARS or "\x00" in code:
+        raise InvalidInput(f"an access code has at most {MAX_ACCESS_CODE_CHARS} characters")
+    if len(fields.allowed_networks) > 4000:
+        raise InvalidInput("the list of networks is too long (at most 4000 characters)")
+    timing.parse_networks(fields.allowed_networks)  # each a CIDR block, or InvalidInput naming the one that is not
 
 
 def _exercises(session: Session, items: Sequence[tuple[str, float]]) -> list[tuple[Exercise, float]]:
@@ -112,9 +136,12 @@ def _apply(assignment: Assignment, fields: AssignmentFields) -> None:
     assignment.title = _title(fields.title)
     for name in (
         "opens_at", "due_at", "late_until", "late_credit_pct", "counts", "max_attempts", "rate_burst",
-        "rate_refill_s", "is_published", "practice", "leaderboard",
+        "rate_refill_s", "is_published", "practice", "leaderboard", "time_limit_min", "submit_on_expiry",
+        "exam_mode", "feedback_after_close",
     ):  # fmt: skip
         setattr(assignment, name, getattr(fields, name))
+    assignment.access_code = fields.access_code.strip()
+    assignment.allowed_networks = " ".join(str(n) for n in timing.parse_networks(fields.allowed_networks))
 
 
 def _set_items(assignment: Assignment, chosen: list[tuple[Exercise, float]]) -> None:
@@ -174,13 +201,19 @@ def grant_extension(
     session: Session,
     assignment: Assignment,
     learner: User,
-    due_at: datetime,
+    due_at: datetime | None,
     late_until: datetime | None,
     extra_attempts: int,
     reason: str,
     actor: User,
+    extra_minutes: int = 0,
+    time_multiplier: float = 1.0,
 ) -> Extension:
-    """Give ``learner`` new dates (and attempts) on ``assignment``, saying why."""
+    """Give ``learner`` new dates, attempts or time on a timed assessment on ``assignment``, saying why.
+
+    ``due_at`` None keeps the assignment's dates (an extension of attempts or time only). Time accommodations
+    (``extra_minutes``, ``time_multiplier``) apply to a clock started after they were granted.
+    """
     membership.require_course_role(session=session, course=assignment.course, user=actor, roles=membership.STAFF)
     _learner_of(session, assignment.course, learner)
     why = reason.strip()
@@ -189,9 +222,18 @@ def grant_extension(
     assignments.validate_extension_fields(
         assignment=assignment, due_at=due_at, late_until=late_until, extra_attempts=extra_attempts
     )
+    if not 0 <= extra_minutes <= timing.MAX_LIMIT_MIN:
+        raise InvalidInput(f"extra time must be 0 to {timing.MAX_LIMIT_MIN} minutes")
+    if not (math.isfinite(time_multiplier) and 1.0 <= time_multiplier <= timing.MAX_MULTIPLIER):
+        raise InvalidInput(f"a time multiplier must be from 1 to {timing.MAX_MULTIPLIER:g} (1.5 gives half again)")
+    if due_at is None and late_until is not None:
+        raise InvalidInput("a late end needs its own due date")
+    if due_at is None and not (extra_attempts or extra_minutes or time_multiplier > 1.0):
+        raise InvalidInput("give new dates, extra attempts or extra time: this extension gives nothing")
     extension = Extension(
         assignment_id=assignment.id, user_id=learner.id, due_at=due_at, late_until=late_until,
-        extra_attempts=extra_attempts, reason=why, granted_by_id=actor.id,
+        extra_attempts=extra_attempts, reason=why, granted_by_id=actor.id, extra_minutes=extra_minutes,
+        time_multiplier=time_multiplier,
     )  # fmt: skip
     session.add(extension)
     session.flush()
@@ -216,10 +258,64 @@ def extensions_of(*, session: Session, assignment: Assignment) -> list[Extension
     return list(session.scalars(stmt))
 
 
+def start_timed(
+    *, session: Session, assignment: Assignment, user: User, access_code: str, client_ip: str | None, now: datetime
+) -> TimedAttempt:
+    """Start ``user``'s clock on timed ``assignment`` (once: starting again returns the running attempt).
+
+    Refused (``Forbidden``) for staff, outside the window, with a wrong access code, from a network outside the
+    list, or while another exam runs for them; the end is fixed here (``timing.end_of``).
+    """
+    member = session.scalar(
+        select(CourseMember)
+        .where(CourseMember.course_id == assignment.course_id, CourseMember.user_id == user.id)
+        .with_for_update()  # two tabs starting at once start one clock
+    )
+    if member is None or not assignment.is_published:
+        raise NotFound(f"no assignment {assignment.id}")
+    if member.role is not CourseRole.learner:
+        raise Forbidden("staff do not start a timed assignment: its clock is the learners'")
+    if not timing.is_timed(assignment):
+        raise InvalidInput(f"{assignment.title!r} has no time limit: there is nothing to start")
+    found = timing.attempt_of(session=session, assignment=assignment, user=user)
+    if found is not None:
+        return found
+    dates = assignments.effective_dates(session=session, assignment=assignment, user=user)
+    match assignments.window(dates, now):
+        case assignments.Window.not_open:
+            assert dates.opens_at is not None
+            raise Forbidden(f"it opens on {humane.utc_text(dates.opens_at)}")
+        case assignments.Window.closed:
+            raise Forbidden("it is closed: its window has passed")
+    if assignment.access_code and not hmac.compare_digest(access_code.strip(), assignment.access_code):
+        raise Forbidden("that is not the access code: ask the person running the exam for it")
+    if not timing.in_networks(assignment, client_ip):
+        raise Forbidden("it can be started only from the exam room's network")
+    timing.lockout(session=session, user=user, assignment_id=assignment.id, now=now)
+    close = dates.late_until or dates.due_at
+    limit = timing.limit_for(assignment, dates.extension)
+    attempt = TimedAttempt(
+        assignment_id=assignment.id, user_id=user.id, started_at=now, ends_at=timing.end_of(now, limit, close),
+        started_from=(client_ip or "")[:64],
+    )  # fmt: skip
+    session.add(attempt)
+    session.flush()
+    return attempt
+
+
 def require_submittable(
-    *, session: Session, assignment: Assignment, exercise: Exercise, user: User, now: datetime | None = None
+    *,
+    session: Session,
+    assignment: Assignment,
+    exercise: Exercise,
+    user: User,
+    now: datetime | None = None,
+    client_ip: str | None = None,
 ) -> assignments.Gate:
-    """Return the gate of a submission ``user`` is about to make, or raise what refuses it."""
+    """Return the gate of a submission ``user`` is about to make, or raise what refuses it.
+
+    ``client_ip``: the request's address, held to a timed assignment's networks (``timing.in_networks``).
+    """
     member = session.scalar(
         select(CourseMember)
         .where(CourseMember.course_id == assignment.course_id, CourseMember.user_id == user.id)
@@ -231,6 +327,8 @@ def require_submittable(
         raise Forbidden("staff try exercises outside the assignment; submissions under it are the learners'")
     gate = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=now or utcnow())
     assignments.check_submit(gate)
+    if client_ip is not None and timing.is_timed(assignment) and not timing.in_networks(assignment, client_ip):
+        raise Forbidden("this assignment can be worked on only from the exam room's network")
     return gate
 
 
@@ -285,18 +383,26 @@ def practice_under(*, session: Session, exercise: Exercise, user: User) -> Assig
     return holding[0] if holding else None  # its gate refuses it, with its own sentence
 
 
-def gate_submission(*, session: Session, assignment_id: int | None, exercise: Exercise, user: User) -> int | None:
-    """Return the assignment id a submission is made under, after its gate let it through (None: practice)."""
+def gate_submission(
+    *, session: Session, assignment_id: int | None, exercise: Exercise, user: User, client_ip: str | None = None
+) -> int | None:
+    """Return the assignment id a submission is made under, after its gate let it through (None: practice).
+
+    A learner in an exam (``timing.lockout``) may submit only under it.
+    """
+    now = utcnow()
     if assignment_id is None:
+        timing.lockout(session=session, user=user, assignment_id=None, now=now)
         bound = practice_under(session=session, exercise=exercise, user=user)
         if bound is None:
             return None
-        require_submittable(session=session, assignment=bound, exercise=exercise, user=user)
+        require_submittable(session=session, assignment=bound, exercise=exercise, user=user, client_ip=client_ip)
         return bound.id
     assignment = session.get(Assignment, assignment_id)
     if assignment is None:
         raise NotFound(f"no assignment {assignment_id}")
-    require_submittable(session=session, assignment=assignment, exercise=exercise, user=user)
+    timing.lockout(session=session, user=user, assignment_id=assignment.id, now=now)
+    require_submittable(session=session, assignment=assignment, exercise=exercise, user=user, client_ip=client_ip)
     return assignment.id
 
 
@@ -313,12 +419,26 @@ def variant_context(*, session: Session, exercise: Exercise, user: User) -> int 
     return bound.id if bound is not None else None
 
 
-def run_variant(*, session: Session, exercise: Exercise, user: User, assignment_id: int | None) -> dict[str, Any]:
+def run_variant(
+    *, session: Session, exercise: Exercise, user: User, assignment_id: int | None, client_ip: str | None = None
+) -> dict[str, Any]:
     """Return ``user``'s variant of ``exercise`` for an example run made on a page.
 
     ``assignment_id``: the assignment page it was made on (an assignment that holds the exercise, in a course of the
-    user's: ``NotFound`` otherwise); ``None``: the practice page (``variant_context``).
+    user's: ``NotFound`` otherwise); ``None``: the practice page (``variant_context``). A learner in an exam runs
+    examples only under it, and a timed assignment's examples run only while the learner's time does.
     """
+    now = utcnow()
+    timing.lockout(session=session, user=user, assignment_id=assignment_id, now=now)
+    if assignment_id is not None:
+        held = session.get(Assignment, assignment_id)
+        if (
+            held is not None
+            and membership.course_role(session=session, course=held.course, user=user) is CourseRole.learner
+        ):
+            refused = timing.refusal(session=session, assignment=held, user=user, now=now, client_ip=client_ip)
+            if refused is not None:
+                raise Forbidden(refused)
     version = exercise.current_version
     if version is None or version.kind != "code":
         return {}

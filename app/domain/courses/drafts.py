@@ -22,16 +22,20 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain.courses import membership
-from app.domain.models import Assignment, Draft, Exercise, User, utcnow
+from app.domain.courses import membership, timing
+from app.domain.models import Assignment, CourseRole, Draft, Exercise, User, utcnow
 from app.domain.submissions.quiz import quiz_of
 from worker.bank.quiz.answers import check_answers
 from worker.core import humane
-from worker.core.errors import Conflict, InvalidInput, NotFound
+from worker.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 
 
 def place(*, session: Session, exercise: Exercise, user: User, assignment_id: int | None) -> Assignment | None:
-    """Return the assignment a draft of ``exercise`` by ``user`` belongs to (None: practice), or raise ``NotFound``."""
+    """Return the assignment a draft of ``exercise`` by ``user`` belongs to (None: practice), or raise ``NotFound``.
+
+    A learner in an exam (``timing.lockout``) has drafts only under it: anything else is ``Forbidden``.
+    """
+    timing.lockout(session=session, user=user, assignment_id=assignment_id, now=utcnow())
     if assignment_id is None:
         return None
     assignment = session.get(Assignment, assignment_id)
@@ -88,8 +92,22 @@ def save(
     code: str | None = None,
     answers: dict[str, Any] | None = None,
     max_code_bytes: int,
+    client_ip: str | None = None,
 ) -> Draft:
-    """Store a new revision of the draft (see the module contract); raise ``Conflict`` on a stale base."""
+    """Store a new revision of the draft (see the module contract); raise ``Conflict`` on a stale base.
+
+    Under a timed assignment a learner saves only while their time runs, from its networks (``timing.refusal``):
+    after the end their drafts are what the end submitted, or what staff read.
+    """
+    if assignment is not None and timing.is_timed(assignment):
+        role = membership.course_role(session=session, course=assignment.course, user=user)
+        refused = (
+            timing.refusal(session=session, assignment=assignment, user=user, now=utcnow(), client_ip=client_ip)
+            if role is CourseRole.learner
+            else None
+        )
+        if refused is not None:
+            raise Forbidden(f"not saved: {refused}")
     version = exercise.current_version
     kind = version.kind if version is not None else "code"
     if (code is None) == (answers is None):

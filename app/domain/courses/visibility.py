@@ -97,11 +97,18 @@ def shown_for(
         return shown
     rules = _rules_of(session, [s.exercise_version for s in submissions])
     quizzes = [s for s in submissions if s.exercise_version.kind == "quiz" and s.assignment_id is not None]
-    held = [s for s in submissions if any(rules[s.exercise_version.content_hash].of(t.name) != "now" for t in s.tests)]
+    placed_ids = sorted({s.assignment_id for s in submissions if s.assignment_id is not None})
+    assignments = _assignments(session, placed_ids) if placed_ids else {}  # one query for every assignment here
+    # An assignment with feedback_after_close holds every test back until the learner's window closes.
+    closing = {a.id for a in assignments.values() if a.feedback_after_close}
+
+    def tiered(s: Submission) -> bool:
+        return any(rules[s.exercise_version.content_hash].of(t.name) != "now" for t in s.tests)
+
+    held = [s for s in submissions if s.assignment_id in closing or tiered(s)]
     if not held and not quizzes:
         return shown
     under = sorted({s.assignment_id for s in [*held, *quizzes] if s.assignment_id is not None})
-    assignments = _assignments(session, under)
     staff = policy.work_scope(session=session, user=viewer)  # whose work the viewer sees as staff
     owners = sorted({s.user_id for s in [*held, *quizzes] if s.user_id is not None})
     extensions = extensions_in_force(session=session, assignment_ids=under, user_ids=owners)
@@ -131,17 +138,25 @@ def shown_for(
             if dates.due_at is not None:  # without a due date the window never closes
                 deadline = dates.late_until or dates.due_at
                 passed = window(dates, now) is Window.closed
-        shown[submission.id] = _decide(submission, rules[submission.exercise_version.content_hash], deadline, passed)
+        rule = rules[submission.exercise_version.content_hash]
+        shown[submission.id] = _decide(submission, rule, deadline, passed, submission.assignment_id in closing)
     return shown
 
 
-def _decide(submission: Submission, rule: Visibility, deadline: datetime | None, passed: bool) -> ShownTests:
-    """Return what the learner sees of ``submission`` given its deadline and whether it has passed."""
+def _decide(
+    submission: Submission, rule: Visibility, deadline: datetime | None, passed: bool, after_close: bool = False
+) -> ShownTests:
+    """Return what the learner sees of ``submission`` given its deadline and whether it has passed.
+
+    ``after_close``: its assignment holds every test back until the window closes (``feedback_after_close``).
+    """
     withheld: set[str] = set()
     newly: list[str] = []
     waiting = False
     for test in submission.tests:
         tier = rule.of(test.name)
+        if after_close and tier == "now":
+            tier = "after_due"
         if tier == "after_due" and passed:
             newly.append(test.name)
         elif tier != "now":

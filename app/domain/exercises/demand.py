@@ -40,7 +40,7 @@ def by_demand(*, session: Session, now: datetime) -> list[Exercise]:
         .join(Submission, Submission.exercise_version_id == ExerciseVersion.id)
         .where(Submission.created_at >= now - timedelta(days=RECENT_DAYS))
         .group_by(ExerciseVersion.exercise_id)
-    ).tuples()
-    recent = {exercise_id: count for exercise_id, count in counted}
+    )
+    recent = {int(exercise_id): int(count) for exercise_id, count in counted}
     published = list_published(session=session)  # by slug
     return sorted(published, key=lambda e: (e.id not in open_ids, -recent.get(e.id, 0)))

@@ -12,13 +12,13 @@ commit; nothing here grades.
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 
 from app.domain.accounts import people
 from app.domain.courses import coursework, gradebook, leaderboard, membership
-from app.domain.models import AssignmentItem, CourseRole, User
+from app.domain.models import AssignmentItem, CourseRole, User, utcnow
 from app.domain.results import settle
 from app.web.deps import (
     AssignmentDep,
@@ -49,8 +49,11 @@ from app.web.schemas.courses import (
     LeaderboardOut,
     MemberOut,
     OverrideIn,
+    StartIn,
+    TimedAttemptOut,
     assignment_out,
 )
+from app.web.sessions import client_ip
 from worker.core.errors import NotFound
 
 router = APIRouter(tags=["courses"])
@@ -185,9 +188,33 @@ def grant_extension(body: ExtensionIn, access: AssignmentStaffDep, session: Sess
     extension = coursework.grant_extension(
         session=session, assignment=access.assignment, learner=learner, due_at=body.due_at,
         late_until=body.late_until, extra_attempts=body.extra_attempts, reason=body.reason, actor=access.user,
+        extra_minutes=body.extra_minutes, time_multiplier=body.time_multiplier,
     )  # fmt: skip
     session.commit()
     return ExtensionOut.of(extension, {access.user.id: access.user.email})
+
+
+START_ERRORS = problem_responses(
+    403, 404, 422,
+    described={
+        403: "Not a learner of the course, outside the window, a wrong access code, a network outside the list, or "
+        "another exam running for this learner",
+        404: "No such assignment for this user",
+        422: "The assignment has no time limit",
+    },
+)  # fmt: skip
+
+
+@router.post("/api/assignments/{assignment_id}/start", responses=START_ERRORS)
+def start_timed(body: StartIn, access: AssignmentDep, session: SessionDep, request: Request) -> TimedAttemptOut:
+    """Start my clock on this timed assessment (once: again returns the running clock)."""
+    now = utcnow()
+    attempt = coursework.start_timed(
+        session=session, assignment=access.assignment, user=access.user, access_code=body.access_code,
+        client_ip=client_ip(request), now=now,
+    )  # fmt: skip
+    session.commit()
+    return TimedAttemptOut.of(attempt, now=now)
 
 
 @router.post("/api/extensions/{extension_id}/revoke")

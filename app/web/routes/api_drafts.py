@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from app.domain.courses import drafts
 from app.web.deps import CurrentUser, ExerciseDep, SessionDep, SettingsDep
 from app.web.errors import problem_responses
 from app.web.schemas.common import MAX_ID
 from app.web.schemas.drafts import DraftIn, DraftOut
+from app.web.sessions import client_ip
 
 router = APIRouter(prefix="/api/exercises", tags=["drafts"])
 AssignmentQuery = Annotated[
@@ -26,9 +27,11 @@ AssignmentQuery = Annotated[
 
 NOT_FOUND = {404: "No such exercise, or no such assignment with it for this user"}
 SAVE_ERRORS = problem_responses(
-    404, 409, 422,
+    403, 404, 409, 422,
     described={
         **NOT_FOUND,
+        403: "A timed assignment's time is over, not started, or not from its network; or another exam runs for "
+        "this learner (or a cross-site request)",
         409: "Another tab or device saved this draft since the page's base revision (the detail names the stored one)",
         422: "Code over the size limit or with a NUL, answers naming no such question or option, or code sent for a "
         "quiz (answers for a code exercise)",
@@ -48,13 +51,14 @@ def get_draft(
 
 @router.put("/{slug}/draft", responses=SAVE_ERRORS)
 def save_draft(
-    body: DraftIn, exercise: ExerciseDep, user: CurrentUser, session: SessionDep, settings: SettingsDep
-) -> DraftOut:
+    body: DraftIn, exercise: ExerciseDep, user: CurrentUser, session: SessionDep, settings: SettingsDep,
+    request: Request,
+) -> DraftOut:  # fmt: skip
     """Save my draft as a new revision of the one my page started from."""
     under = drafts.place(session=session, exercise=exercise, user=user, assignment_id=body.assignment_id)
     draft = drafts.save(
         session=session, exercise=exercise, user=user, assignment=under, base_revision=body.base_revision,
-        code=body.code, answers=body.answers, max_code_bytes=settings.max_code_bytes,
+        code=body.code, answers=body.answers, max_code_bytes=settings.max_code_bytes, client_ip=client_ip(request),
     )  # fmt: skip
     out = DraftOut.of(draft)
     session.commit()

@@ -19,7 +19,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.concurrency import run_in_threadpool
 
-from app.domain.courses import coursework
+from app.domain.courses import coursework, timing
 from app.domain.courses.visibility import shown_for
 from app.domain.exercises.bank import list_published
 from app.domain.exercises.example_runs import RunGate, run_examples_now
@@ -31,6 +31,7 @@ from app.web.errors import problem_responses
 from app.web.routes.preload import with_current_versions, with_submission_details
 from app.web.schemas.exercises import ExerciseDetail, ExerciseSummary, PathOut
 from app.web.schemas.submissions import ProgressOut, SubmissionCreated, SubmissionIn, SubmissionOut, example_run_out
+from app.web.sessions import client_ip
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/exercises", tags=["exercises"])
@@ -97,8 +98,9 @@ def learning_path(session: SessionDep, user: CurrentUser) -> PathOut:
 
 
 @router.get("")
-def list_exercises(session: SessionDep, _user: CurrentUser) -> list[ExerciseSummary]:
+def list_exercises(session: SessionDep, user: CurrentUser) -> list[ExerciseSummary]:
     """List the published exercises."""
+    timing.lockout(session=session, user=user, assignment_id=None, now=utcnow())  # closed while an exam runs
     return [ExerciseSummary.of(e) for e in with_current_versions(session, list_published(session=session))]
 
 
@@ -155,6 +157,7 @@ def run_examples(
     settings: SettingsDep,
     gate: RunGateDep,
     runner: DispatcherDep,
+    request: Request,
 ) -> SubmissionOut:
     """Grade the code against the visible example tests now, in my variant there; nothing is stored or counted.
 
@@ -163,7 +166,9 @@ def run_examples(
     started = utcnow()
     version = exercise.current_version
     assert version is not None  # get_published only returns exercises with a current version
-    params = coursework.run_variant(session=session, exercise=exercise, user=user, assignment_id=body.assignment_id)
+    params = coursework.run_variant(
+        session=session, exercise=exercise, user=user, assignment_id=body.assignment_id, client_ip=client_ip(request)
+    )
     outcome = run_examples_now(
         version=version, code=body.code, user_id=user.id, gate=gate, settings=settings, runner=runner, params=params
     )

@@ -14,7 +14,7 @@ an LMS links queues the learner's score for it (``app.domain.lti.scores``) in th
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from app.domain.courses import coursework
 from app.domain.courses.visibility import shown_tests
@@ -24,6 +24,7 @@ from app.domain.submissions.quiz import answer_quiz, progress
 from app.web.deps import CurrentUser, ExerciseDep, SessionDep
 from app.web.errors import problem_responses
 from app.web.schemas.quiz import QuizAnswersIn, QuizAttemptOut
+from app.web.sessions import client_ip
 
 router = APIRouter(prefix="/api/exercises", tags=["quiz"])
 
@@ -41,9 +42,13 @@ QUIZ_ERRORS = problem_responses(
 
 
 @router.post("/{slug}/quiz", responses=QUIZ_ERRORS)
-def answer(body: QuizAnswersIn, exercise: ExerciseDep, user: CurrentUser, session: SessionDep) -> QuizAttemptOut:
+def answer(
+    body: QuizAnswersIn, exercise: ExerciseDep, user: CurrentUser, session: SessionDep, request: Request
+) -> QuizAttemptOut:
     """Grade the answers, store the attempt and return the feedback for each question."""
-    under = coursework.gate_submission(session=session, assignment_id=body.assignment_id, exercise=exercise, user=user)
+    under = coursework.gate_submission(
+        session=session, assignment_id=body.assignment_id, exercise=exercise, user=user, client_ip=client_ip(request)
+    )
     submission, result = answer_quiz(
         session=session,
         user=user,

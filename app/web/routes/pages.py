@@ -30,7 +30,7 @@ from fastapi.responses import RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from app.domain.accounts.passwords import authenticate
-from app.domain.courses import coursework, drafts, membership
+from app.domain.courses import coursework, drafts, membership, timing
 from app.domain.courses.assignments import gate, places_made
 from app.domain.courses.visibility import shown_for
 from app.domain.exercises.bank import list_published
@@ -136,6 +136,7 @@ def exercises_page(
     request: Request, user: CurrentUser, session: SessionDep, by: Annotated[str, Query(max_length=16)] = ""
 ) -> Response:
     """The catalogue: the learning path's modules in order (``?by=topic``, or a bank without a path: by topic)."""
+    timing.lockout(session=session, user=user, assignment_id=None, now=utcnow())  # closed while an exam runs
     exercises = list(with_current_versions(session, list_published(session=session)))
     progress = progress_by_exercise(session=session, user=user)
     rows = {e.id: (ExerciseSummary.of(e), progress.get(e.id, Progress())) for e in exercises}

@@ -31,7 +31,7 @@ from fastapi.responses import Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain.courses import assignments, coursework, drafts, leaderboard, membership
+from app.domain.courses import assignments, coursework, drafts, leaderboard, membership, timing
 from app.domain.models import Assignment, Course, CourseRole, User, utcnow
 from app.domain.platform.highlight import highlight_blocks
 from app.domain.review.insights import exercise_insights
@@ -48,8 +48,9 @@ from app.web.deps import (
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from app.web.routes.course_forms import HereDep, HereStaffDep, assignment_url, course_url, item_of
 from app.web.routes.pages import exercise_context
-from app.web.schemas.courses import AssignmentOut, assignment_out, board_path
+from app.web.schemas.courses import AssignmentOut, TimedAttemptOut, assignment_out, board_path
 from app.web.schemas.exercises import ExerciseDetail
+from app.web.sessions import client_ip
 from worker.core.errors import GpulabError, NotFound
 
 router = APIRouter(include_in_schema=False, dependencies=[FORM_CSRF])
@@ -146,8 +147,29 @@ def join_form(request: Request, token: str, user: CurrentUser, session: SessionD
 @router.get("/courses/{course_slug}/assignments/{assignment_id:int}")
 def assignment_page(request: Request, here: HereDep, session: SessionDep) -> Response:
     """Show one assignment as the course page shows it: where an LMS link to it lands."""
-    view = _assignment_view(session, here.assignment, here, utcnow())
+    now = utcnow()
+    timing.lockout(session=session, user=here.user, assignment_id=here.assignment.id, now=now)
+    view = _assignment_view(session, here.assignment, here, now)
     return render(request, "courses/assignment.html", course=here.course, role=here.role, staff=here.is_staff, v=view)
+
+
+@router.post("/courses/{course_slug}/assignments/{assignment_id:int}/start")
+def start_timed_form(
+    request: Request, here: HereDep, session: SessionDep, access_code: Annotated[str, Form(max_length=200)] = ""
+) -> Response:
+    """Start my clock on a timed assignment, from its page; a refusal (wrong code, network) is flashed there."""
+    try:
+        coursework.start_timed(
+            session=session, assignment=here.assignment, user=here.user, access_code=access_code,
+            client_ip=client_ip(request), now=utcnow(),
+        )  # fmt: skip
+        session.commit()
+    except GpulabError as exc:
+        session.rollback()
+        flash(request, f"Not started: {exc.message}.")
+        return redirect(assignment_url(here.assignment))
+    flash(request, "Started: your time runs. Your work is saved as you type; submit each exercise when it is ready.")
+    return redirect(assignment_url(here.assignment))
 
 
 # --- an exercise under an assignment -------------------------------------------------------------------------
@@ -164,15 +186,23 @@ def assignment_exercise_page(
     )
     detail = ExerciseDetail.of(exercise, params=params)
     learner = here.role is CourseRole.learner
+    now = utcnow()
+    timing.lockout(session=session, user=user, assignment_id=assignment.id, now=now)
     dates = assignments.effective_dates(session=session, assignment=assignment, user=user)
-    gate = counted = None
+    gate = counted = timed = None
+    if learner and timing.is_timed(assignment):
+        attempt = timing.attempt_of(session=session, assignment=assignment, user=user)
+        if attempt is None:  # a timed assignment's exercises show once the learner's clock runs
+            flash(request, "Start the timed assignment first: its exercises show once your time runs.")
+            return redirect(assignment_url(assignment))
+        timed = TimedAttemptOut.of(attempt, now=now)
     if learner:
-        gate = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=utcnow())
+        gate = assignments.gate(session=session, assignment=assignment, exercise=exercise, user=user, now=now)
         counted = assignments.counted(session=session, assignment=assignment, item=item, user=user, dates=dates)
     board = board_path(assignment, exercise.slug) if leaderboard.board_for(assignment, exercise) else None
     under: dict[str, Any] = {
         "assignment": assignment, "course": here.course, "learner": learner, "gate": gate, "counted": counted,
-        "dates": dates, "assignment_url": assignment_url(assignment), "board_url": board,
+        "dates": dates, "assignment_url": assignment_url(assignment), "board_url": board, "timed": timed,
     }  # fmt: skip
     if detail.kind == "quiz":  # answered through quiz.js, which sends the assignment id
         prompt = highlight_blocks(detail.prompt_html)

@@ -9,15 +9,16 @@ that counts; for staff, the assignment's own dates. The API and the course pages
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Literal
 from urllib.parse import quote
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from sqlalchemy.orm import Session
 
-from app.domain.courses import assignments, coursework, leaderboard, membership
-from app.domain.models import Assignment, Course, CourseRole, Extension, User, utcnow
-from app.domain.platform.clock import UtcDatetime
+from app.domain.courses import assignments, coursework, leaderboard, membership, timing
+from app.domain.models import Assignment, Course, CourseRole, Extension, TimedAttempt, User, utcnow
+from app.domain.platform.clock import UtcDatetime, as_utc
 
 MAX_CSV_CHARS = 1_000_000
 
@@ -71,13 +72,38 @@ class AssignmentIn(BaseModel):
         "exercise.toml); learners see pseudonyms only",
     )
     items: list[ItemIn] = Field(default_factory=list, max_length=coursework.MAX_ITEMS)
+    time_limit_min: int | None = Field(
+        default=None, ge=1, le=timing.MAX_LIMIT_MIN,
+        description="a timed assessment: each learner's minutes from when they start it (never past its close)",
+    )  # fmt: skip
+    submit_on_expiry: bool = Field(
+        default=True, description="timed: at a learner's end their drafts are submitted as final attempts (else kept "
+        "for staff to read)",
+    )  # fmt: skip
+    access_code: str = Field(default="", max_length=coursework.MAX_ACCESS_CODE_CHARS,
+                             description="timed: the code a learner types to start (empty: none)")  # fmt: skip
+    allowed_networks: str = Field(
+        default="", max_length=4000,
+        description="timed: CIDR blocks (space-separated) learners must be in to start and work, e.g. a proctored "
+        "room's 10.1.2.0/24 (empty: anywhere)",
+    )  # fmt: skip
+    exam_mode: bool = Field(
+        default=False, description="timed: while a learner's time runs, the rest of gpulab is closed to them"
+    )
+    feedback_after_close: bool = Field(
+        default=False, description="tests' outcomes and messages stay held back (the score shows) until the "
+        "learner's window closes",
+    )  # fmt: skip
 
     def fields(self) -> coursework.AssignmentFields:
         return coursework.AssignmentFields(
             title=self.title, opens_at=self.opens_at, due_at=self.due_at, late_until=self.late_until,
             late_credit_pct=self.late_credit_pct, counts=self.counts, max_attempts=self.max_attempts,
             rate_burst=self.rate_burst, rate_refill_s=self.rate_refill_s, is_published=self.is_published,
-            practice=self.practice, leaderboard=self.leaderboard,
+            practice=self.practice, leaderboard=self.leaderboard, time_limit_min=self.time_limit_min,
+            submit_on_expiry=self.submit_on_expiry, access_code=self.access_code,
+            allowed_networks=self.allowed_networks, exam_mode=self.exam_mode,
+            feedback_after_close=self.feedback_after_close,
         )  # fmt: skip
 
     def chosen(self) -> list[tuple[str, float]]:
@@ -132,6 +158,40 @@ class AssignmentOut(BaseModel):
     rate_refill_s: int | None
     extended: bool = Field(description="the dates shown are this learner's extension")
     items: list[ItemOut]
+    time_limit_min: int | None = Field(default=None, description="timed: the limit in minutes (see AssignmentIn)")
+    submit_on_expiry: bool = True
+    needs_access_code: bool = Field(default=False, description="timed: starting it asks for an access code")
+    allowed_networks: str | None = Field(default=None, description="staff only: the networks learners must be in")
+    exam_mode: bool = False
+    feedback_after_close: bool = False
+    my_time: TimedAttemptOut | None = Field(
+        default=None, description="learners of a timed assessment: their clock once started (none before)"
+    )
+
+
+class TimedAttemptOut(BaseModel):
+    """A learner's clock on a timed assessment: the server's times; count down from ``remaining_s``."""
+
+    started_at: UtcDatetime
+    ends_at: UtcDatetime = Field(description="fixed at the start: the limit (with accommodations), or the close")
+    remaining_s: float = Field(description="seconds left when this answer was made (0: over)")
+    limit_min: float = Field(description="the minutes this learner had, accommodations included, before any close")
+    submitted: dict[str, str] | None = Field(
+        default=None, description="after the end, with submit on expiry: the submission made of each item's draft"
+    )
+
+    @classmethod
+    def of(cls, attempt: TimedAttempt, *, now: datetime) -> TimedAttemptOut:
+        limit = (as_utc(attempt.ends_at) - as_utc(attempt.started_at)).total_seconds() / 60
+        return cls(
+            started_at=attempt.started_at, ends_at=attempt.ends_at, remaining_s=timing.remaining_s(attempt, now),
+            limit_min=round(limit, 2), submitted=attempt.submitted,
+        )  # fmt: skip
+
+
+class StartIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    access_code: str = Field(default="", max_length=200, description="the code the person running the exam gives")
 
 
 class CourseDetailOut(CourseOut):
@@ -174,18 +234,24 @@ class InviteOut(BaseModel):
 class ExtensionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     email: str = Field(min_length=3, max_length=320)
-    due_at: When
+    due_at: When | None = Field(default=None, description="new due date (none: the assignment's dates stay)")
     late_until: When | None = None
     extra_attempts: int = Field(default=0, ge=0, le=1000)
+    extra_minutes: int = Field(default=0, ge=0, le=timing.MAX_LIMIT_MIN,
+                               description="timed assessments: minutes added to the learner's limit")  # fmt: skip
+    time_multiplier: float = Field(default=1.0, ge=1.0, le=timing.MAX_MULTIPLIER,
+                                   description="timed assessments: the limit times this (1.5: half again)")  # fmt: skip
     reason: str = Field(min_length=1, max_length=coursework.MAX_REASON_CHARS)
 
 
 class ExtensionOut(BaseModel):
     id: int
     email: str
-    due_at: UtcDatetime
+    due_at: UtcDatetime | None
     late_until: UtcDatetime | None
     extra_attempts: int
+    extra_minutes: int = 0
+    time_multiplier: float = 1.0
     reason: str
     granted_by: str | None
     created_at: UtcDatetime
@@ -196,7 +262,8 @@ class ExtensionOut(BaseModel):
     def of(cls, extension: Extension, emails: dict[int, str]) -> ExtensionOut:
         return cls(
             id=extension.id, email=extension.user.email, due_at=extension.due_at, late_until=extension.late_until,
-            extra_attempts=extension.extra_attempts, reason=extension.reason,
+            extra_attempts=extension.extra_attempts, reason=extension.reason, extra_minutes=extension.extra_minutes,
+            time_multiplier=extension.time_multiplier,
             granted_by=emails.get(extension.granted_by_id) if extension.granted_by_id else None,
             created_at=extension.created_at, revoked_at=extension.revoked_at,
             revoked_by=emails.get(extension.revoked_by_id) if extension.revoked_by_id else None,
@@ -277,6 +344,7 @@ def assignment_out(*, session: Session, assignment: Assignment, user: User, staf
         items.append(out)
     own = assignments.Dates(assignment.opens_at, assignment.due_at, assignment.late_until, None)
     shown = own if staff else dates
+    attempt = None if staff else timing.attempt_of(session=session, assignment=assignment, user=user)
     return AssignmentOut(
         id=assignment.id, course=assignment.course.slug, title=assignment.title, position=assignment.position,
         is_published=assignment.is_published, opens_at=shown.opens_at, due_at=shown.due_at,
@@ -284,6 +352,10 @@ def assignment_out(*, session: Session, assignment: Assignment, user: User, staf
         practice=assignment.practice, leaderboard=assignment.leaderboard, max_attempts=assignment.max_attempts,
         extra_attempts=shown.extension.extra_attempts if shown.extension is not None else 0,
         rate_burst=assignment.rate_burst, rate_refill_s=assignment.rate_refill_s, extended=shown.extended, items=items,
+        time_limit_min=assignment.time_limit_min, submit_on_expiry=assignment.submit_on_expiry,
+        needs_access_code=bool(assignment.access_code), allowed_networks=assignment.allowed_networks if staff else None,
+        exam_mode=assignment.exam_mode, feedback_after_close=assignment.feedback_after_close,
+        my_time=TimedAttemptOut.of(attempt, now=now) if attempt is not None else None,
     )  # fmt: skip
 
 

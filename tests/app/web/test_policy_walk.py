@@ -112,6 +112,7 @@ ROUTES: dict[str, str] = {
     "GET /api/assignments/{assignment_id}/exercises/{slug}/leaderboard": B,
     "GET /api/assignments/{assignment_id}/extensions": B,
     "POST /api/assignments/{assignment_id}/extensions": B,
+    "POST /api/assignments/{assignment_id}/start": B,
     "POST /api/extensions/{extension_id}/revoke": B,
     "GET /api/courses/{slug}/gradebook": B,
     "GET /api/courses/{slug}/gradebook.csv": B,
@@ -181,6 +182,7 @@ ROUTES: dict[str, str] = {
     "GET /join/{token}": OPEN,
     "POST /join/{token}": OPEN,
     "GET /courses/{course_slug}/assignments/{assignment_id}": B,
+    "POST /courses/{course_slug}/assignments/{assignment_id}/start": B,
     "GET /courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}": B,
     "POST /courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/submissions": B,
     "GET /courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/insights": B,
@@ -277,6 +279,8 @@ LEARNER_CONTROL = {
     "POST /api/submissions/{submission_id}/regrade-request",
     "POST /submissions/{submission_id}/regrade-request",
     "POST /courses/{course_slug}/assignments/{assignment_id}/exercises/{slug}/submissions",
+    "POST /api/assignments/{assignment_id}/start",
+    "POST /courses/{course_slug}/assignments/{assignment_id}/start",
 }
 # Not asked of the control: a stream that stays open while it waits.
 NO_CONTROL = {"GET /api/submissions/{submission_id}/events"}
