@@ -44,7 +44,8 @@ LABELS = {
     "late_credit_pct": "the late credit", "counts": "which attempt counts", "max_attempts": "the attempt limit",
     "rate_burst": "the submissions in a burst", "rate_refill_s": "the refill time", "email": "the learner",
     "extra_attempts": "the extra attempts", "reason": "the reason", "practice": "practice",
-    "leaderboard": "the leaderboard",
+    "leaderboard": "the leaderboard", "time_limit_min": "the time limit", "access_code": "the access code",
+    "allowed_networks": "the networks", "extra_minutes": "the extra minutes", "time_multiplier": "the time multiplier",
 }  # fmt: skip
 
 
@@ -115,6 +116,12 @@ class AssignmentForm:
     practice: str = "examples_only"
     leaderboard: bool = True
     items: str = ""  # one exercise a line: "slug [weight]"
+    time_limit_min: str = ""  # empty: not timed
+    submit_on_expiry: bool = True
+    access_code: str = ""
+    allowed_networks: str = ""
+    exam_mode: bool = False
+    feedback_after_close: bool = False
 
     @classmethod
     def of(cls, assignment: Assignment) -> AssignmentForm:
@@ -128,6 +135,9 @@ class AssignmentForm:
             rate_burst=text(assignment.rate_burst), rate_refill_s=text(assignment.rate_refill_s),
             is_published=assignment.is_published, practice=assignment.practice, leaderboard=assignment.leaderboard,
             items="\n".join(f"{item.exercise.slug} {item.weight:g}" for item in assignment.items),
+            time_limit_min=text(assignment.time_limit_min), submit_on_expiry=assignment.submit_on_expiry,
+            access_code=assignment.access_code, allowed_networks=assignment.allowed_networks,
+            exam_mode=assignment.exam_mode, feedback_after_close=assignment.feedback_after_close,
         )  # fmt: skip
 
     def chosen(self) -> list[dict[str, str]]:
@@ -161,6 +171,12 @@ class AssignmentForm:
                     "practice": self.practice,
                     "leaderboard": self.leaderboard,
                     "items": self.chosen(),
+                    "time_limit_min": _optional(self.time_limit_min),
+                    "submit_on_expiry": self.submit_on_expiry,
+                    "access_code": self.access_code,
+                    "allowed_networks": self.allowed_networks,
+                    "exam_mode": self.exam_mode,
+                    "feedback_after_close": self.feedback_after_close,
                     **({"late_credit_pct": self.late_credit_pct.strip()} if self.late_credit_pct.strip() else {}),
                 }
             )
@@ -179,6 +195,9 @@ class ExtensionForm:
     extra_attempts: str = "0"
     reason: str = ""
     no_late: bool = False
+    extra_minutes: str = "0"  # timed assessments: accommodations
+    time_multiplier: str = "1"
+    keep_dates: bool = False  # only attempts or time: the assignment's dates stay
 
     def checked(self, late_span: timedelta | None = None) -> ExtensionIn:
         """Return the form as the API's ``ExtensionIn`` (dates in UTC), or raise ``InvalidInput``.
@@ -186,11 +205,11 @@ class ExtensionForm:
         ``late_span``: the assignment's late period; a late end left empty (and "no late period" unticked) ends
         that long after the new due date, so moving only the due date keeps the learner's late period.
         """
-        due_at = utc_from_local(self.due_at, self.tz, LABELS["due_at"])
-        if due_at is None:
-            raise InvalidInput("an extension needs its new due date")
-        late_until = utc_from_local(self.late_until, self.tz, LABELS["late_until"])
-        if late_until is None and late_span is not None and not self.no_late:
+        due_at = None if self.keep_dates else utc_from_local(self.due_at, self.tz, LABELS["due_at"])
+        if due_at is None and not self.keep_dates:
+            raise InvalidInput("an extension needs its new due date (or tick: keep the assignment's dates)")
+        late_until = None if due_at is None else utc_from_local(self.late_until, self.tz, LABELS["late_until"])
+        if due_at is not None and late_until is None and late_span is not None and not self.no_late:
             late_until = due_at + late_span
         try:
             return ExtensionIn.model_validate(
@@ -199,6 +218,8 @@ class ExtensionForm:
                     "due_at": due_at,
                     "late_until": late_until,
                     "extra_attempts": self.extra_attempts.strip() or "0",
+                    "extra_minutes": self.extra_minutes.strip() or "0",
+                    "time_multiplier": self.time_multiplier.strip() or "1",
                     "reason": self.reason,
                 }
             )

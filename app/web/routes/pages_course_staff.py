@@ -174,12 +174,16 @@ def posted_assignment(
     rate_burst: TextField = "", rate_refill_s: TextField = "", is_published: TextField = "",
     practice: TextField = "examples_only", leaderboard: TextField = "",
     items: Annotated[str, Form(max_length=100_000)] = "",
+    time_limit_min: TextField = "", submit_on_expiry: TextField = "", access_code: TextField = "",
+    allowed_networks: TextField = "", exam_mode: TextField = "", feedback_after_close: TextField = "",
 ) -> AssignmentForm:  # fmt: skip
     """Return the posted assignment form as typed (an unticked box, "published" or "leaderboard", is not posted)."""
     return AssignmentForm(
         title=title, opens_at=opens_at, due_at=due_at, late_until=late_until, tz=tz, late_credit_pct=late_credit_pct,
         counts=counts, max_attempts=max_attempts, rate_burst=rate_burst, rate_refill_s=rate_refill_s,
         is_published=bool(is_published), practice=practice, leaderboard=bool(leaderboard), items=items,
+        time_limit_min=time_limit_min, submit_on_expiry=bool(submit_on_expiry), access_code=access_code,
+        allowed_networks=allowed_networks, exam_mode=bool(exam_mode), feedback_after_close=bool(feedback_after_close),
     )  # fmt: skip
 
 
@@ -278,10 +282,14 @@ def grant_form(
     extra_attempts: TextField = "0",
     reason: TextField = "",
     no_late: TextField = "",
+    extra_minutes: TextField = "0",
+    time_multiplier: TextField = "1",
+    keep_dates: TextField = "",
 ) -> Response:
     form = ExtensionForm(
         email=email, due_at=due_at, late_until=late_until, tz=tz, extra_attempts=extra_attempts, reason=reason,
-        no_late=bool(no_late),
+        no_late=bool(no_late), extra_minutes=extra_minutes, time_multiplier=time_multiplier,
+        keep_dates=bool(keep_dates),
     )  # fmt: skip
     try:
         body = form.checked(_late_span(here.assignment))
@@ -291,6 +299,7 @@ def grant_form(
         coursework.grant_extension(
             session=session, assignment=here.assignment, learner=learner, due_at=body.due_at,
             late_until=body.late_until, extra_attempts=body.extra_attempts, reason=body.reason, actor=here.user,
+            extra_minutes=body.extra_minutes, time_multiplier=body.time_multiplier,
         )  # fmt: skip
         session.commit()
     except GpulabError as exc:

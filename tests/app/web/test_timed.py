@@ -233,3 +233,45 @@ def test_the_end_submits_the_last_drafts_once_and_refuses_what_comes_after(
     shown = client.get(f"/api/assignments/{exam['id']}").json()["my_time"]
     assert shown["remaining_s"] == 0 and set(shown["submitted"]) == {tiny_exercise.slug, quiz.slug}
     assert dispatcher.calls == [] or all(call[0] != code[0].id for call in dispatcher.calls)  # sent by the sweeper
+
+
+def test_staff_set_a_timed_assessment_and_an_accommodation_through_the_forms(
+    client: TestClient, course: str, login: Callable[..., None], instructor: User, learner: User,  # noqa: F811
+    tiny_exercise: TinyExercise, db_session: Session,
+) -> None:  # fmt: skip
+    from app.domain.models import Assignment, Extension
+    from tests.app.web.test_pages_courses import form_token
+
+    login(client, instructor)
+    token = form_token(client, f"/courses/{course}/assignments/new")
+    fields = {
+        "csrf_token": token, "title": "Quiz 1", "tz": "UTC", "items": f"{tiny_exercise.slug}\n", "is_published": "1",
+        "time_limit_min": "20", "submit_on_expiry": "1", "access_code": " lab-7 ", "allowed_networks": "10.1.2.9/24",
+        "exam_mode": "1",
+    }  # fmt: skip
+    saved = client.post(f"/courses/{course}/assignments", data=fields, follow_redirects=False)
+    assert saved.status_code == 303, saved.text
+    made = db_session.scalars(select(Assignment).where(Assignment.title == "Quiz 1")).one()
+    assert (made.time_limit_min, made.access_code, made.allowed_networks) == (20, "lab-7", "10.1.2.0/24")
+    assert made.exam_mode and made.submit_on_expiry and not made.feedback_after_close
+    bad = client.post(f"/courses/{course}/assignments", data={**fields, "allowed_networks": "the lab"})
+    assert bad.status_code == 422 and "is not a network" in bad.text
+    page = client.get(f"/courses/{course}/assignments/{made.id}/extensions").text
+    assert 'name="time_multiplier"' in page and "Accommodations on this timed assessment (20 minutes)" in page
+    granted = client.post(
+        f"/courses/{course}/assignments/{made.id}/extensions",
+        data={
+            "csrf_token": token,
+            "email": learner.email,
+            "keep_dates": "1",
+            "time_multiplier": "1.5",
+            "extra_minutes": "5",
+            "reason": "accommodation letter",
+        },
+        follow_redirects=False,
+    )
+    assert granted.status_code == 303, granted.text
+    extension = db_session.scalars(select(Extension).where(Extension.user_id == learner.id)).one()
+    assert extension.due_at is None and extension.time_multiplier == 1.5 and extension.extra_minutes == 5
+    listed = client.get(f"/courses/{course}/assignments/{made.id}/extensions").text
+    assert "(time \u00d71.5 +5 min)" in listed
