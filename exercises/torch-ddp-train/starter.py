@@ -1,8 +1,8 @@
 import torch
-import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+import torch.distributed as dist  # noqa: F401 - what you will need
+from torch import nn  # noqa: F401
+from torch.nn.parallel import DistributedDataParallel  # noqa: F401
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset  # noqa: F401
 
 
 def train(rank: int, world_size: int) -> dict[str, torch.Tensor]:

@@ -41,6 +41,8 @@ EXPECTED = {
     "torch.load_state_dict_module": "state_dict.not_a_mapping",
     "torch.cuda_not_compiled": "device.no_cuda",
     "torch.optimizer_empty": "optimizer.no_parameters",
+    "torch.nccl_without_gpus": "process_group.no_nccl",
+    "torch.sampler_and_shuffle": "dataloader.sampler_and_shuffle",
     "torch.item_many": "tensor.item_of_many",
     "torch.numpy_requires_grad": "tensor.numpy_requires_grad",
     "torch.no_sync_on_module": "ddp.no_sync_elsewhere",

@@ -152,6 +152,12 @@ CLASSES: tuple[FailureClass, ...] = (
         types=("AssertionError",),
     ),
     FailureClass(
+        "process_group.no_nccl",
+        re.compile(r"Distributed package doesn't have NCCL built in|ProcessGroupNCCL is only supported with GPUs"),
+        'a process group was asked for the "nccl" backend, which runs only on CUDA GPUs and is not available in '
+        'this run: choose "nccl" only when torch.cuda.is_available() is True, and "gloo" otherwise',
+    ),
+    FailureClass(
         "ddp.no_parameters",
         re.compile(r"DistributedDataParallel is not needed when a module doesn't have any parameter"),
         "DistributedDataParallel was given a module without trainable parameters: wrap the model that holds the "
@@ -364,6 +370,14 @@ CLASSES: tuple[FailureClass, ...] = (
         types=("TypeError",),
     ),
     FailureClass(
+        "dataloader.sampler_and_shuffle",
+        re.compile(r"(?<!batch_)sampler option is mutually exclusive with shuffle"),
+        "a DataLoader was given both a sampler and shuffle=True: the sampler alone decides the order (a "
+        "DistributedSampler shuffles by itself, with its own shuffle= and set_epoch), so leave shuffle out of the "
+        "DataLoader",
+        types=("ValueError",),
+    ),
+    FailureClass(
         "optimizer.no_parameters",
         re.compile(r"optimizer got an empty parameter list"),
         "an optimizer was made with no parameters: pass it model.parameters() of the model you train (a "
@@ -447,11 +461,18 @@ def explain(type_name: str, message: str) -> Explained:
     return Explained(_sentence(said), details if line != message.strip() else "")
 
 
+def _lower_first(text: str) -> str:
+    """``text`` to follow a colon: its first letter lowered, unless the first word is a name (DistributedDataParallel,
+    DDP's, GradScaler: another capital in it)."""
+    word = text.split(" ", 1)[0]
+    return text if any(c.isupper() for c in word[1:]) else text[:1].lower() + text[1:]
+
+
 def raised(what: str, type_name: str, message: str) -> Explained:
     """Explain an exception that ``what`` ("train(0, 2)", "your model's fit") raised: ``what raised ...``."""
     got = explain(type_name, message)
     if got.cause:
-        return Explained(f"{what} failed: {got.message[:1].lower()}{got.message[1:]}", got.details, got.cause)
+        return Explained(f"{what} failed: {_lower_first(got.message)}", got.details, got.cause)
     line = first_line(message)
     said = f"{what} raised {type_name}: {line}" if line else f"{what} raised {type_name} (with no message)"
     return Explained(_sentence(said, capital=False), got.details, "")
@@ -499,7 +520,7 @@ def ranks(runs: Iterable[Mapping[str, Any]], *, what: str = "train", timeout_s: 
         if first:
             parts.append(f"Rank {r['rank']} then failed in a collective, because the rank above stopped.")
         else:
-            parts.append(f"On rank {r['rank']}, {got.message[:1].lower()}{got.message[1:]}")
+            parts.append(f"On rank {r['rank']}, {_lower_first(got.message)}")
         details.append(f"rank {r['rank']}: {clean_details(f'{type_name}: {message}')}")
     for r in waited:
         limit = f" within {timeout_s:g} s" if timeout_s else ""

@@ -138,6 +138,14 @@ TORCH: dict[str, str] = {
     "torch.load_state_dict_module": "import torch\ntorch.nn.BatchNorm1d(3).load_state_dict(torch.nn.BatchNorm1d(3))",
     "torch.cuda_not_compiled": "import torch\ntorch.ones(1).to('cuda:0')",
     "torch.optimizer_empty": "import torch\ntorch.optim.SGD([], lr=0.1)",
+    "torch.nccl_without_gpus": textwrap.dedent("""\
+        import torch.distributed as dist
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)"""),
+    "torch.sampler_and_shuffle": textwrap.dedent("""\
+        import torch
+        from torch.utils.data import DataLoader, SequentialSampler, TensorDataset
+        data = TensorDataset(torch.ones(4, 1))
+        DataLoader(data, sampler=SequentialSampler(data), shuffle=True)"""),
     "torch.item_many": "import torch\ntorch.ones(3).item()",
     "torch.numpy_requires_grad": "import torch\ntorch.ones(2, requires_grad=True).numpy()",
     "torch.no_sync_on_module": "import torch\ntorch.nn.Sequential(torch.nn.Linear(2, 1)).no_sync()",

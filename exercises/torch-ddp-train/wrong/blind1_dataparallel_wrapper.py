@@ -1,0 +1,28 @@
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+def train(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend)
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    ddp_model = nn.DataParallel(model)
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(1234))
+    y = x @ torch.tensor([[1.0, -2.0, 0.5, 3.0]]).T + 0.5
+    dataset = TensorDataset(x, y)
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True)
+    loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+    loss_fn = nn.MSELoss()
+    for epoch in range(20):
+        sampler.set_epoch(epoch)
+        for xb, yb in loader:
+            optimizer.zero_grad()
+            loss = loss_fn(ddp_model(xb), yb)
+            loss.backward()
+            optimizer.step()
+    dist.destroy_process_group()
+    return ddp_model.module.state_dict()
