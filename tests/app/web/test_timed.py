@@ -7,6 +7,7 @@ running what the sweeper runs (``app.jobs.timed``), with the recording dispatche
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -275,3 +276,27 @@ def test_staff_set_a_timed_assessment_and_an_accommodation_through_the_forms(
     assert extension.due_at is None and extension.time_multiplier == 1.5 and extension.extra_minutes == 5
     listed = client.get(f"/courses/{course}/assignments/{made.id}/extensions").text
     assert "(time \u00d71.5 +5 min)" in listed
+
+
+def test_the_assignment_page_offers_the_start_then_counts_down_and_the_exercise_waits_for_the_start(
+    from_room: Callable[[str], TestClient], exam_setup: dict[str, Any], learner: User, tiny_exercise: TinyExercise
+) -> None:
+    exam, course_slug = exam_setup["exam"], exam_setup["course"]
+    client = from_room(ROOM)
+    _login(client, learner)
+    url = f"/courses/{course_slug}/assignments/{exam['id']}"
+    page = client.get(url)
+    assert page.status_code == 200, page.text
+    assert 'action="' + url + '/start"' in page.text and 'name="access_code"' in page.text
+    assert "30 minutes from when you start" in page.text
+    waiting = client.get(f"{url}/exercises/{tiny_exercise.slug}", follow_redirects=False)
+    assert waiting.status_code == 303 and waiting.headers["location"] == url
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert token is not None
+    started = client.post(f"{url}/start", data={"csrf_token": token.group(1), "access_code": "room-42"},
+                          follow_redirects=False)  # fmt: skip
+    assert started.status_code == 303
+    counting = client.get(url).text
+    assert 'class="countdown"' in counting and "data-remaining-s=" in counting and "Start</button>" not in counting
+    exercise = client.get(f"{url}/exercises/{tiny_exercise.slug}")
+    assert exercise.status_code == 200 and 'class="countdown"' in exercise.text
