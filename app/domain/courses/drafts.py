@@ -12,18 +12,20 @@ Contract:
   device saved since, and silently overwriting it would lose work. Code is held to the submission's limits
   (``max_code_bytes``, no NUL); quiz answers are checked as an attempt's are (``check_answers``), empty allowed.
 - ``discard(...)`` removes the draft (the learner went back to the starter); ``find`` reads one.
+- ``ended_drafts`` is what staff may read: on a timed assessment, the drafts of learners whose time has ended.
 - Functions take the session keyword-only and leave the commit to the caller.
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.courses import membership, timing
-from app.domain.models import Assignment, CourseRole, Draft, Exercise, User, utcnow
+from app.domain.models import Assignment, CourseRole, Draft, Exercise, TimedAttempt, User, utcnow
 from app.domain.submissions.quiz import quiz_of
 from worker.bank.quiz.answers import check_answers
 from worker.core import humane
@@ -134,6 +136,26 @@ def save(
     draft.updated_at = utcnow()
     session.flush()
     return draft
+
+
+def ended_drafts(*, session: Session, assignment: Assignment, now: datetime) -> list[tuple[Draft, TimedAttempt]]:
+    """Return the drafts staff may read on ``assignment``: those of learners whose timed clock has ended.
+
+    A draft is the learner's own while they work; on a timed assessment staff read it once that learner's time is
+    over (``timing.staff_may_read_drafts``): what they left unsubmitted, or what the end submitted for them.
+    """
+    if not timing.is_timed(assignment):
+        return []
+    rows = session.execute(
+        select(Draft, TimedAttempt)
+        .join(
+            TimedAttempt,
+            (TimedAttempt.assignment_id == Draft.assignment_id) & (TimedAttempt.user_id == Draft.user_id),
+        )
+        .where(Draft.assignment_id == assignment.id)
+        .order_by(Draft.user_id, Draft.exercise_id)
+    )
+    return [(d, a) for d, a in rows if timing.staff_may_read_drafts(attempt=a, now=now)]
 
 
 def discard(*, session: Session, exercise: Exercise, user: User, assignment: Assignment | None) -> None:

@@ -17,7 +17,7 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 
 from app.domain.accounts import people
-from app.domain.courses import coursework, gradebook, leaderboard, membership
+from app.domain.courses import coursework, drafts, gradebook, leaderboard, membership
 from app.domain.models import AssignmentItem, CourseRole, User, utcnow
 from app.domain.results import settle
 from app.web.deps import (
@@ -53,6 +53,7 @@ from app.web.schemas.courses import (
     TimedAttemptOut,
     assignment_out,
 )
+from app.web.schemas.drafts import StaffDraftOut
 from app.web.sessions import client_ip
 from worker.core.errors import NotFound
 
@@ -215,6 +216,26 @@ def start_timed(body: StartIn, access: AssignmentDep, session: SessionDep, reque
     )  # fmt: skip
     session.commit()
     return TimedAttemptOut.of(attempt, now=now)
+
+
+@router.get("/api/assignments/{assignment_id}/drafts", responses=problem_responses(403, 404))
+def ended_drafts(access: AssignmentStaffDep, session: SessionDep) -> list[StaffDraftOut]:
+    """Return the learners' drafts of this timed assessment once each one's time has ended (staff)."""
+    found = drafts.ended_drafts(session=session, assignment=access.assignment, now=utcnow())
+    emails = people.emails_of(session=session, ids={d.user_id for d, _ in found})
+    slugs = {item.exercise_id: item.exercise.slug for item in access.assignment.items}
+    return [
+        StaffDraftOut(
+            email=emails.get(d.user_id, ""),
+            exercise=slugs.get(d.exercise_id, ""),
+            code=d.code,
+            answers=d.answers,
+            updated_at=d.updated_at,
+            ended_at=a.ends_at,
+            submitted=(a.submitted or {}).get(slugs.get(d.exercise_id, "")),
+        )
+        for d, a in found
+    ]
 
 
 @router.post("/api/extensions/{extension_id}/revoke")

@@ -25,6 +25,18 @@ class DraftIn(StrictIn):
     assignment_id: AssignmentRef = None
 
 
+class StaffDraftOut(BaseModel):
+    """A learner's draft on a timed assessment whose time has ended, as staff read it."""
+
+    email: str
+    exercise: str
+    code: str | None
+    answers: dict[str, Any] | None
+    updated_at: UtcDatetime
+    ended_at: UtcDatetime = Field(description="when the learner's time ended")
+    submitted: str | None = Field(description="the submission the end made of this draft, if it made one")
+
+
 class DraftOut(BaseModel):
     """The stored draft; ``revision`` 0 and no content when there is none (the page shows the starter)."""
 

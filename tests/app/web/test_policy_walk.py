@@ -113,6 +113,7 @@ ROUTES: dict[str, str] = {
     "GET /api/assignments/{assignment_id}/extensions": B,
     "POST /api/assignments/{assignment_id}/extensions": B,
     "POST /api/assignments/{assignment_id}/start": B,
+    "GET /api/assignments/{assignment_id}/drafts": B,
     "POST /api/extensions/{extension_id}/revoke": B,
     "GET /api/courses/{slug}/gradebook": B,
     "GET /api/courses/{slug}/gradebook.csv": B,

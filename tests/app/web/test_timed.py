@@ -231,6 +231,7 @@ def test_the_end_submits_the_last_drafts_once_and_refuses_what_comes_after(
     assert len(graded_quiz) == 1 and graded_quiz[0].status is SubmissionStatus.graded
     db_session.refresh(attempt)
     assert attempt.closed_at is not None and set(attempt.submitted or {}) == {tiny_exercise.slug, quiz.slug}
+    assert client.get(f"/api/assignments/{exam['id']}/drafts").status_code == 403  # staff's, not the learner's
     shown = client.get(f"/api/assignments/{exam['id']}").json()["my_time"]
     assert shown["remaining_s"] == 0 and set(shown["submitted"]) == {tiny_exercise.slug, quiz.slug}
     assert dispatcher.calls == [] or all(call[0] != code[0].id for call in dispatcher.calls)  # sent by the sweeper
@@ -300,3 +301,27 @@ def test_the_assignment_page_offers_the_start_then_counts_down_and_the_exercise_
     assert 'class="countdown"' in counting and "data-remaining-s=" in counting and "Start</button>" not in counting
     exercise = client.get(f"{url}/exercises/{tiny_exercise.slug}")
     assert exercise.status_code == 200 and 'class="countdown"' in exercise.text
+
+
+def test_staff_read_a_learners_drafts_only_once_their_time_has_ended(
+    client: TestClient, from_room: Callable[[str], TestClient], exam_setup: dict[str, Any], learner: User,
+    instructor: User, tiny_exercise: TinyExercise, db_session: Session,
+) -> None:  # fmt: skip
+    exam = exam_setup["exam"]
+    learner_client = from_room(ROOM)
+    _login(learner_client, learner)
+    learner_client.post(f"/api/assignments/{exam['id']}/start", json={"access_code": "room-42"})
+    learner_client.put(
+        f"/api/exercises/{tiny_exercise.slug}/draft",
+        json={"base_revision": 0, "code": "# unfinished\n", "assignment_id": exam["id"]},
+    )
+    _login(client, instructor)
+    assert client.get(f"/api/assignments/{exam['id']}/drafts").json() == []  # still the learner's own
+    attempt = db_session.scalars(select(TimedAttempt).where(TimedAttempt.user_id == learner.id)).one()
+    attempt.ends_at = utcnow() - timedelta(minutes=1)
+    db_session.commit()
+    [read] = client.get(f"/api/assignments/{exam['id']}/drafts").json()
+    assert (
+        read["email"] == learner.email and read["exercise"] == tiny_exercise.slug and read["code"] == "# unfinished\n"
+    )
+    assert read["submitted"] is None  # not closed yet: the sweeper submits it at its next pass
