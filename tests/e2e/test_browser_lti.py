@@ -61,6 +61,7 @@ class Framed:
 
     base: str
     platform: LoopbackPlatform
+    data: Path  # its data folder (the SQLite file a test adds rows to)
 
     def course_page(self) -> str:
         """Prepare a learner's launch; return the platform's course page that frames it."""
@@ -104,7 +105,7 @@ def framed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Framed]:
 
     try:
         wait_for(up, timeout_s=60, interval_s=0.3)
-        yield Framed(base=base, platform=platform)
+        yield Framed(base=base, platform=platform, data=folder / "data")
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -196,3 +197,46 @@ def test_a_frame_that_loses_the_cookies_offers_a_new_window_where_the_launch_com
     assert window.locator("a.course-link:has-text('GPU Programming 101')").count() == 1
     assert window.locator("#logout").count() == 1  # signed in, in the window of its own
     assert page.problems == []
+
+
+def test_a_timed_assignment_starts_and_counts_down_inside_the_lms_frame(framed: Framed, chromium: Any) -> None:
+    page = watched_page(chromium, ignore_https_errors=True)
+    page.goto(framed.course_page())
+    frame = _tool_frame(page, framed.base, at="/courses")
+    frame.click("a.course-link:has-text('GPU Programming 101')")
+    frame.wait_for_selector("h1:has-text('GPU Programming 101')")
+    slug = frame.url.rstrip("/").rsplit("/", 1)[-1]
+    assignment_id = _timed_assignment(framed, slug)  # the course the launch provisioned gets a timed assessment
+    frame.goto(f"{frame.url.rstrip('/')}/assignments/{assignment_id}")
+    frame.wait_for_selector("button:has-text('Start')")
+    frame.click("button:has-text('Start')")  # a form post with the session and its token, inside the frame
+    frame.wait_for_selector(".countdown .countdown-left")
+    assert "/login" not in frame.url and "Started: your time runs" in frame.inner_text("body")
+    left = frame.inner_text(".countdown-left")
+    assert left.startswith(("20:", "19:")), left  # counted from the server's 20 minutes
+    assert page.problems == []
+
+
+def _timed_assignment(framed: Framed, slug: str) -> int:
+    """Add a published 20-minute assignment to the framed course, open now; return its id."""
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import select
+
+    from app.domain.models import Assignment, Course
+    from app.domain.platform.db import engine_for
+
+    database = Path(framed.data) / "gpulab.db"
+    engine = engine_for(f"sqlite:///{database}")
+    try:
+        with Session(engine) as session:
+            course = session.scalars(select(Course).where(Course.slug == slug)).one()
+            assignment = Assignment(
+                course_id=course.id, title="Timed in the frame", time_limit_min=20,
+                opens_at=datetime.now(UTC) - timedelta(hours=1), due_at=datetime.now(UTC) + timedelta(days=1),
+            )  # fmt: skip
+            session.add(assignment)
+            session.commit()
+            return int(assignment.id)
+    finally:
+        engine.dispose()
