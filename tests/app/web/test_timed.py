@@ -54,6 +54,12 @@ def _submit(client: TestClient, slug: str, assignment_id: int | None = None, **h
     return client.post(f"/api/exercises/{slug}/submissions", json=body, headers=headers)
 
 
+def _notebook_of(code: str) -> dict[str, Any]:
+    cell = {"cell_type": "code", "id": "a1", "metadata": {"tags": ["solution"]}, "source": code, "outputs": [],
+            "execution_count": None}  # fmt: skip
+    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell]}
+
+
 def _login(client: TestClient, user: User) -> None:
     answer = client.post("/api/auth/login", json={"email": user.email, "password": PASSWORD})
     assert answer.status_code == 200, answer.text
