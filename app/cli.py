@@ -211,6 +211,172 @@ def user_add(email: str, name: str, role: str, password_stdin: bool, practice_st
     click.echo(f"created {role} {email}{staff_note}" + ("" if password_stdin else f" with password {password}"))
 
 
+def _person(session: Session, email: str) -> Any:
+    from sqlalchemy import func, select
+
+    from app.domain.models import User
+
+    found = session.scalar(select(User).where(func.lower(User.email) == email.strip().lower()))
+    if found is None:
+        raise click.ClickException(f"no account {email!r}")
+    return found
+
+
+@user.command("export")
+@click.argument("email")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+def user_export(email: str, file: Path) -> None:
+    """Write everything gpulab holds about a person to FILE (a zip of JSON and code), as their account page does."""
+    from app.domain.platform.db import session_scope
+    from app.domain.privacy.export import export_zip
+
+    with session_scope() as session:
+        data = export_zip(session=session, user=_person(session, email))
+    file.write_bytes(data)
+    click.echo(f"wrote {file} ({len(data) // 1024 + 1} KiB)")
+
+
+@user.command("erase")
+@click.argument("email")
+@click.option("--by", "by_email", required=True, help="The admin who erases (recorded in the audit trail).")
+@click.option(
+    "--code",
+    type=click.Choice(["delete", "pseudonymize"]),
+    default=None,
+    help="Their submissions' code: deleted, or kept under the erased account (default: GPULAB_ERASURE_CODE).",
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def user_erase(email: str, by_email: str, code: str | None, yes: bool) -> None:
+    """Erase a person's personal data (GDPR article 17); their grades stay as numbers, shown as "erased user"."""
+    from app.domain.platform.db import session_scope
+    from app.domain.privacy.erasure import erase
+
+    policy = code or get_settings().erasure_code
+    if not yes:
+        click.confirm(f"Erase {email} for good (code: {policy})?", abort=True)
+    try:
+        with session_scope() as session:
+            erase(session=session, person=_person(session, email), actor=_person(session, by_email),
+                  code_policy=policy)  # type: ignore[arg-type]  # fmt: skip
+    except GpulabError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo(f"erased {email} (code: {policy})")
+
+
+@cli.group()
+def course() -> None:
+    """Courses across terms: copy one to the next term, archive a finished one."""
+
+
+@course.command("copy")
+@click.argument("source")
+@click.argument("slug")
+@click.option("--title", required=True, help="The new course's title.")
+@click.option("--term", default="", help='The new term, e.g. "Spring 2027".')
+@click.option("--shift-days", type=float, default=None, help="Move every date by this many days.")
+@click.option("--first-due", default=None, help="Or: the new first due date (ISO 8601 with its zone).")
+@click.option("--with-staff", is_flag=True, help="Bring the instructors and TAs along.")
+@click.option("--by", "by_email", required=True, help="The instructor or admin who copies (the copy's instructor).")
+def course_copy(
+    source: str, slug: str, title: str, term: str, shift_days: float | None, first_due: str | None,
+    with_staff: bool, by_email: str,
+) -> None:  # fmt: skip
+    """Start course SLUG from SOURCE: its assignments as drafts, every date shifted; no learners or work."""
+    from datetime import datetime, timedelta
+
+    from sqlalchemy import select
+
+    from app.domain.courses import lifecycle
+    from app.domain.models import Course
+    from app.domain.platform.db import session_scope
+
+    try:
+        due = datetime.fromisoformat(first_due) if first_due else None
+    except ValueError:
+        raise click.BadParameter("give a date like 2027-02-01T23:59+01:00", param_hint="--first-due") from None
+    if due is not None and due.tzinfo is None:
+        raise click.BadParameter("give the date with its zone, e.g. 2027-02-01T23:59+01:00", param_hint="--first-due")
+    try:
+        with session_scope() as session:
+            found = session.scalar(select(Course).where(Course.slug == source))
+            if found is None:
+                raise click.ClickException(f"no course {source!r}")
+            made = lifecycle.copy_course(
+                session=session, source=found, slug=slug, title=title, term=term, actor=_person(session, by_email),
+                shift=None if shift_days is None else timedelta(days=shift_days), first_due=due,
+                with_staff=with_staff,
+            )  # fmt: skip
+            count = len(made.assignments)
+    except GpulabError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo(f"copied {source} to {slug}: {count} assignments, unpublished, dates shifted")
+
+
+@course.command("archive")
+@click.argument("slug")
+@click.option("--by", "by_email", required=True, help="The instructor or admin who archives.")
+@click.option("--undo", is_flag=True, help="Unarchive instead (admins only).")
+def course_archive(slug: str, by_email: str, undo: bool) -> None:
+    """Archive a course: read-only for everyone; learners still read their grades (--undo: open it again)."""
+    from sqlalchemy import select
+
+    from app.domain.courses import lifecycle
+    from app.domain.models import Course
+    from app.domain.platform.db import session_scope
+
+    try:
+        with session_scope() as session:
+            found = session.scalar(select(Course).where(Course.slug == slug))
+            if found is None:
+                raise click.ClickException(f"no course {slug!r}")
+            change = lifecycle.unarchive if undo else lifecycle.archive
+            change(session=session, course=found, actor=_person(session, by_email))
+    except GpulabError as exc:
+        raise click.ClickException(exc.message) from exc
+    click.echo(f"{slug} is {'open again' if undo else 'archived'}")
+
+
+@cli.command("backup")
+@click.argument("target", type=click.Path(path_type=Path))
+@click.option("--keep", type=click.IntRange(min=1), default=None, help="In a folder: keep only the newest N backups.")
+def backup_command(target: Path, keep: int | None) -> None:
+    """Write a consistent backup of everything gpulab keeps to TARGET (a .zip file, or a folder for dated ones)."""
+    from datetime import UTC, datetime
+
+    from app.domain.operations.backup import backup, prune
+
+    folder = target.is_dir() or str(target).endswith("/")
+    path = target / f"gpulab-{datetime.now(UTC):%Y%m%d-%H%M%S}.zip" if folder else target
+    if keep is not None and not folder:
+        raise click.UsageError("--keep needs a folder as TARGET")
+    manifest = backup(database_url=get_settings().database_url, path=path)
+    rows = sum(manifest.counts().values())
+    click.echo(f"wrote {path}: schema {manifest.schema_revision}, {len(manifest.tables)} tables, {rows} rows")
+    if keep is not None:
+        for old in prune(path.parent, keep=keep):
+            click.echo(f"removed {old} (older than the newest {keep})")
+
+
+@cli.command("restore")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--database-url", default=None, help="Restore into this database (default: GPULAB_DATABASE_URL).")
+@click.option("--replace", is_flag=True, help="Delete everything in the target database first.")
+def restore_command(file: Path, database_url: str | None, replace: bool) -> None:
+    """Restore a backup into a fresh install (any database: SQLite onto PostgreSQL too), migrated to this version."""
+    from app.domain.operations.backup import restore
+
+    url = database_url or get_settings().database_url
+    try:
+        done = restore(path=file, database_url=url, replace=replace)
+    except GpulabError as exc:
+        raise click.ClickException(exc.message) from exc
+    m = done.manifest
+    click.echo(
+        f"restored {file} ({m.source}, schema {m.schema_revision}, gpulab {m.app_version}, {m.created_at}) into "
+        f"{_safe_url(url)}: {sum(done.counts.values())} rows; migrated to the newest schema"
+    )
+
+
 @cli.group()
 def exercises() -> None:
     """The exercise bank."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -73,6 +74,10 @@ class Settings(config.Settings):
     # https://canvas.example.edu"). Empty: no site may frame gpulab. When set, the session cookie is sent in
     # those frames too (SameSite=None), which browsers accept only over https: GPULAB_COOKIE_SECURE must be on.
     frame_ancestors: str = ""
+    # Erasing a person (app/domain/privacy/erasure.py): "delete" removes the code and output of their submissions
+    # (grades stay, as numbers); "pseudonymize" keeps the code under the erased account, for a country whose rules
+    # keep graded work for a while. Either way their name, e-mail, LMS ids, tokens, drafts and messages go.
+    erasure_code: Literal["delete", "pseudonymize"] = "delete"
 
     @model_validator(mode="after")
     def _refuse_unsafe_app_values(self) -> Settings:

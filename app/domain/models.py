@@ -49,6 +49,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    ColumnElement,
     DateTime,
     Enum,
     Float,
@@ -59,6 +60,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    select,
     text,
     true,
 )
@@ -106,6 +108,9 @@ class User(Base):
     # Set while the password is a one-time one someone else handed over (CSV enrollment, an admin's reset).
     must_change_password: Mapped[bool] = mapped_column(default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Set when an admin erased this person (app.domain.privacy): the row stays, holding nothing of them, so the
+    # gradebooks, boards and insights of others keep their numbers and show "erased user".
+    erased_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
     submissions: Mapped[list[Submission]] = relationship(back_populates="user")
 
@@ -360,6 +365,11 @@ class Course(Base):
     title: Mapped[str] = mapped_column(String(200))
     is_practice: Mapped[bool] = mapped_column(default=False)
     invite_token: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
+    term: Mapped[str] = mapped_column(String(64), default="", server_default="")  # "Fall 2026": shown by the title
+    # Archived: read-only for everyone (app.domain.courses.lifecycle); learners still read their grades.
+    archived_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # The course this one was copied from (next term from this one); no foreign key: the old one may be deleted.
+    copied_from_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     members: Mapped[list[CourseMember]] = relationship(back_populates="course", cascade="all, delete-orphan")
@@ -690,6 +700,28 @@ class RegradeRequestStatus(enum.StrEnum):
     closed = "closed"  # settled; only staff reopen it
 
 
+class AuditEntry(Base):
+    """One change to a grade, a learner's conditions, a role, a course or an admin setting: who, when, what.
+
+    Append-only (``app.domain.audit``; the migration refuses UPDATE and DELETE on the table). People are kept by id
+    (``actor_id``, ``subject_id``), never by name or e-mail, and ``before``/``after`` hold no personal data, so an
+    erased person's entries stay, readable as "erased user", without holding anything of them. ``course_id`` (no
+    foreign key: nothing cascades into this table) says whose staff may read it; None: the site's (admins only).
+    """
+
+    __tablename__ = "audit_entries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    actor_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    course_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    action: Mapped[str] = mapped_column(String(64), index=True)
+    subject_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)  # the person it concerns
+    target: Mapped[str] = mapped_column(String(300), default="")  # what it changed: "assignment 12", "course 3"
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
 class TimedAttempt(Base):
     """A learner's run at a timed assignment: when their clock started and when it ends (fixed at the start)."""
 
@@ -805,3 +837,11 @@ class ManualGrade(Base):
 
     submission: Mapped[Submission] = relationship()
     graded_by: Mapped[User | None] = relationship()
+
+
+def in_archived_course(assignment_id: Any) -> ColumnElement[bool]:
+    """Return a SQL condition: the assignment id in ``assignment_id`` belongs to an archived course (frozen work)."""
+    archived = (
+        select(Assignment.id).join(Course, Course.id == Assignment.course_id).where(Course.archived_at.is_not(None))
+    )
+    return assignment_id.in_(archived)

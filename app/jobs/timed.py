@@ -110,7 +110,13 @@ def close_attempt(*, session: Session, attempt_id: int, settings: Settings) -> l
     attempt = session.get(TimedAttempt, attempt_id)
     assignment = session.get(Assignment, attempt.assignment_id) if attempt is not None else None
     queued: list[Submission] = []
-    if attempt is not None and assignment is not None and assignment.submit_on_expiry:
+    # An archived course takes no more submissions: the drafts stay, for its staff to read.
+    if (
+        attempt is not None
+        and assignment is not None
+        and assignment.submit_on_expiry
+        and not assignment.course.archived_at
+    ):
         queued = _submit_drafts(session, attempt, settings)
     session.flush()
     return [(s.id, s.exercise_version.queue) for s in queued]

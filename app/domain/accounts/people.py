@@ -30,6 +30,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.domain.accounts.passwords import check_email, create_user, hash_password, normalise_email
+from app.domain.audit import trail
+from app.domain.audit.trail import Action
 from app.domain.models import Role, User
 from worker.core import humane
 from worker.core.errors import InvalidInput
@@ -88,6 +90,11 @@ def set_role(*, session: Session, actor: User, user: User, role: Role) -> None:
     """Change ``user``'s role; refuse changing one's own."""
     if actor.id == user.id:
         raise InvalidInput("you cannot change your own role")
+    if user.role is not role:
+        trail.record(
+            session=session, action=Action.role_change, actor=actor, subject_id=user.id, target="site role",
+            before={"role": user.role}, after={"role": role},
+        )  # fmt: skip
     user.role = role
 
 

@@ -26,6 +26,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.domain.audit import trail
+from app.domain.audit.trail import Action
 from app.domain.models import COURSE_STAFF, ApiToken, CourseMember, Role, User, utcnow
 from worker.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 
@@ -90,6 +92,10 @@ def create_token(*, session: Session, user: User, name: str, scopes: list[Scope]
     )
     session.add(row)
     session.flush()
+    trail.record(
+        session=session, action=Action.token_create, actor=user, subject_id=user.id, target=f"token {row.id}",
+        after={"prefix": row.prefix, "scopes": row.scopes},
+    )  # fmt: skip
     return row, token
 
 
@@ -110,6 +116,10 @@ def revoke_token(*, session: Session, user: User, token_id: int) -> ApiToken:
         raise NotFound(f"no token {token_id}")
     if row.revoked_at is None:
         row.revoked_at = utcnow()
+        trail.record(
+            session=session, action=Action.token_revoke, actor=user, subject_id=user.id, target=f"token {row.id}",
+            before={"prefix": row.prefix}, after={"revoked": True},
+        )  # fmt: skip
     return row
 
 

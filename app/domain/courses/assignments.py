@@ -334,6 +334,8 @@ def gate(*, session: Session, assignment: Assignment, exercise: Exercise, user: 
             retry_after_s=retry_after_s,
         )
 
+    if assignment.course.archived_at is not None:
+        return made(False, f"the course {assignment.course.title!r} is archived: nothing can be submitted")
     if not assignment.is_published:
         return made(False, "this assignment is not published")
     if not _in_assignment(assignment, exercise):

@@ -36,6 +36,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.domain.audit import trail
+from app.domain.audit.trail import Action
 from app.domain.catalog.variants import version_params
 from app.domain.courses import assignments, membership, timing
 from app.domain.models import (
@@ -130,6 +132,17 @@ def _exercises(session: Session, items: Sequence[tuple[str, float]]) -> list[tup
 
 def _require_editor(session: Session, course: Course, actor: User) -> None:
     membership.require_course_role(session=session, course=course, user=actor, roles=(CourseRole.instructor,))
+    membership.require_open(course)
+
+
+def _record_publication(session: Session, assignment: Assignment, was: bool | None, actor: User) -> None:
+    if was is assignment.is_published or (was is None and not assignment.is_published):
+        return  # unchanged, or made as a draft: nothing reached learners
+    trail.record(
+        session=session, action=Action.publish if assignment.is_published else Action.unpublish, actor=actor,
+        course_id=assignment.course_id, target=f"assignment {assignment.id} ({assignment.title[:80]})",
+        before=None if was is None else {"is_published": was}, after={"is_published": assignment.is_published},
+    )  # fmt: skip
 
 
 def _apply(assignment: Assignment, fields: AssignmentFields) -> None:
@@ -166,6 +179,7 @@ def create_assignment(
     _set_items(assignment, chosen)
     session.add(assignment)
     session.flush()
+    _record_publication(session, assignment, None, actor)
     return assignment
 
 
@@ -181,9 +195,11 @@ def update_assignment(
     _require_editor(session, assignment.course, actor)
     _check(fields)
     chosen = _exercises(session, items)
+    was = assignment.is_published
     _apply(assignment, fields)
     _set_items(assignment, chosen)
     session.flush()
+    _record_publication(session, assignment, was, actor)
     return assignment
 
 
@@ -215,6 +231,7 @@ def grant_extension(
     (``extra_minutes``, ``time_multiplier``) apply to a clock started after they were granted.
     """
     membership.require_course_role(session=session, course=assignment.course, user=actor, roles=membership.STAFF)
+    membership.require_open(assignment.course)
     _learner_of(session, assignment.course, learner)
     why = reason.strip()
     if not why or len(why) > MAX_REASON_CHARS or "\x00" in why:
@@ -237,7 +254,20 @@ def grant_extension(
     )  # fmt: skip
     session.add(extension)
     session.flush()
+    trail.record(
+        session=session, action=Action.extension_grant, actor=actor, course_id=assignment.course_id,
+        subject_id=learner.id, target=f"assignment {assignment.id} ({assignment.title[:80]})",
+        after=_extension_fields(extension),
+    )  # fmt: skip
     return extension
+
+
+def _extension_fields(extension: Extension) -> dict[str, Any]:
+    return {
+        "extension": extension.id, "due_at": extension.due_at, "late_until": extension.late_until,
+        "extra_attempts": extension.extra_attempts, "extra_minutes": extension.extra_minutes,
+        "time_multiplier": extension.time_multiplier,
+    }  # fmt: skip
 
 
 def revoke_extension(*, session: Session, extension: Extension, actor: User) -> Extension:
@@ -246,9 +276,15 @@ def revoke_extension(*, session: Session, extension: Extension, actor: User) -> 
     if assignment is None:
         raise NotFound(f"no extension {extension.id}")
     membership.require_course_role(session=session, course=assignment.course, user=actor, roles=membership.STAFF)
+    membership.require_open(assignment.course)
     if extension.revoked_at is None:
         extension.revoked_at, extension.revoked_by_id = utcnow(), actor.id
         session.flush()
+        trail.record(
+            session=session, action=Action.extension_revoke, actor=actor, course_id=assignment.course_id,
+            subject_id=extension.user_id, target=f"assignment {assignment.id} ({assignment.title[:80]})",
+            before=_extension_fields(extension), after={"revoked": True},
+        )  # fmt: skip
     return extension
 
 
@@ -280,6 +316,7 @@ def start_timed(
     found = timing.attempt_of(session=session, assignment=assignment, user=user)
     if found is not None:
         return found
+    membership.require_open(assignment.course)
     dates = assignments.effective_dates(session=session, assignment=assignment, user=user)
     match assignments.window(dates, now):
         case assignments.Window.not_open:
@@ -343,6 +380,8 @@ def holding_assignments(*, session: Session, exercise: Exercise, user: User) -> 
             CourseMember.user_id == user.id,
             CourseMember.role == CourseRole.learner,
             Assignment.is_published.is_(True),
+            # An archived course's assignments bind nothing any more: its exercises are open practice again.
+            Assignment.course_id.in_(select(Course.id).where(Course.archived_at.is_(None))),
         )
         .order_by(Assignment.course_id, Assignment.position, Assignment.id)
     )

@@ -101,6 +101,8 @@ def save(
     Under a timed assignment a learner saves only while their time runs, from its networks (``timing.refusal``):
     after the end their drafts are what the end submitted, or what staff read.
     """
+    if assignment is not None:
+        membership.require_open(assignment.course)
     if assignment is not None and timing.is_timed(assignment):
         role = membership.course_role(session=session, course=assignment.course, user=user)
         refused = (

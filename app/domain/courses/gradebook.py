@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, aliased, load_only, selectinload
 
+from app.domain.audit import trail
+from app.domain.audit.trail import Action
 from app.domain.courses import assignments, membership
 from app.domain.courses.assignments import Counted
 from app.domain.models import (
@@ -376,6 +378,7 @@ def override(
     membership.require_course_role(session=session, course=course, user=actor, roles=membership.STAFF)
     if item.assignment.course_id != course.id:
         raise NotFound(f"no item {item.id} in the course {course.title!r}")
+    membership.require_open(course)
     _require_learner(session, course, learner)
     if not math.isfinite(score_pct) or not 0 <= score_pct <= 100:
         raise InvalidInput("the score must be a percentage from 0 to 100")
@@ -383,9 +386,19 @@ def override(
         item_id=item.id, user_id=learner.id, score_pct=float(score_pct), comment=_comment(comment),
         created_by_id=actor.id,
     )  # fmt: skip
+    before = assignments.current_override(session=session, item=item, user=learner)
     session.add(row)
     session.flush()
+    trail.record(
+        session=session, action=Action.override_set, actor=actor, course_id=course.id, subject_id=learner.id,
+        target=_cell_name(item), before=None if before is None else {"score_pct": before.score_pct},
+        after={"score_pct": row.score_pct, "override": row.id},
+    )  # fmt: skip
     return row
+
+
+def _cell_name(item: AssignmentItem) -> str:
+    return f"assignment {item.assignment_id} ({item.assignment.title[:60]}), item {item.exercise.slug}"
 
 
 def revert_override(*, session: Session, override_id: int, actor: User) -> GradeOverride:
@@ -403,9 +416,15 @@ def revert_override(*, session: Session, override_id: int, actor: User) -> Grade
         )
     except NotFound:
         raise missing from None  # an outsider learns nothing about the course either
+    membership.require_open(item.assignment.course)
     if row.reverted_at is None:
         row.reverted_at, row.reverted_by_id = utcnow(), actor.id
         session.flush()
+        trail.record(
+            session=session, action=Action.override_revert, actor=actor, course_id=item.assignment.course_id,
+            subject_id=row.user_id, target=_cell_name(item),
+            before={"score_pct": row.score_pct, "override": row.id}, after={"reverted": True},
+        )  # fmt: skip
     return row
 
 

@@ -54,6 +54,8 @@ from sqlalchemy.orm import Session, contains_eager
 
 from app.domain.accounts import people
 from app.domain.accounts.passwords import MAX_EMAIL_CHARS, check_email
+from app.domain.audit import trail
+from app.domain.audit.trail import Action
 from app.domain.models import (
     COURSE_STAFF,
     Assignment,
@@ -99,7 +101,8 @@ def _higher(a: CourseRole, b: CourseRole) -> CourseRole:
     return a if RANK[a] >= RANK[b] else b
 
 
-def _text(value: str, what: str, max_chars: int) -> str:
+def checked_text(value: str, what: str, max_chars: int) -> str:
+    """Return ``value`` stripped, or raise ``InvalidInput`` (empty, too long, a NUL, not text)."""
     value = value.strip()
     if not value:
         raise InvalidInput(f"the {what} is empty")
@@ -145,10 +148,8 @@ def ensure_practice_course(*, session: Session) -> Course:
     return practice_course(session=session)
 
 
-def create_course(*, session: Session, slug: str, title: str, creator: User) -> Course:
-    """Add a course with ``creator`` (a site instructor or admin) as its instructor."""
-    if creator.role not in (Role.instructor, Role.admin):
-        raise Forbidden("only instructors and admins may create courses")
+def check_new_slug(*, session: Session, slug: str) -> None:
+    """Raise ``InvalidInput`` for a slug no course can have, ``Conflict`` for one a course has (or is kept)."""
     if not SLUG_RE.fullmatch(slug):
         raise InvalidInput(
             f"{slug[:80]!r} is not a valid course slug: 3 to 64 characters of a-z, 0-9 and '-', "
@@ -156,16 +157,23 @@ def create_course(*, session: Session, slug: str, title: str, creator: User) -> 
         )
     if slug == PRACTICE_SLUG:
         raise Conflict(f"the slug {PRACTICE_SLUG!r} is kept for the practice course")
-    title = _text(title, "course title", MAX_TITLE_CHARS)
     if session.scalar(select(Course.id).where(Course.slug == slug)) is not None:
         raise Conflict(f"a course called {slug!r} already exists")
+
+
+def create_course(*, session: Session, slug: str, title: str, creator: User) -> Course:
+    """Add a course with ``creator`` (a site instructor or admin) as its instructor."""
+    if creator.role not in (Role.instructor, Role.admin):
+        raise Forbidden("only instructors and admins may create courses")
+    check_new_slug(session=session, slug=slug)
+    title = checked_text(title, "course title", MAX_TITLE_CHARS)
     course = Course(slug=slug, title=title)
     try:
         with session.begin_nested():  # a savepoint: losing a race leaves the caller's transaction usable
             session.add(course)
     except IntegrityError as exc:
         raise Conflict(f"a course called {slug!r} already exists") from exc
-    enroll(session=session, course=course, user=creator, role=CourseRole.instructor, source="manual")
+    enroll(session=session, course=course, user=creator, role=CourseRole.instructor, source="manual", actor=creator)
     return course
 
 
@@ -231,6 +239,15 @@ def _keep_an_instructor(session: Session, course: Course, member: CourseMember) 
         raise Conflict(f"{member.user.email} is the only instructor of {course.title!r}; add another one first")
 
 
+def require_open(course: Course) -> None:
+    """Raise ``Conflict`` if ``course`` is archived (read-only for everyone: nothing in it changes)."""
+    if course.archived_at is not None:
+        raise Conflict(
+            f"the course {course.title!r} is archived: it is read-only (grades and history can still be read and "
+            "exported; an admin can unarchive it)"
+        )
+
+
 def enroll(
     *,
     session: Session,
@@ -239,12 +256,18 @@ def enroll(
     role: CourseRole = CourseRole.learner,
     source: str = "manual",
     update_role: bool = False,
+    actor: User | None = None,
 ) -> tuple[CourseMember, bool]:
-    """Make ``user`` a member of ``course`` (idempotent); return the membership and whether it is new."""
+    """Make ``user`` a member of ``course`` (idempotent); return the membership and whether it is new.
+
+    A change (a new member, a new role) is refused in an archived course and recorded in the audit trail;
+    ``actor`` None: the person themselves (an invite, an LMS launch) or the platform.
+    """
     if source not in SOURCES:
         raise InvalidInput(f"unknown enrollment source {source[:40]!r} ({', '.join(sorted(SOURCES))})")
     member = _membership(session, course, user)
     if member is None:
+        require_open(course)
         member = CourseMember(course_id=course.id, user_id=user.id, role=role, source=source)
         try:
             with session.begin_nested():
@@ -255,23 +278,37 @@ def enroll(
             if member is None:
                 raise
         else:
+            trail.record(
+                session=session, action=Action.enrol, actor=actor, course_id=course.id, subject_id=user.id,
+                target=f"course {course.slug}", after={"role": role, "source": source},
+            )  # fmt: skip
             return member, True
     wanted = role if update_role else _higher(member.role, role)
     if wanted is not member.role:
+        require_open(course)
         if member.role is CourseRole.instructor:
             _keep_an_instructor(session, course, member)
+        trail.record(
+            session=session, action=Action.role_change, actor=actor, course_id=course.id, subject_id=user.id,
+            target=f"course {course.slug}", before={"role": member.role}, after={"role": wanted, "source": source},
+        )  # fmt: skip
         member.role = wanted
         session.flush()
     return member, False
 
 
-def unenroll(*, session: Session, course: Course, user: User) -> bool:
+def unenroll(*, session: Session, course: Course, user: User, actor: User | None = None) -> bool:
     """Remove ``user`` from ``course``; return whether they were a member. The last instructor stays."""
     member = _membership(session, course, user)
     if member is None:
         return False
+    require_open(course)
     if member.role is CourseRole.instructor:
         _keep_an_instructor(session, course, member)
+    trail.record(
+        session=session, action=Action.unenrol, actor=actor, course_id=course.id, subject_id=user.id,
+        target=f"course {course.slug}", before={"role": member.role, "source": member.source},
+    )  # fmt: skip
     session.delete(member)
     session.flush()
     return True
@@ -397,7 +434,8 @@ def enroll_csv(*, session: Session, course: Course, text: str | bytes, actor: Us
         CourseMember.course_id == course.id, CourseMember.user_id.in_([u.id for u in users.values()])
     )
     was = {user_id: role for user_id, role in session.execute(known)}
-    done = {w.line: _enroll_row(session, course, w, users.get(w.email), was) for w in wanted}
+    require_open(course)
+    done = {w.line: _enroll_row(session, course, w, users.get(w.email), was, actor) for w in wanted}
     report = EnrollReport()
     for p in parsed:
         report.rows.append(done[p.line] if isinstance(p, _Wanted) else p)
@@ -405,7 +443,7 @@ def enroll_csv(*, session: Session, course: Course, text: str | bytes, actor: Us
 
 
 def _enroll_row(
-    session: Session, course: Course, wanted: _Wanted, user: User | None, was: dict[int, CourseRole]
+    session: Session, course: Course, wanted: _Wanted, user: User | None, was: dict[int, CourseRole], actor: User
 ) -> EnrollRow:
     row = EnrollRow(line=wanted.line, email=wanted.email, outcome=Outcome.added)
     try:
@@ -417,7 +455,7 @@ def _enroll_row(
                 )
                 user = session.scalars(select(User).where(User.email == account.email)).one()
                 row.outcome, row.password = Outcome.created, account.password
-            member, _ = enroll(session=session, course=course, user=user, role=wanted.role, source="csv")
+            member, _ = enroll(session=session, course=course, user=user, role=wanted.role, source="csv", actor=actor)
     except GpulabError as exc:
         return EnrollRow(line=wanted.line, email=wanted.email, outcome=Outcome.refused, reason=exc.message)
     row.role = member.role.value
@@ -442,6 +480,7 @@ def invite_token_for(*, session: Session, course: Course, rotate: bool = False) 
     if course.is_practice:
         raise InvalidInput("the practice course is open to everyone logged in; it has no invite link")
     if course.invite_token is None or rotate:
+        require_open(course)
         course.invite_token = secrets.token_urlsafe(INVITE_TOKEN_BYTES)
         session.flush()
     return course.invite_token
@@ -466,14 +505,18 @@ def join_by_invite(*, session: Session, token: str, user: User) -> Course:
 # --- what a user sees ----------------------------------------------------------------------------------------
 
 
-def courses_of(*, session: Session, user: User) -> list[tuple[Course, CourseRole]]:
-    """Return ``user``'s courses with their role in each, the practice course first, then by title."""
+def courses_of(*, session: Session, user: User, archived: bool = False) -> list[tuple[Course, CourseRole]]:
+    """Return ``user``'s courses with their role in each, the practice course first, then by title.
+
+    ``archived``: the archived ones instead of the others (a list's default view leaves them out).
+    """
     found: list[tuple[Course, CourseRole]] = []
     practice = find_practice_course(session=session)
-    if practice is not None:
+    if practice is not None and not archived:
         role = course_role(session=session, course=practice, user=user)
         found.append((practice, role or CourseRole.learner))
-    others = select(Course).where(Course.is_practice.is_(False)).order_by(Course.title, Course.slug)
+    shelf = Course.archived_at.is_not(None) if archived else Course.archived_at.is_(None)
+    others = select(Course).where(Course.is_practice.is_(False), shelf).order_by(Course.title, Course.slug)
     if user.role is Role.admin:
         found += [(c, CourseRole.instructor) for c in session.scalars(others)]
         return found

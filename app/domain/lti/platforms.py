@@ -43,13 +43,23 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from app.domain.audit import trail
+from app.domain.audit.trail import Action
 from app.domain.lti.outbound import check_url
-from app.domain.models import LtiContext, LtiLink, LtiPlatform, LtiUser, utcnow
+from app.domain.models import LtiContext, LtiLink, LtiPlatform, LtiUser, User, utcnow
 from worker.core.errors import Conflict, Forbidden, InvalidInput, NotFound
 
 MAX_ID_CHARS = 255
 MAX_NAME_CHARS = 200
 MAX_REFUSED_KEPT = 20
+
+
+def record_admin(*, session: Session, actor: User, change: str, platform: LtiPlatform | None, **details: Any) -> None:
+    """Add the audit entry of an admin's LTI change (``change``: what they did) to the session."""
+    target = f"LTI platform {platform.id} ({platform.name or platform.issuer})" if platform else "LTI"
+    trail.record(
+        session=session, action=Action.lti_admin, actor=actor, target=target, after={"change": change, **details}
+    )
 
 
 def _check_text(value: str, *, what: str) -> str:

@@ -134,8 +134,8 @@ def queue_learner_score(*, session: Session, assignment_id: int, user_id: int) -
         return []
     assignment = session.get(Assignment, assignment_id)
     user = session.get(User, user_id)
-    if assignment is None or user is None:
-        return []
+    if assignment is None or user is None or assignment.course.archived_at is not None:
+        return []  # an archived course sends the LMS nothing more (its last scores were sent before)
     pct = assignments.assignment_pct(session=session, assignment=assignment, user=user)
     now = utcnow()
     queued: list[LtiScoreOutbox] = []

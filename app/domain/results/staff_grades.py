@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.domain.models import Exercise, ExerciseVersion, ManualGrade, Submission, TestResult
+from app.domain.models import Exercise, ExerciseVersion, ManualGrade, Submission, TestResult, in_archived_course
 from worker.bank.quiz.format import Quiz, TextQuestion, parse_quiz
 from worker.bank.quiz.grading import QuestionResult
 from worker.bank.rubric import RubricItem, score_items
@@ -200,7 +200,13 @@ def rescore(*, session: Session, exercise: Exercise, version: ExerciseVersion) -
 
     Return the submissions whose released grades changed: the caller lands them (``settle.version_changed``).
     """
-    grades = list(session.scalars(select(ManualGrade).where(ManualGrade.exercise_id == exercise.id)))
+    # An archived course's grades stay as they were given: a new version never re-scores them.
+    frozen = select(Submission.id).where(in_archived_course(Submission.assignment_id))
+    grades = list(
+        session.scalars(
+            select(ManualGrade).where(ManualGrade.exercise_id == exercise.id, ManualGrade.submission_id.not_in(frozen))
+        )
+    )
     if not grades:
         return []
     rubrics = {q: rubric_of_version(version, q) for q in {g.question for g in grades}}

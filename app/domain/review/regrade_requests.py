@@ -32,7 +32,9 @@ import math
 from sqlalchemy import case, or_, select
 from sqlalchemy.orm import Session, selectinload
 
-from app.domain.courses import policy
+from app.domain.audit import trail
+from app.domain.audit.trail import Action
+from app.domain.courses import membership, policy
 from app.domain.models import (
     Assignment,
     AssignmentItem,
@@ -77,6 +79,12 @@ def _course_of(session: Session, request: RegradeRequest) -> Course | None:
     return assignment.course if assignment is not None else None
 
 
+def _require_open(session: Session, assignment_id: int | None) -> None:
+    assignment = session.get(Assignment, assignment_id) if assignment_id is not None else None
+    if assignment is not None:
+        membership.require_open(assignment.course)
+
+
 def can_answer(*, session: Session, request: RegradeRequest, user: User) -> bool:
     """Say whether ``user`` is staff who may answer ``request`` (the staff of its course)."""
     return policy.may_grade(session=session, user=user, work=request)
@@ -112,6 +120,7 @@ def ask(*, session: Session, user: User, submission: Submission, reason: str) ->
         raise NotFound(f"no submission {submission.id}")
     if submission.status is not SubmissionStatus.graded:
         raise InvalidInput("only a graded submission can be regraded; wait for its result")
+    _require_open(session, submission.assignment_id)
     body = _text(reason)
     existing = request_for_item(session=session, user=user, submission=submission)
     if existing is not None:
@@ -134,6 +143,7 @@ def reply(*, session: Session, request: RegradeRequest, user: User, body: str) -
         raise NotFound(f"no regrade request {request.id}")
     if request.status is RegradeRequestStatus.closed:
         raise Conflict("this regrade request is closed; staff may reopen it")
+    _require_open(session, request.assignment_id)
     _add(request, author=user, action="reply", body=_text(body))
     request.status = RegradeRequestStatus.open
     session.flush()
@@ -164,6 +174,8 @@ def respond(
     if not can_answer(session=session, request=request, user=user):
         raise NotFound(f"no regrade request {request.id}")
     text = _text(body)
+    _require_open(session, request.assignment_id)
+    status_was = request.status
     closed = request.status is RegradeRequestStatus.closed
     if closed and action is not StaffAction.reopen:
         raise Conflict("this regrade request is closed; reopen it first")
@@ -195,6 +207,14 @@ def respond(
         StaffAction.reopen: RegradeRequestStatus.open,
     }.get(action, RegradeRequestStatus.answered)
     session.flush()
+    if action is not StaffAction.comment:
+        course = _course_of(session, request)
+        trail.record(
+            session=session, action=Action.regrade_decision, actor=user, course_id=course.id if course else None,
+            subject_id=request.user_id, target=f"regrade request {request.id} (submission {request.submission_id})",
+            before={"status": status_was},
+            after={"decision": action.value, "status": request.status, "score_pct": adjusted},
+        )  # fmt: skip
     return dispatch
 
 

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session, selectinload
 
-from app.domain.courses import policy
+from app.domain.audit import trail
+from app.domain.audit.trail import Action
+from app.domain.courses import membership, policy
 from app.domain.courses.policy import WorkScope
-from app.domain.models import Assignment, Exercise, ManualGrade, Submission, User, utcnow
+from app.domain.models import Assignment, Exercise, ManualGrade, Submission, User, in_archived_course, utcnow
 from app.domain.results import settle
 from app.domain.results.staff_grades import CODE, MAX_ID, rubric_for
 from worker.core.errors import Conflict, InvalidInput, NotFound
@@ -151,6 +153,9 @@ def save(
     """Record ``user``'s grade: the ``checked`` rubric items and a comment, if ``revision`` is still current."""
     if not may_grade(session=session, grade=grade, user=user):
         raise NotFound(f"no grade {grade.id} to grade")
+    course = policy.course_of(session=session, work=grade)
+    if course is not None:
+        membership.require_open(course)
     exercise = session.get(Exercise, grade.exercise_id)
     assert exercise is not None  # the foreign key cascades
     question = rubric_for(exercise, grade.question)
@@ -160,6 +165,7 @@ def save(
     if unknown:
         raise InvalidInput(f"no rubric item {', '.join(map(repr, unknown))} in question {grade.question!r}")
     text = _comment(comment)
+    before = {"points": grade.points, "checked": list(grade.checked or [])} if grade.graded_at is not None else None
     if revision != grade.revision:
         who = grade.graded_by.email if grade.graded_by else "someone"
         raise Conflict(f"{who} saved this grade while you were grading it: look at their grade, then save again")
@@ -171,6 +177,12 @@ def save(
     grade.graded_by_id, grade.graded_at = user.id, utcnow()
     grade.revision += 1
     session.flush()
+    trail.record(
+        session=session, action=Action.manual_grade_save, actor=user, course_id=course.id if course else None,
+        subject_id=grade.submission.user_id, target=f"submission {grade.submission_id}, {grade.question}",
+        before=before,
+        after={"points": grade.points, "checked": grade.checked, "released": grade.released_at is not None},
+    )  # fmt: skip
     if grade.released_at is not None:
         settle.staff_grades_changed(session=session, submissions=[grade.submission])
     return grade
@@ -187,13 +199,27 @@ def release(
     """Release every graded, unreleased grade of the exercise (or assignment) in the courses ``user`` instructs."""
     if assignment is not None and not may_release(session=session, user=user, assignment=assignment):
         raise NotFound("no grades here that you may release")
+    if assignment is not None:
+        membership.require_open(assignment.course)
     scope = policy.work_scope(session=session, user=user, roles=policy.INSTRUCTORS)
     stmt = _scoped(scope=scope, exercise=exercise, assignment=assignment)
-    chosen = list(session.scalars(stmt.where(ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_(None))))
+    ready = stmt.where(ManualGrade.graded_at.is_not(None), ManualGrade.released_at.is_(None))
+    # An exercise's release leaves archived courses' grades as they were: nothing changes there.
+    ready = ready.where(
+        ManualGrade.submission_id.not_in(select(Submission.id).where(in_archived_course(Submission.assignment_id)))
+    )
+    chosen = list(session.scalars(ready))
     now = utcnow()
     for grade in chosen:
         grade.released_at = now
     session.flush()
+    for grade in chosen:
+        course = policy.course_of(session=session, work=grade)
+        trail.record(
+            session=session, action=Action.manual_grade_release, actor=user, course_id=course.id if course else None,
+            subject_id=grade.submission.user_id, target=f"submission {grade.submission_id}, {grade.question}",
+            after={"points": grade.points, "max_points": grade.max_points},
+        )  # fmt: skip
     found = (session.get(Submission, submission_id) for submission_id in sorted({g.submission_id for g in chosen}))
     settle.staff_grades_changed(session=session, submissions=[s for s in found if s is not None])
     return len(chosen)

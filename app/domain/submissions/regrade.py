@@ -19,6 +19,7 @@ from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.orm import Session
 
 from app.domain.models import (
+    Assignment,
     Exercise,
     ExerciseVersion,
     GradingRecord,
@@ -26,9 +27,10 @@ from app.domain.models import (
     Submission,
     SubmissionStatus,
     User,
+    in_archived_course,
 )
 from app.domain.submissions.lifecycle import of_exercise
-from worker.core.errors import InvalidInput
+from worker.core.errors import Conflict, InvalidInput
 
 SETTLED = (SubmissionStatus.graded, SubmissionStatus.error)
 
@@ -102,6 +104,10 @@ def start_regrade(
     if target.kind != "code":
         raise InvalidInput(f"version {target.number} is not a code exercise")
     chosen = [s for s in submissions if s.status in SETTLED and s.exercise_version.exercise_id == exercise.id]
+    frozen = _frozen(session, chosen)
+    if chosen and len(frozen) == len(chosen):
+        raise Conflict("these submissions belong to an archived course: its grades no longer change")
+    chosen = [s for s in chosen if s.id not in frozen]  # an archived course's work keeps its grades
     if not chosen:
         raise InvalidInput("no graded submissions to regrade (queued and running ones are being graded already)")
     regrade = Regrade(
@@ -115,6 +121,16 @@ def start_regrade(
         _requeue(submission, target)
     session.flush()
     return regrade, [(s.id, target.queue) for s in chosen]
+
+
+def _frozen(session: Session, submissions: list[Submission]) -> set[str]:
+    ids = {s.assignment_id for s in submissions if s.assignment_id is not None}
+    if not ids:
+        return set()
+    archived = set(
+        session.scalars(select(Assignment.id).where(Assignment.id.in_(ids), in_archived_course(Assignment.id)))
+    )
+    return {s.id for s in submissions if s.assignment_id in archived}
 
 
 def settled_submissions(

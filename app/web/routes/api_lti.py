@@ -68,7 +68,7 @@ def list_platforms(_admin: AdminDep, session: SessionDep) -> list[PlatformOut]:
 
 
 @router.post("/platforms", status_code=201, responses=REGISTER_ERRORS)
-def register_platform(body: PlatformIn, _admin: AdminDep, session: SessionDep, settings: SettingsDep) -> PlatformOut:
+def register_platform(body: PlatformIn, admin: AdminDep, session: SessionDep, settings: SettingsDep) -> PlatformOut:
     """Register a platform by hand (manual registration) from the details it shows."""
     platform = platforms.register(
         session=session, issuer=body.issuer, client_id=body.client_id, name=body.name,
@@ -76,6 +76,8 @@ def register_platform(body: PlatformIn, _admin: AdminDep, session: SessionDep, s
         deployment_ids=body.deployment_ids, audience=body.audience, allow_http=settings.relaxed,
         accept_new_deployments=body.accept_new_deployments,
     )  # fmt: skip
+    session.flush()
+    platforms.record_admin(session=session, actor=admin, change="register", platform=platform, issuer=platform.issuer)
     session.commit()
     return platform_out(session=session, platform=platform)
 
@@ -87,9 +89,15 @@ def show_platform(platform: PlatformDep, session: SessionDep) -> PlatformOut:
 
 
 @router.patch("/platforms/{platform_id}", responses=problem_responses(404, 422))
-def update_platform(body: PlatformSettingsIn, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+def update_platform(
+    body: PlatformSettingsIn, admin: AdminDep, platform: PlatformDep, session: SessionDep
+) -> PlatformOut:
     """Turn on or off accepting verified launches from new deployments of this registered client."""
     platforms.set_accept_new_deployments(platform=platform, accept=body.accept_new_deployments)
+    platforms.record_admin(
+        session=session, actor=admin, change="accept new deployments", platform=platform,
+        accept=body.accept_new_deployments,
+    )  # fmt: skip
     session.commit()
     return platform_out(session=session, platform=platform)
 
@@ -100,25 +108,32 @@ def update_platform(body: PlatformSettingsIn, platform: PlatformDep, session: Se
     response_class=Response,
     responses=problem_responses(404, 409, described={409: "The platform has launched people, courses or links"}),
 )
-def delete_platform(platform: PlatformDep, session: SessionDep) -> Response:
+def delete_platform(admin: AdminDep, platform: PlatformDep, session: SessionDep) -> Response:
     """Delete a platform nothing was launched from yet (else remove its deployments to stop its launches)."""
+    platforms.record_admin(session=session, actor=admin, change="delete", platform=platform, issuer=platform.issuer)
     platforms.delete(session=session, platform=platform)
     session.commit()
     return Response(status_code=204)
 
 
 @router.post("/platforms/{platform_id}/deployments", responses=problem_responses(404, 422))
-def add_deployment(body: DeploymentIn, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+def add_deployment(body: DeploymentIn, admin: AdminDep, platform: PlatformDep, session: SessionDep) -> PlatformOut:
     """Let launches from another deployment of this platform in (no change if it is listed)."""
     platforms.add_deployment(platform=platform, deployment_id=body.deployment_id)
+    platforms.record_admin(
+        session=session, actor=admin, change="add deployment", platform=platform, deployment=body.deployment_id
+    )
     session.commit()
     return platform_out(session=session, platform=platform)
 
 
 @router.delete("/platforms/{platform_id}/deployments/{deployment_id:path}", responses=problem_responses(404))
-def remove_deployment(deployment_id: str, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+def remove_deployment(deployment_id: str, admin: AdminDep, platform: PlatformDep, session: SessionDep) -> PlatformOut:
     """Refuse launches from this deployment from now on (its courses and links stay)."""
     platforms.remove_deployment(platform=platform, deployment_id=deployment_id)
+    platforms.record_admin(
+        session=session, actor=admin, change="remove deployment", platform=platform, deployment=deployment_id
+    )
     session.commit()
     return platform_out(session=session, platform=platform)
 
@@ -127,9 +142,15 @@ def remove_deployment(deployment_id: str, platform: PlatformDep, session: Sessio
     "/platforms/{platform_id}/refused-deployments/accept",
     responses=problem_responses(404, 422, described={404: "No such platform, or it refused no such deployment"}),
 )
-def accept_refused_deployment(body: DeploymentIn, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+def accept_refused_deployment(
+    body: DeploymentIn, admin: AdminDep, platform: PlatformDep, session: SessionDep
+) -> PlatformOut:
     """Let a deployment whose launches were refused in: it joins the deployments, launches from it pass."""
     platforms.accept_refused(platform=platform, deployment_id=body.deployment_id)
+    platforms.record_admin(
+        session=session, actor=admin, change="accept refused deployment", platform=platform,
+        deployment=body.deployment_id,
+    )  # fmt: skip
     session.commit()
     return platform_out(session=session, platform=platform)
 
@@ -138,9 +159,14 @@ def accept_refused_deployment(body: DeploymentIn, platform: PlatformDep, session
     "/platforms/{platform_id}/refused-deployments/{deployment_id:path}",
     responses=problem_responses(404, described={404: "No such platform, or it refused no such deployment"}),
 )
-def dismiss_refused_deployment(deployment_id: str, platform: PlatformDep, session: SessionDep) -> PlatformOut:
+def dismiss_refused_deployment(
+    deployment_id: str, admin: AdminDep, platform: PlatformDep, session: SessionDep
+) -> PlatformOut:
     """Forget a refused deployment without letting it in (its next launch is refused and listed again)."""
     platforms.dismiss_refused(platform=platform, deployment_id=deployment_id)
+    platforms.record_admin(
+        session=session, actor=admin, change="dismiss refused deployment", platform=platform, deployment=deployment_id
+    )
     session.commit()
     return platform_out(session=session, platform=platform)
 
@@ -157,9 +183,10 @@ def list_keys(_admin: AdminDep, session: SessionDep, settings: SettingsDep) -> l
 
 
 @router.post("/keys/rotate", responses=problem_responses(401, 403))
-def rotate_key(_admin: AdminDep, session: SessionDep) -> KeyOut:
+def rotate_key(admin: AdminDep, session: SessionDep) -> KeyOut:
     """Make a new signing key; the old one stays published for the grace period (``lti_key_grace_s``)."""
     new = keys.rotate(session=session)
+    platforms.record_admin(session=session, actor=admin, change="rotate signing key", platform=None, kid=new.kid)
     session.commit()
     return KeyOut(kid=new.kid, created_at=new.created_at, retired_at=None, current=True, published=True)
 
@@ -174,8 +201,9 @@ def outbox(_admin: AdminDep, session: SessionDep) -> list[OutboxRowOut]:
 
 
 @router.post("/outbox/{row_id}/retry", responses=problem_responses(404))
-def retry_score(row: OutboxRowDep, session: SessionDep) -> OutboxRowOut:
+def retry_score(admin: AdminDep, row: OutboxRowDep, session: SessionDep) -> OutboxRowOut:
     """Make an unsent score due now: the sweeper's next pass posts it."""
     scores.retry_now(row)
+    platforms.record_admin(session=session, actor=admin, change="retry score", platform=None, row=row.id)
     session.commit()
     return outbox_row_out(row)

@@ -24,7 +24,7 @@ from fastapi.responses import Response
 from app.domain.accounts import people
 from app.domain.lti import keys, platforms, scores
 from app.domain.lti.toolconfig import tool_urls
-from app.domain.models import User
+from app.domain.models import LtiPlatform, User
 from app.settings import Settings
 from app.web.deps import AdminDep, OutboxRowDep, PlatformDep, SessionDep, SettingsDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
@@ -96,6 +96,10 @@ def register_platform(
             deployment_ids=[d for d in _SEPARATORS.split(deployment_ids) if d], audience=audience or None,
             allow_http=settings.relaxed,
         )  # fmt: skip
+        session.flush()
+        platforms.record_admin(
+            session=session, actor=user, change="register", platform=platform, issuer=platform.issuer
+        )
         session.commit()
     except GpulabError as exc:
         session.rollback()
@@ -104,9 +108,20 @@ def register_platform(
     return redirect(PAGE)
 
 
-def _apply(request: Request, session: SessionDep, change: Callable[[], object], done: str) -> Response:
-    """Run ``change``; commit and flash ``done``, or roll back and flash why it was refused. Back to the page."""
+def _apply(
+    request: Request,
+    session: SessionDep,
+    change: Callable[[], object],
+    done: str,
+    *,
+    actor: User,
+    platform: LtiPlatform | None,
+    what: str,
+    **details: object,
+) -> Response:
+    """Run ``change`` and audit it; commit and flash ``done``, or roll back and flash why it was refused."""
     try:
+        platforms.record_admin(session=session, actor=actor, change=what, platform=platform, **details)
         change()
     except GpulabError as exc:
         session.rollback()
@@ -119,51 +134,55 @@ def _apply(request: Request, session: SessionDep, change: Callable[[], object], 
 
 @router.post("/platforms/{platform_id}/deployments")
 def add_deployment(
-    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    request: Request, user: AdminDep, platform: PlatformDep, session: SessionDep,
     deployment_id: Annotated[str, Form()] = "",
 ) -> Response:  # fmt: skip
     return _apply(
         request, session, lambda: platforms.add_deployment(platform=platform, deployment_id=deployment_id),
         f"{platform.name}: deployment {deployment_id.strip()} is let in.",
+        actor=user, platform=platform, what="add deployment", deployment=deployment_id.strip(),
     )  # fmt: skip
 
 
 @router.post("/platforms/{platform_id}/deployments/remove")
 def remove_deployment(
-    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    request: Request, user: AdminDep, platform: PlatformDep, session: SessionDep,
     deployment_id: Annotated[str, Form()] = "",
 ) -> Response:  # fmt: skip
     return _apply(
         request, session, lambda: platforms.remove_deployment(platform=platform, deployment_id=deployment_id),
         f"{platform.name}: launches from deployment {deployment_id.strip()} are refused.",
+        actor=user, platform=platform, what="remove deployment", deployment=deployment_id.strip(),
     )  # fmt: skip
 
 
 @router.post("/platforms/{platform_id}/refused/accept")
 def accept_refused(
-    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    request: Request, user: AdminDep, platform: PlatformDep, session: SessionDep,
     deployment_id: Annotated[str, Form()] = "",
 ) -> Response:  # fmt: skip
     return _apply(
         request, session, lambda: platforms.accept_refused(platform=platform, deployment_id=deployment_id),
         f"{platform.name}: deployment {deployment_id.strip()} is accepted: its launches are let in.",
+        actor=user, platform=platform, what="accept refused deployment", deployment=deployment_id.strip(),
     )  # fmt: skip
 
 
 @router.post("/platforms/{platform_id}/refused/dismiss")
 def dismiss_refused(
-    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    request: Request, user: AdminDep, platform: PlatformDep, session: SessionDep,
     deployment_id: Annotated[str, Form()] = "",
 ) -> Response:  # fmt: skip
     return _apply(
         request, session, lambda: platforms.dismiss_refused(platform=platform, deployment_id=deployment_id),
         f"{platform.name}: deployment {deployment_id.strip()} is dismissed; its launches stay refused.",
+        actor=user, platform=platform, what="dismiss refused deployment", deployment=deployment_id.strip(),
     )  # fmt: skip
 
 
 @router.post("/platforms/{platform_id}/accept-new-deployments")
 def accept_new_deployments(
-    request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep,
+    request: Request, user: AdminDep, platform: PlatformDep, session: SessionDep,
     accept: Annotated[bool, Form()] = False,
 ) -> Response:  # fmt: skip
     done = (
@@ -172,24 +191,30 @@ def accept_new_deployments(
         else f"{platform.name}: launches from deployments not listed are refused and listed for you to accept."
     )
     change = lambda: platforms.set_accept_new_deployments(platform=platform, accept=accept)  # noqa: E731
-    return _apply(request, session, change, done)
+    return _apply(
+        request, session, change, done, actor=user, platform=platform, what="accept new deployments", accept=accept
+    )
 
 
 @router.post("/platforms/{platform_id}/delete")
-def delete_platform(request: Request, _user: AdminDep, platform: PlatformDep, session: SessionDep) -> Response:
+def delete_platform(request: Request, user: AdminDep, platform: PlatformDep, session: SessionDep) -> Response:
     done = f"{platform.name} ({platform.issuer}) is deleted."
-    return _apply(request, session, lambda: platforms.delete(session=session, platform=platform), done)
+    change = lambda: platforms.delete(session=session, platform=platform)  # noqa: E731
+    return _apply(request, session, change, done, actor=user, platform=platform, what="delete", issuer=platform.issuer)
 
 
 @router.post("/keys/rotate")
-def rotate_key(request: Request, _user: AdminDep, session: SessionDep) -> Response:
+def rotate_key(request: Request, user: AdminDep, session: SessionDep) -> Response:
     new = keys.rotate(session=session)
+    platforms.record_admin(session=session, actor=user, change="rotate signing key", platform=None, kid=new.kid)
     session.commit()
     flash(request, f"New signing key {new.kid}; the old one stays published for the grace period.")
     return redirect(PAGE)
 
 
 @router.post("/outbox/{row_id}/retry")
-def retry_score(request: Request, _user: AdminDep, row: OutboxRowDep, session: SessionDep) -> Response:
+def retry_score(request: Request, user: AdminDep, row: OutboxRowDep, session: SessionDep) -> Response:
     done = f"Score {row.id} is due now: the next sweeper pass posts it."
-    return _apply(request, session, lambda: scores.retry_now(row), done)
+    return _apply(
+        request, session, lambda: scores.retry_now(row), done, actor=user, platform=None, what="retry score", row=row.id
+    )
