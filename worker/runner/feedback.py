@@ -416,6 +416,34 @@ CLASSES: tuple[FailureClass, ...] = (
         "the reduce operation '{op}' does not exist: use tf.distribute.ReduceOp.SUM or tf.distribute.ReduceOp.MEAN",
     ),
     FailureClass(
+        "tf.shard_count",
+        re.compile(r"Number of shards must be greater than zero \(currently num_shards = (?P<n>-?\d+)\)"),
+        "Dataset.shard(num_shards, index) was called with num_shards = {n}: its first argument is how many shards "
+        "there are (at least 1), its second which one this is, from 0. Check the order of the two arguments and "
+        "what the count is computed from (for a tf.distribute input pipeline: "
+        "dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id))",
+        types=("InvalidArgumentError",),
+    ),
+    FailureClass(
+        "tf.shard_index",
+        re.compile(
+            r"Index must be between 0 and (?P<last>-?\d+) \(currently index = (?P<index>-?\d+)\)(?=[\s\S]*ShardDataset)"
+        ),
+        "Dataset.shard(num_shards, index) was called with index = {index}, where that num_shards allows 0 to {last}: "
+        "its first argument is how many shards there are, its second which one this is, from 0. Check the order of "
+        "the two arguments (for a tf.distribute input pipeline: "
+        "dataset.shard(input_context.num_input_pipelines, input_context.input_pipeline_id))",
+        types=("InvalidArgumentError",),
+    ),
+    FailureClass(
+        "tf.non_rectangular_list",
+        re.compile(r"Can't convert non-rectangular Python sequence to Tensor"),
+        "TensorFlow was given a Python list whose items have different shapes where it needed one tensor: a list is "
+        "stacked into a single tensor, so its items must all have one shape. To pass features and labels together "
+        "(to Dataset.from_tensor_slices, say), use a tuple (x, y), not a list [x, y]",
+        types=("ValueError",),
+    ),
+    FailureClass(
         "submission.missing_name",
         re.compile(r"module '(?:submission|__main__)' has no attribute '(?P<name>\w+)'"),
         "your code has no `{name}`: the tests call it by that name. Define it at the top level of your file, "

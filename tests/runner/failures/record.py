@@ -255,6 +255,15 @@ TF: dict[str, str] = {
         with a.scope():
             with b.scope():
                 pass"""),
+    "tf.shard_args_swapped_first": textwrap.dedent("""\
+        import tensorflow as tf
+        tf.data.Dataset.range(16).shard(0, 2)"""),
+    "tf.shard_args_swapped_second": textwrap.dedent("""\
+        import tensorflow as tf
+        tf.data.Dataset.range(16).shard(1, 2)"""),
+    "tf.from_tensor_slices_list": textwrap.dedent("""\
+        import numpy as np, tensorflow as tf
+        tf.data.Dataset.from_tensor_slices([np.ones((4, 3), "float32"), np.ones(4, "int64")])"""),
 }
 
 
