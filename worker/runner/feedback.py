@@ -135,7 +135,18 @@ CLASSES: tuple[FailureClass, ...] = (
         "process_group.missing",
         re.compile(r"Default process group has not been initialized"),
         "something distributed (a collective, DistributedDataParallel, DistributedSampler or dist.get_rank) ran "
-        "before dist.init_process_group(...): initialise the process group first, on every rank",
+        "while no process group existed: before dist.init_process_group(...), or after "
+        "dist.destroy_process_group(). Initialise the process group first, on every rank, and destroy it only "
+        "after the last collective",
+    ),
+    FailureClass(
+        "allgather.unequal_sizes",
+        re.compile(r"ProcessGroupGloo::allgather: invalid tensor size"),
+        "your code gave dist.all_gather tensors of different sizes: on gloo, the tensor a rank sends and every "
+        "tensor of the output list must have one shape, on every rank. To gather shards of unequal length, pad each "
+        "rank's tensor to one length (and gather the true lengths too), all-reduce counts instead, or use "
+        "dist.all_gather_object",
+        types=("RuntimeError", "ValueError"),
     ),
     FailureClass(
         "process_group.twice",
@@ -349,6 +360,27 @@ CLASSES: tuple[FailureClass, ...] = (
         re.compile(r"autocast\.__init__\(\) missing 1 required positional argument: 'device_type'"),
         'torch.autocast was called without its device type: name it first, as in torch.autocast("cpu", '
         'dtype=torch.bfloat16) ("cuda" for GPU tensors)',
+        types=("TypeError",),
+    ),
+    FailureClass(
+        "dist.not_a_tensor",
+        re.compile(
+            r"Invalid function argument\. Expected parameter `(?P<param>\w+)` of type "
+            r"(?P<want>torch\.Tensor|List\[torch\.Tensor\])\s+but got <class '(?P<got>[\w.]+)'>"
+        ),
+        "a torch.distributed collective was given a {got} as its `{param}`, where it takes {want}: collectives read "
+        "and write tensors in place. Put the values in a tensor (for example t = torch.tensor([a, b])), pass that, "
+        "and read the result from the same tensor afterwards",
+        types=("TypeError",),
+        fill=lambda m: {"want": "a tensor" if m["want"] == "torch.Tensor" else "a list of tensors"},
+    ),
+    FailureClass(
+        "python.none_not_iterable",
+        re.compile(r"'NoneType' object is not iterable|cannot unpack non-iterable NoneType object"),
+        "your code iterated over None (a for loop, an unpacking, sum() or list() of a value that is None). A common "
+        "cause is keeping what a function that works in place returns: dist.all_reduce, dist.all_gather and "
+        "dist.all_gather_object fill the tensor or list you pass them and return None, so read the results from that "
+        "tensor or list; a function of your own that ends without `return` gives None too",
         types=("TypeError",),
     ),
     FailureClass(

@@ -175,6 +175,16 @@ RANKS_TORCH: dict[str, tuple[str, float]] = {
     ),
     "torch.init_twice": ("dist.init_process_group('gloo')", 20.0),
     "torch.destroy_twice": ("dist.destroy_process_group()\ndist.destroy_process_group()", 20.0),
+    "torch.collective_after_destroy": ("dist.destroy_process_group()\ndist.all_reduce(torch.ones(1))", 20.0),
+    "torch.all_gather_object_result": (
+        "gathered = dist.all_gather_object([None] * world_size, rank)\nsum(gathered)",
+        20.0,
+    ),
+    "torch.collective_on_list": ("dist.all_reduce([1, 2])", 20.0),
+    "torch.all_gather_unequal": (
+        "dist.all_gather([torch.empty(2), torch.empty(1)], torch.ones(2 - rank))",
+        20.0,
+    ),
     "torch.ddp_no_params": ("torch.nn.parallel.DistributedDataParallel(torch.nn.ReLU())", 20.0),
     "torch.ddp_device_ids_cpu": (
         "torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1), device_ids=[rank])",
