@@ -72,6 +72,8 @@ def _schema_tag() -> str:
     for table in Base.metadata.sorted_tables:
         ddl.append(str(CreateTable(table).compile(dialect=dialect)))
         ddl.extend(str(CreateIndex(index).compile(dialect=dialect)) for index in sorted(table.indexes, key=str))
+        # DDL run after a table is made (the audit table's triggers): a new one is a new schema too.
+        ddl.extend(str(getattr(listener, "statement", "")) for listener in table.dispatch.after_create)
     return hashlib.sha256("\n".join(ddl).encode()).hexdigest()[:12]
 
 

@@ -48,6 +48,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    DDL,
     JSON,
     ColumnElement,
     DateTime,
@@ -59,6 +60,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
     false,
     select,
     text,
@@ -720,6 +722,29 @@ class AuditEntry(Base):
     target: Mapped[str] = mapped_column(String(300), default="")  # what it changed: "assignment 12", "course 3"
     before: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     after: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
+# Append-only in the database itself, whatever code runs (migration 0024 creates the same; these cover create_all).
+_AUDIT_REFUSAL = "audit entries are append-only"
+event.listen(
+    AuditEntry.__table__,
+    "after_create",
+    DDL(
+        "CREATE OR REPLACE FUNCTION gpulab_audit_append_only() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN RAISE EXCEPTION '{_AUDIT_REFUSAL}'; END $$; "
+        "CREATE TRIGGER audit_entries_append_only BEFORE UPDATE OR DELETE ON audit_entries "
+        "FOR EACH ROW EXECUTE FUNCTION gpulab_audit_append_only()"
+    ).execute_if(dialect="postgresql"),
+)
+for _event in ("UPDATE", "DELETE"):
+    event.listen(
+        AuditEntry.__table__,
+        "after_create",
+        DDL(
+            f"CREATE TRIGGER audit_entries_no_{_event.lower()} BEFORE {_event} ON audit_entries "
+            f"BEGIN SELECT RAISE(ABORT, '{_AUDIT_REFUSAL}'); END"
+        ).execute_if(dialect="sqlite"),
+    )
 
 
 class TimedAttempt(Base):

@@ -18,6 +18,7 @@ from app.web.routes import (
     api_exercises,
     api_grading,
     api_instructor,
+    api_lifecycle,
     api_lti,
     api_notebooks,
     api_quiz,
@@ -31,6 +32,7 @@ from app.web.routes import (
     pages,
     pages_account,
     pages_admin,
+    pages_audit,
     pages_course_staff,
     pages_courses,
     pages_gradebook,
@@ -58,6 +60,8 @@ for _router in (
     api_similarity.router,  # similarity checks of an exercise's or an assignment's submissions
     api_grading.router,  # staff grading of text answers against their rubrics
     api_admin.router,
+    api_lifecycle.router,  # next term from a course, archives, my data
+    api_lifecycle.admin_router,  # the audit trail and erasure
     api_lti.router,  # /api/admin/lti: platforms, gpulab's keys, the LTI scores still owed
     health.router,  # /healthz, /readyz, /metrics: no login, no session
     lti.jwks_router,  # /lti/jwks: gpulab's public keys, JSON for the platforms
@@ -75,6 +79,7 @@ for _router in (
     pages_grading.router,  # /instructor/.../grading and /grading/{id}: staff grade text answers by rubric
     pages_account.router,  # /account: access tokens; /cli/gpulab-submit.py: the learner's command line
     pages_admin.router,
+    pages_audit.router,  # the audit trail, for a course's staff and for admins
     pages_lti_admin.router,  # /admin/lti: platforms, keys, the score outbox
     pages_regrade_requests.router,  # /regrade-requests: the list and each thread
     lti.router,

@@ -5,6 +5,7 @@ Contract, by module:
   entry exists exactly when its change was committed), the ``Action`` names, ``Filters``, ``entries`` (newest
   first, people shown by name or as "erased user") and ``entries_csv``.
 Entries are append-only: nothing here updates or deletes one, and the database refuses it (migration 0024).
-Who may read which entries is decided by ``app.domain.courses.policy.may_read_audit``: admins all, a course's
-staff their course's. ``audit`` sits under every context that records (it imports only the models).
+Who reads which entries: admins all of them, a course's staff (instructors and TAs) their course's; the web side
+holds the rule in its dependencies (``AdminDep``, ``CourseStaffDep``) like every other staff read. ``audit``
+sits under every context that records (it imports only the models).
 """

@@ -96,8 +96,10 @@ def copy_course(
             session.add(copy)
     except IntegrityError as exc:
         raise Conflict(f"a course called {slug!r} already exists: choose another slug") from exc
+    session.flush()
     for old in source.assignments:
-        new = Assignment(course=copy, is_published=False)
+        new = Assignment(course_id=copy.id, is_published=False)
+        session.add(new)
         for name in COPIED_FIELDS:
             setattr(new, name, getattr(old, name))
         for name in DATE_FIELDS:
@@ -107,8 +109,8 @@ def copy_course(
             AssignmentItem(exercise_id=item.exercise_id, position=item.position, weight=item.weight)
             for item in old.items
         ]
-        session.add(new)
     session.flush()
+    session.refresh(copy)  # its assignments, as just made
     membership.enroll(session=session, course=copy, user=actor, role=CourseRole.instructor, actor=actor)
     if with_staff:
         staff = select(CourseMember).where(

@@ -285,11 +285,11 @@ def _insert_order(meta: MetaData) -> tuple[list[Table], set[ForeignKeyConstraint
     """Return the tables parents first, and the nullable foreign keys of a cycle to fill in after every insert."""
     tables = sorted(meta.tables.values(), key=lambda t: t.name)
     first = sort_tables_and_constraints(tables)
-    cyclic = next((fkcs for t, fkcs in first if t is None), [])
+    cyclic: list[ForeignKeyConstraint] = next((fkcs for t, fkcs in first if t is None), [])
     deferred = {fkc for fkc in cyclic if all(c.nullable for c in fkc.columns)}
     # filter_fn True: "left for an ALTER at the end", i.e. not a dependency of the order: filled in after the rows.
     ordered = sort_tables_and_constraints(tables, filter_fn=lambda fkc: True if fkc in deferred else None)
-    left = next((fkcs for t, fkcs in ordered if t is None), [])
+    left: list[ForeignKeyConstraint] = next((fkcs for t, fkcs in ordered if t is None), [])
     if any(fkc not in deferred for fkc in left):
         raise Conflict("the schema has a foreign-key cycle of required columns: rows cannot be loaded in any order")
     return [t for t, _ in ordered if t is not None], deferred

@@ -12,7 +12,9 @@ commit; nothing here grades.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import PlainTextResponse
 from sqlalchemy import select
 
@@ -58,14 +60,20 @@ from app.web.sessions import client_ip
 from worker.core.errors import NotFound
 
 router = APIRouter(tags=["courses"])
+ARCHIVED = {409: "The course is archived: nothing in it changes"}
 
 # --- courses -------------------------------------------------------------------------------------------------
 
 
 @router.get("/api/courses")
-def my_courses(session: SessionDep, user: CurrentUser) -> list[CourseOut]:
-    """List my courses and my role in each (the practice course first)."""
-    return [CourseOut.of(course, role) for course, role in membership.courses_of(session=session, user=user)]
+def my_courses(
+    session: SessionDep,
+    user: CurrentUser,
+    archived: Annotated[bool, Query(description="the archived courses instead of the others")] = False,
+) -> list[CourseOut]:
+    """List my courses and my role in each (the practice course first); archived ones on request."""
+    found = membership.courses_of(session=session, user=user, archived=archived)
+    return [CourseOut.of(course, role) for course, role in found]
 
 
 @router.post("/api/courses", status_code=201, responses=problem_responses(409, 422))
@@ -97,7 +105,7 @@ def course_members(access: CourseStaffDep, session: SessionDep) -> list[MemberOu
     ]
 
 
-@router.post("/api/courses/{slug}/members", responses=problem_responses(413, 422))
+@router.post("/api/courses/{slug}/members", responses=problem_responses(409, 413, 422, described=ARCHIVED))
 def enroll_members(body: CsvIn, access: CourseStaffDep, session: SessionDep) -> list[EnrollRowOut]:
     """Enroll the rows of a CSV (``email[,name[,role]]``, a header optional); each row says what happened."""
     report = membership.enroll_csv(session=session, course=access.course, text=body.csv, actor=access.user)
@@ -108,7 +116,7 @@ def enroll_members(body: CsvIn, access: CourseStaffDep, session: SessionDep) -> 
     ]
 
 
-@router.post("/api/courses/{slug}/invite", responses=problem_responses(403, 409))
+@router.post("/api/courses/{slug}/invite", responses=problem_responses(403, 409, described=ARCHIVED))
 def course_invite(access: CourseInstructorDep, session: SessionDep, body: InviteIn) -> InviteOut:
     """Return the course's invite link (``rotate``: a new one, which ends the old)."""
     token = membership.invite_token_for(session=session, course=access.course, rotate=body.rotate)
@@ -116,7 +124,7 @@ def course_invite(access: CourseInstructorDep, session: SessionDep, body: Invite
     return InviteOut(token=token, path=f"/join/{token}")
 
 
-INVITE_ERRORS = problem_responses(404, described={404: "No such invite link (or it was replaced)"})
+INVITE_ERRORS = problem_responses(404, 409, described={404: "No such invite link (or it was replaced)", **ARCHIVED})
 
 
 @router.post("/api/invites/{token}", responses=INVITE_ERRORS)
@@ -131,7 +139,9 @@ def join_course(token: str, session: SessionDep, user: CurrentUser) -> CourseOut
 # --- assignments ---------------------------------------------------------------------------------------------
 
 
-@router.post("/api/courses/{slug}/assignments", status_code=201, responses=problem_responses(422))
+@router.post(
+    "/api/courses/{slug}/assignments", status_code=201, responses=problem_responses(409, 422, described=ARCHIVED)
+)
 def create_assignment(body: AssignmentIn, access: CourseStaffDep, session: SessionDep) -> AssignmentOut:
     """Add an assignment at the end of the course (instructors)."""
     assignment = coursework.create_assignment(
@@ -161,7 +171,7 @@ def assignment_leaderboard(access: AssignmentDep, exercise: ExerciseDep, session
     return LeaderboardOut.of(board)
 
 
-@router.put("/api/assignments/{assignment_id}", responses=problem_responses(422))
+@router.put("/api/assignments/{assignment_id}", responses=problem_responses(409, 422, described=ARCHIVED))
 def update_assignment(body: AssignmentIn, access: AssignmentStaffDep, session: SessionDep) -> AssignmentOut:
     """Replace an assignment's fields and exercises (instructors)."""
     assignment = coursework.update_assignment(
@@ -180,7 +190,11 @@ def list_extensions(access: AssignmentStaffDep, session: SessionDep) -> list[Ext
     return [ExtensionOut.of(e, emails) for e in found]
 
 
-@router.post("/api/assignments/{assignment_id}/extensions", status_code=201, responses=problem_responses(403, 404, 422))
+@router.post(
+    "/api/assignments/{assignment_id}/extensions",
+    status_code=201,
+    responses=problem_responses(403, 404, 409, 422, described=ARCHIVED),
+)
 def grant_extension(body: ExtensionIn, access: AssignmentStaffDep, session: SessionDep) -> ExtensionOut:
     """Give one learner new dates (and attempts) on this assignment, saying why (staff)."""
     learner = session.scalar(select(User).where(User.email == body.email.strip().lower()))
@@ -196,8 +210,9 @@ def grant_extension(body: ExtensionIn, access: AssignmentStaffDep, session: Sess
 
 
 START_ERRORS = problem_responses(
-    403, 404, 422,
+    403, 404, 409, 422,
     described={
+        **ARCHIVED,
         403: "Not a learner of the course, outside the window, a wrong access code, a network outside the list, or "
         "another exam running for this learner",
         404: "No such assignment for this user",
@@ -238,7 +253,7 @@ def ended_drafts(access: AssignmentStaffDep, session: SessionDep) -> list[StaffD
     ]
 
 
-@router.post("/api/extensions/{extension_id}/revoke")
+@router.post("/api/extensions/{extension_id}/revoke", responses=problem_responses(409, described=ARCHIVED))
 def revoke_extension(extension: ExtensionDep, session: SessionDep, user: CurrentUser) -> ExtensionOut:
     """Revoke an extension (it stays in the audit list) (staff)."""
     coursework.revoke_extension(session=session, extension=extension, actor=user)
@@ -283,7 +298,9 @@ def course_overrides(access: CourseStaffDep, session: SessionDep) -> list[gradeb
     return gradebook.override_history(session=session, course=access.course, viewer=access.user)
 
 
-@router.post("/api/courses/{slug}/overrides", status_code=201, responses=problem_responses(404, 422))
+@router.post(
+    "/api/courses/{slug}/overrides", status_code=201, responses=problem_responses(404, 409, 422, described=ARCHIVED)
+)
 def override_grade(body: OverrideIn, access: CourseStaffDep, session: SessionDep) -> list[gradebook.OverrideEntry]:
     """Replace one learner's score on one item, saying why (staff); answer the updated audit list."""
     item = session.get(AssignmentItem, body.item_id)
@@ -298,7 +315,7 @@ def override_grade(body: OverrideIn, access: CourseStaffDep, session: SessionDep
     return gradebook.override_history(session=session, course=access.course, viewer=access.user)
 
 
-@router.post("/api/overrides/{override_id}/revert", responses=problem_responses(404))
+@router.post("/api/overrides/{override_id}/revert", responses=problem_responses(404, 409, described=ARCHIVED))
 def revert_grade_override(override_id: RowId, session: SessionDep, user: CurrentUser) -> dict[str, bool]:
     """Revert a grade override (it stays in the audit list) (staff of its course)."""
     settle.revert_override(session=session, override_id=override_id, actor=user)

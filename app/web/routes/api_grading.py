@@ -68,7 +68,9 @@ class ReleasedOut(BaseModel):
 
 
 GRADE_ERRORS = problem_responses(404, described={404: "no such grade that you may grade"})
-SAVE_ERRORS = problem_responses(404, 409, 422, described={409: "another grader saved it since your revision"})
+SAVE_ERRORS = problem_responses(
+    404, 409, 422, described={409: "another grader saved it since your revision, or the course is archived"}
+)
 
 
 @router.get("/api/instructor/exercises/{slug}/grades")

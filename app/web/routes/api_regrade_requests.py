@@ -75,9 +75,17 @@ class RegradeRequestOut(BaseModel):
         )  # fmt: skip
 
 
-ASK_ERRORS = problem_responses(404, 409, 422, described={409: "the item has a regrade request already"})
+ASK_ERRORS = problem_responses(
+    404, 409, 422, described={409: "the item has a regrade request already, or its course is archived"}
+)
 ANSWER_ERRORS = problem_responses(
-    404, 409, 422, described={404: "no such request that you may see", 409: "closed (or, to reopen, not closed)"}
+    404,
+    409,
+    422,
+    described={
+        404: "no such request that you may see",
+        409: "closed (or, to reopen, not closed), or its course is archived",
+    },
 )
 GET_ERRORS = problem_responses(404, described={404: "no such request that you may see"})
 

@@ -20,7 +20,9 @@ from app.domain.accounts import people
 from app.domain.models import Role, User
 from app.domain.operations import liveness
 from app.domain.operations.dashboard import grade_matrix, grades_csv, score_chart_svg, timing
+from app.domain.privacy import erasure
 from app.jobs.queue_state import queue_state
+from app.settings import get_settings
 from app.web.deps import AdminDep, SessionDep, SettingsDep, UserDep
 from app.web.pages import FORM_CSRF, flash, redirect, render
 from worker.core.errors import GpulabError, InvalidInput
@@ -53,7 +55,7 @@ def _users_page(request: Request, user: User, session: SessionDep, status_code: 
     users = list(session.scalars(select(User).order_by(User.role, User.email)))
     context: dict[str, object] = {"created": [], "errors": [], "error": "", **extra}
     return render(request, "admin/users.html", status_code=status_code, user=user, users=users, roles=list(Role),
-                  **context)  # fmt: skip
+                  erasure_code=get_settings().erasure_code, **context)  # fmt: skip
 
 
 @router.get("/users")
@@ -120,6 +122,25 @@ def new_password(request: Request, user: AdminDep, target: UserDep, session: Ses
     session.commit()
     account = people.NewAccount(email=target.email, name=target.name, role=target.role.value, password=password)
     return _users_page(request, user, session, created=[account])
+
+
+@router.post("/users/{user_id}/erase")
+def erase_user(
+    request: Request, user: AdminDep, target: UserDep, session: SessionDep, settings: SettingsDep,
+    confirm_email: Annotated[str, Form(max_length=400)] = "",
+) -> Response:  # fmt: skip
+    """Erase a person (``app.domain.privacy.erasure``), their address typed again as a safeguard."""
+    was = target.email
+    try:
+        if confirm_email.strip().lower() != target.email.lower():
+            raise InvalidInput(f"type {target.email} exactly to confirm the erasure: nothing was erased")
+        erasure.erase(session=session, person=target, actor=user, code_policy=settings.erasure_code)
+        session.commit()
+        flash(request, f'{was} is erased: their grades stay, shown as "erased user".')
+    except GpulabError as exc:
+        session.rollback()
+        flash(request, exc.message, "error")
+    return redirect("/admin/users")
 
 
 @router.post("/users/import")

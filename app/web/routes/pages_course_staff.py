@@ -25,7 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.domain.accounts import people
-from app.domain.courses import coursework, membership
+from app.domain.courses import coursework, lifecycle, membership
 from app.domain.exercises.bank import list_published
 from app.domain.lti import roster
 from app.domain.models import Assignment, Course, CourseRole, User
@@ -49,6 +49,7 @@ from app.web.routes.course_forms import (
     assignment_url,
     course_url,
     local_value,
+    utc_from_local,
 )
 from app.web.schemas.courses import ExtensionOut, assignment_out
 from worker.core.errors import GpulabError, InvalidInput, NotFound
@@ -70,8 +71,23 @@ class ManageExtras:
     lms_error: str = ""
 
 
+@dataclass
+class CopyForm:
+    """The next-term form as typed (its first due date in ``tz``)."""
+
+    title: str = ""
+    slug: str = ""
+    term: str = ""
+    move: str = "days"  # days or first_due
+    shift_days: str = ""
+    first_due: str = ""
+    tz: str = "UTC"
+    with_staff: bool = False
+
+
 def _manage_page(
-    request: Request, access: CourseAccess, session: Session, extras: ManageExtras | None = None, status_code: int = 200
+    request: Request, access: CourseAccess, session: Session, extras: ManageExtras | None = None,
+    status_code: int = 200, copy: CopyForm | None = None, copy_error: str = "",
 ) -> Response:  # fmt: skip
     course = access.course
     invite = ""
@@ -83,12 +99,82 @@ def _manage_page(
         can_edit=membership.can_edit(access.role), members=membership.members(session=session, course=course),
         invite=invite, assignments=listed, extras=extras or ManageExtras(),
         lms_contexts=len(roster.roster_contexts(session=session, course=course)),
+        copy=copy or CopyForm(title=course.title, term=""), copy_error=copy_error, zones=ZONES,
     )  # fmt: skip
 
 
 @router.get("/courses/{slug}/manage")
 def manage_page(request: Request, access: CourseStaffDep, session: SessionDep) -> Response:
     return _manage_page(request, access, session)
+
+
+@router.post("/courses/{slug}/copy")
+def copy_course(
+    request: Request,
+    access: CourseStaffDep,
+    session: SessionDep,
+    title: Annotated[str, Form(max_length=1000)] = "",
+    new_slug: Annotated[str, Form(max_length=200)] = "",
+    term: Annotated[str, Form(max_length=200)] = "",
+    move: Annotated[str, Form(max_length=16)] = "days",
+    shift_days: Annotated[str, Form(max_length=20)] = "",
+    first_due: Annotated[str, Form(max_length=40)] = "",
+    tz: Annotated[str, Form(max_length=64)] = "UTC",
+    with_staff: Annotated[bool, Form()] = False,
+) -> Response:
+    """Start next term's course from this one (its instructors); land on the copy's manage page."""
+    typed = CopyForm(title=title, slug=new_slug, term=term, move=move, shift_days=shift_days, first_due=first_due,
+                     tz=tz, with_staff=with_staff)  # fmt: skip
+    try:
+        shift, due = None, None
+        if move == "first_due":
+            due = utc_from_local(first_due, tz, "the new first due date")
+            if due is None:
+                raise InvalidInput("give the new first due date, or choose a number of days")
+        else:
+            try:
+                shift = timedelta(days=float(shift_days))
+            except ValueError:
+                raise InvalidInput("give the number of days to move every date by (e.g. 182)") from None
+        made = lifecycle.copy_course(
+            session=session, source=access.course, slug=new_slug.strip(), title=title, term=term, actor=access.user,
+            shift=shift, first_due=due, with_staff=with_staff,
+        )  # fmt: skip
+        session.commit()
+    except GpulabError as exc:
+        session.rollback()
+        return _manage_page(request, access, session, status_code=422, copy=typed, copy_error=exc.message)
+    flash(request, f"{made.title!r} is ready with {len(made.assignments)} unpublished assignments: check the dates, "
+          "then publish them.")  # fmt: skip
+    return redirect(f"{course_url(made)}/manage#assignments")
+
+
+@router.post("/courses/{slug}/archive")
+def archive_course(request: Request, access: CourseStaffDep, session: SessionDep) -> Response:
+    """Archive the course (its instructors, admins)."""
+    try:
+        lifecycle.archive(session=session, course=access.course, actor=access.user)
+        session.commit()
+    except GpulabError as exc:
+        session.rollback()
+        flash(request, exc.message, "error")
+        return redirect(f"{course_url(access.course)}/manage#archive")
+    flash(request, f"{access.course.title!r} is archived: read-only from now on.")
+    return redirect(course_url(access.course))
+
+
+@router.post("/courses/{slug}/unarchive")
+def unarchive_course(request: Request, access: CourseStaffDep, session: SessionDep) -> Response:
+    """Open an archived course again (admins)."""
+    try:
+        lifecycle.unarchive(session=session, course=access.course, actor=access.user)
+        session.commit()
+    except GpulabError as exc:
+        session.rollback()
+        flash(request, exc.message, "error")
+        return redirect(f"{course_url(access.course)}/manage#archive")
+    flash(request, f"{access.course.title!r} is open again.")
+    return redirect(f"{course_url(access.course)}/manage")
 
 
 @router.get("/courses/{slug}/members")

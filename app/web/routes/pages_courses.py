@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Form, Request
+from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import Response
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -79,14 +79,18 @@ def _assignment_view(session: Session, assignment: Assignment, access: CourseAcc
 def _courses_page(
     request: Request, session: Session, user: User, status_code: int = 200, **extra: Any
 ) -> Response:  # fmt: skip
-    context: dict[str, Any] = {"error": "", "new_slug": "", "new_title": "", **extra}
-    mine = membership.courses_of(session=session, user=user)
-    return render(request, "courses/index.html", status_code=status_code, courses=mine, **context)
+    context: dict[str, Any] = {"error": "", "new_slug": "", "new_title": "", "archived": False, **extra}
+    mine = membership.courses_of(session=session, user=user, archived=context["archived"])
+    shelved = len(membership.courses_of(session=session, user=user, archived=True)) if not context["archived"] else 0
+    return render(request, "courses/index.html", status_code=status_code, courses=mine, shelved=shelved, **context)
 
 
 @router.get("/courses")
-def courses_page(request: Request, user: CurrentUser, session: SessionDep) -> Response:
-    return _courses_page(request, session, user)
+def courses_page(
+    request: Request, user: CurrentUser, session: SessionDep, archived: Annotated[bool, Query()] = False
+) -> Response:
+    """List my courses; ``?archived=1``: the archived ones (left out of the default view)."""
+    return _courses_page(request, session, user, archived=archived)
 
 
 @router.post("/courses")

@@ -35,12 +35,30 @@ class CourseIn(BaseModel):
 class CourseOut(BaseModel):
     slug: str
     title: str
+    term: str = Field(description='the term it runs in ("Spring 2027"); empty when not given')
     is_practice: bool
     role: CourseRole
+    archived_at: UtcDatetime | None = Field(description="when it was archived (read-only since); null: open")
 
     @classmethod
     def of(cls, course: Course, role: CourseRole) -> CourseOut:
-        return cls(slug=course.slug, title=course.title, is_practice=course.is_practice, role=role)
+        archived = as_utc(course.archived_at) if course.archived_at is not None else None
+        return cls(
+            slug=course.slug, title=course.title, term=course.term, is_practice=course.is_practice, role=role,
+            archived_at=archived,
+        )  # fmt: skip
+
+
+class CourseCopyIn(BaseModel):
+    """Next term from this course: give either ``shift_days`` or ``first_due``."""
+
+    model_config = ConfigDict(extra="forbid")
+    slug: str = Field(min_length=1, max_length=64)
+    title: str = Field(min_length=1, max_length=200)
+    term: str = Field(default="", max_length=64)
+    shift_days: float | None = Field(default=None, ge=-3660, le=3660, description="move every date by this many days")
+    first_due: When | None = Field(default=None, description="or: the new earliest due date")
+    with_staff: bool = Field(default=False, description="bring the instructors and TAs along")
 
 
 class ItemIn(BaseModel):

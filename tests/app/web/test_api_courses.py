@@ -59,8 +59,10 @@ def test_only_site_instructors_create_courses_and_outsiders_see_nothing(
     assert [c["slug"] for c in mine][:1] == ["practice"] and {
         "slug": "gpu-101",
         "title": "GPU 101",
+        "term": "",
         "is_practice": False,
         "role": "learner",
+        "archived_at": None,
     } in mine
     assert client.get("/api/courses/gpu-101/members").status_code == 403  # a learner is no staff
     logout(client)

@@ -149,6 +149,15 @@ ROUTES: dict[str, str] = {
     "GET /api/admin/stats": ADMIN,
     "GET /api/admin/liveness": ADMIN,
     "GET /api/admin/users": ADMIN,
+    "POST /api/admin/users/{user_id}/erase": ADMIN,
+    "GET /api/admin/audit": ADMIN,
+    "GET /api/admin/audit.csv": ADMIN,
+    "GET /api/me/export": OWN,
+    "POST /api/courses/{slug}/copy": B,
+    "POST /api/courses/{slug}/archive": B,
+    "DELETE /api/courses/{slug}/archive": ADMIN,  # unarchiving is an admin's, whatever the course
+    "GET /api/courses/{slug}/audit": B,
+    "GET /api/courses/{slug}/audit.csv": B,
     "POST /api/admin/users": ADMIN,
     "POST /api/admin/users/{user_id}": ADMIN,
     "GET /api/admin/lti/platforms": ADMIN,
@@ -242,6 +251,12 @@ ROUTES: dict[str, str] = {
     "GET /admin": ADMIN,
     "GET /admin/grades.csv": ADMIN,
     "GET /admin/users": ADMIN,
+    "POST /admin/users/{user_id}/erase": ADMIN,
+    "GET /admin/audit": ADMIN,
+    "GET /courses/{slug}/audit": B,
+    "POST /courses/{slug}/copy": B,
+    "POST /courses/{slug}/archive": B,
+    "POST /courses/{slug}/unarchive": ADMIN,
     "POST /admin/users": ADMIN,
     "POST /admin/users/{user_id}/role": ADMIN,
     "POST /admin/users/{user_id}/active": ADMIN,
@@ -521,9 +536,13 @@ def test_another_courses_work_is_not_found_for_anyone_but_its_staff(
     assert not failures, "\n".join(failures)
     _b_is_untouched(db_session, world)  # every write above was refused before it changed anything
     # The ids name real rows: B's own staff (or the learner, for their own work) and an admin get past the policy.
+    # Archiving closes B for good: the learner's own actions first, and the archive last of its instructor's.
+    staff_keys = sorted(
+        (k for k in walked if k not in LEARNER_CONTROL | NO_CONTROL), key=lambda k: k.endswith("/archive")
+    )
     for control, keys in (
-        (world.instructor_b, [k for k in walked if k not in LEARNER_CONTROL | NO_CONTROL]),
         (world.learner_b, [k for k in walked if k in LEARNER_CONTROL]),
+        (world.instructor_b, staff_keys),
         (world.admin, [k for k in walked if k.startswith("GET ") and k not in LEARNER_CONTROL | NO_CONTROL]),
     ):
         csrf = _login(client, control)
