@@ -11,6 +11,9 @@ Contract:
   user and the ``Pending`` settings to keep until the instructor submits. The caller commits, signs the user in
   and keeps ``Pending.as_session()`` in the (signed) session it just started, so the pending settings are bound
   to that user and die with the session, or after ``PENDING_MAX_AGE_S`` (``Pending.from_session``).
+- ``relink(session=..., pending=..., user=..., course_slug=...)``: next term's course (a copy,
+  ``app.domain.courses.lifecycle``) takes the place of the one the LMS course's first launch made: the context now
+  maps to it (``courses_to_link``: the open courses the instructor teaches); the made course goes if it is empty.
 - ``choices(session=..., course=...)`` is what the picker offers: the course's assignments (none without a
   course), then the published exercises, each with a ``key`` (``assignment:<id>``, ``exercise:<slug>``).
 - ``respond(session=..., pending=..., picked=..., tool=...)`` returns the ``LtiDeepLinkingResponse`` JWT, signed
@@ -34,11 +37,13 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.domain.audit import trail
+from app.domain.audit.trail import Action
 from app.domain.lti import keys, provisioning
 from app.domain.lti import vocabulary as v
 from app.domain.lti.launch import Launch
 from app.domain.lti.toolconfig import ToolUrls
-from app.domain.models import Assignment, Course, CourseRole, Exercise, LtiPlatform, User
+from app.domain.models import Assignment, Course, CourseMember, CourseRole, Exercise, LtiContext, LtiPlatform, User
 from worker.core.errors import Forbidden, InvalidInput
 
 SETTINGS = "https://purl.imsglobal.org/spec/lti-dl/claim/deep_linking_settings"
@@ -140,6 +145,62 @@ def begin(*, session: Session, launch: Launch) -> Picking:
         **found,
     )
     return Picking(user=user, course=course, pending=pending)
+
+
+def courses_to_link(*, session: Session, pending: Pending, user: User) -> list[Course]:
+    """Return the courses ``user`` instructs that this request's LMS course could be linked to instead."""
+    if pending.course_id is None:
+        return []
+    found = session.scalars(
+        select(Course)
+        .join(CourseMember, CourseMember.course_id == Course.id)
+        .where(
+            CourseMember.user_id == user.id, CourseMember.role == CourseRole.instructor,
+            Course.is_practice.is_(False), Course.archived_at.is_(None), Course.id != pending.course_id,
+        )
+        .order_by(Course.created_at.desc(), Course.id.desc())
+    )  # fmt: skip
+    return list(found)
+
+
+def relink(*, session: Session, pending: Pending, user: User, course_slug: str) -> Pending:
+    """Link the request's LMS course to ``user``'s gpulab course ``course_slug`` (next term's copy); return the new
+    pending request.
+
+    The course the first launch made for the LMS course is deleted when nothing is in it yet (no assignment, no
+    submission, nobody but LMS launches); otherwise it stays, unlinked. Refused: a course ``user`` does not
+    instruct, an archived one, a request from outside any course.
+    """
+    if pending.course_id is None:
+        raise InvalidInput("this request comes from outside any LMS course: there is nothing to link")
+    target = session.scalar(select(Course).where(Course.slug == course_slug))
+    if target is None or target not in courses_to_link(session=session, pending=pending, user=user):
+        raise Forbidden("you can link the LMS course only to an open course you instruct")
+    context = session.scalar(
+        select(LtiContext).where(
+            LtiContext.platform_id == pending.platform_id, LtiContext.deployment_id == pending.deployment_id,
+            LtiContext.course_id == pending.course_id,
+        )
+    )  # fmt: skip
+    if context is None:
+        raise Forbidden("the LMS course this request came from is no longer linked to gpulab; start again")
+    old = session.get(Course, pending.course_id)
+    context.course_id = target.id
+    session.flush()
+    if old is not None and not old.assignments and not _has_work(session, old):
+        session.delete(old)  # the empty course the first launch made for the LMS course
+    trail.record(
+        session=session, action=Action.lti_admin, actor=user, course_id=target.id,
+        target=f"LMS course {context.context_id} ({pending.title or 'deep linking'})",
+        before={"course": old.slug if old is not None else None}, after={"course": target.slug},
+    )  # fmt: skip
+    session.flush()
+    return Pending(**{**pending.as_session(), "course_id": target.id})
+
+
+def _has_work(session: Session, course: Course) -> bool:
+    members = session.scalars(select(CourseMember.source).where(CourseMember.course_id == course.id)).all()
+    return any(source != provisioning.SOURCE for source in members)
 
 
 def choices(*, session: Session, course: Course | None) -> list[Choice]:

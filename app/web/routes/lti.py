@@ -35,9 +35,11 @@ Contract (the rules themselves live in ``app.domain.lti``; this is the HTTP side
   refused for its deployment (``launch.DeploymentRefused``) is noted on the platform for the admins
   (``platforms.note_refused``: ``/admin/lti`` offers to accept it), and the page says so. (The app's error page
   would answer a 401 on a GET with the log-in page, and a malformed request with 422.)
-- This router has no ``FORM_CSRF`` (only ``POST /lti/deep-link``, gpulab's own form, carries it): the login and
-  launch posts come cross-site from the platform by design, and the OIDC state cookie and nonce bind them to the
-  browser instead.
+- ``POST /lti/deep-link/course`` (``FORM_CSRF``, field ``course``): links the request's LMS course to another
+  course the instructor teaches (next term's copy: ``deep_linking.relink``), then the picker again.
+- This router has no ``FORM_CSRF`` (only ``POST /lti/deep-link`` and ``/lti/deep-link/course``, gpulab's own
+  forms, carry it): the login and launch posts come cross-site from the platform by design, and the OIDC state
+  cookie and nonce bind them to the browser instead.
 - The state cookie ``gpulab_lti_<state>`` (path ``/lti/launch``, HttpOnly, ``lti_state_max_age_s``): the launch
   is a cross-site POST from the platform, which browsers send only ``SameSite=None`` cookies with, and they
   keep those only when ``Secure``. So when gpulab is served over https (``GPULAB_PUBLIC_URL``, the request, or
@@ -67,11 +69,11 @@ from app.domain.lti import deep_linking, keys, launch, oidc, platforms, provisio
 from app.domain.lti import vocabulary as v
 from app.domain.lti.platform_keys import PlatformKeys
 from app.domain.lti.toolconfig import ToolUrls, tool_urls
-from app.domain.models import Course, Role
+from app.domain.models import Course, Role, User
 from app.settings import Settings
 from app.web.deps import OptionalUser, SessionDep, SettingsDep
 from app.web.middleware import origin_of, page_policy
-from app.web.pages import FORM_CSRF, render
+from app.web.pages import FORM_CSRF, redirect, render
 from app.web.sessions import start_session
 from worker.core.errors import Conflict, Forbidden, GpulabError, InvalidInput, Unauthorized
 
@@ -334,7 +336,25 @@ def deep_link_picker(request: Request, session: SessionDep, user: OptionalUser) 
         offered = deep_linking.choices(session=session, course=course)
     except GpulabError as exc:
         return _refused(request, session, exc, step="launch")
-    return render(request, "lti/pick.html", pending=pending, course=course, choices=offered)
+    linkable = deep_linking.courses_to_link(session=session, pending=pending, user=user) if user is not None else []
+    return render(request, "lti/pick.html", pending=pending, course=course, choices=offered, linkable=linkable)
+
+
+@router.post("/deep-link/course", dependencies=[FORM_CSRF])
+def deep_link_course(
+    request: Request, session: SessionDep, user: OptionalUser, course: Annotated[str, Form(max_length=64)] = ""
+) -> Response:
+    """Link the LMS course of this request to another gpulab course of the instructor's (next term's copy)."""
+    try:
+        pending = _picking(request, user)
+        assert isinstance(user, User)  # _picking refuses a browser that is not signed in
+        moved = deep_linking.relink(session=session, pending=pending, user=user, course_slug=course)
+        session.commit()
+    except GpulabError as exc:
+        session.rollback()
+        return _refused(request, session, exc, step="launch")
+    request.session[deep_linking.SESSION_KEY] = moved.as_session()
+    return redirect(DEEP_LINK_PATH)
 
 
 @router.post("/deep-link", dependencies=[FORM_CSRF])

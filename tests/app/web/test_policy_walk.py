@@ -284,6 +284,7 @@ ROUTES: dict[str, str] = {
     "POST /lti/launch": OPEN,
     "GET /lti/deep-link": OPEN,
     "POST /lti/deep-link": OPEN,
+    "POST /lti/deep-link/course": OPEN,
     "GET /docs": OPEN,
     "GET /openapi.json": OPEN,
 }

@@ -177,3 +177,48 @@ def test_an_assignment_of_another_course_is_not_mapped(flow: Flow, registered, d
     assert flow.launch(spec).status_code == 303
     link = db_session.scalar(select(LtiLink).where(LtiLink.resource_link_id == spec.resource_link["id"]))
     assert link is not None and link.assignment_id is None
+
+
+def test_next_terms_copy_takes_the_place_of_the_course_a_new_lms_course_made(
+    flow: Flow, client: TestClient, registered, db_session: Session, tiny_exercise: TinyExercise
+) -> None:
+    from datetime import timedelta
+
+    from app.domain.courses import lifecycle, membership
+    from app.domain.models import AssignmentItem, LtiContext, User
+
+    spec = deep_linking_spec()
+    _picker(flow, spec)
+    made = _course(db_session, spec)  # what the new LMS course's first launch made: empty
+    teacher = db_session.scalars(
+        select(User).join(LtiUser, LtiUser.user_id == User.id).where(LtiUser.sub == spec.sub)
+    ).one()
+    last_term = Course(slug="gpu-fall", title="GPUs")  # last term's course, which an LMS launch made too
+    db_session.add(last_term)
+    db_session.flush()
+    membership.enroll(session=db_session, course=last_term, user=teacher, role=CourseRole.instructor, source="lti")
+    week = Assignment(course_id=last_term.id, title="Week 1: kernels")
+    week.items.append(AssignmentItem(exercise_id=tiny_exercise.exercise.id, position=0, weight=1.0))
+    db_session.add(week)
+    db_session.flush()
+    db_session.refresh(last_term)
+    copy = lifecycle.copy_course(session=db_session, source=last_term, slug="gpu-spring", title="GPUs", term="Spring",
+                                 actor=teacher, shift=timedelta(days=180))  # fmt: skip
+    db_session.commit()
+
+    page = client.get("/lti/deep-link").text
+    assert 'id="lti-link-course"' in page and 'value="gpu-spring"' in page
+    refused = client.post("/lti/deep-link/course", data={"csrf_token": _csrf(page), "course": "practice"})
+    assert refused.status_code == 403
+    moved = client.post("/lti/deep-link/course", data={"csrf_token": _csrf(page), "course": "gpu-spring"},
+                        follow_redirects=False)  # fmt: skip
+    assert moved.status_code == 303 and moved.headers["location"] == "/lti/deep-link"
+    page = client.get("/lti/deep-link").text
+    (copied,) = copy.assignments
+    assert f'value="assignment:{copied.id}"' in page and "to GPUs" in page
+    db_session.expire_all()
+    contexts = db_session.scalars(select(LtiContext.course_id).where(LtiContext.course_id.in_([made.id, copy.id])))
+    assert list(contexts) == [copy.id]
+    assert db_session.get(Course, made.id) is None  # the empty course the launch made is gone
+    answer = client.post("/lti/deep-link", data={"csrf_token": _csrf(page), "item": [f"assignment:{copied.id}"]})
+    assert answer.status_code == 200, answer.text
