@@ -28,7 +28,8 @@ RUN set -eu; \
       --find-links /wheels -r /wheels/requirements.txt -c /wheels/constraints.txt "$pip_wheel" /wheels/setuptools-*.whl
 
 FROM python
-RUN useradd --system --uid 999 --home-dir /var/lib/gpulab --create-home gpulab
+RUN useradd --system --uid 999 --home-dir /var/lib/gpulab --create-home gpulab \
+    && install -d -o gpulab -g gpulab /var/lib/gpulab/backups  # a fresh volume there is the user's (compose: backup)
 # Only the venv travels from the stage above, not the wheelhouse; it stays cached until the pins change.
 COPY --from=packages /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH GPULAB_DATA_DIR=/var/lib/gpulab PYTHONUNBUFFERED=1 LANG=C.UTF-8

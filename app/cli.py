@@ -339,16 +339,37 @@ def course_archive(slug: str, by_email: str, undo: bool) -> None:
 @cli.command("backup")
 @click.argument("target", type=click.Path(path_type=Path))
 @click.option("--keep", type=click.IntRange(min=1), default=None, help="In a folder: keep only the newest N backups.")
-def backup_command(target: Path, keep: int | None) -> None:
+@click.option("--daily-at", default=None, help="Keep running: one backup into the folder every day at HH:MM UTC.")
+def backup_command(target: Path, keep: int | None, daily_at: str | None) -> None:
     """Write a consistent backup of everything gpulab keeps to TARGET (a .zip file, or a folder for dated ones)."""
+    import time
+    from datetime import UTC, datetime
+
+    from app.domain.operations.backup import next_daily
+
+    folder = target.is_dir() or str(target).endswith("/") or daily_at is not None
+    if keep is not None and not folder:
+        raise click.UsageError("--keep needs a folder as TARGET")
+    if daily_at is None:
+        _backup_once(target, folder=folder, keep=keep)
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    while True:  # the compose service `backup`: nightly, with the retention rule of --keep
+        due = next_daily(datetime.now(UTC), daily_at)
+        click.echo(f"next backup at {due.isoformat()}")
+        time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
+        try:
+            _backup_once(target, folder=True, keep=keep)
+        except Exception as exc:  # one failed night is reported; the next one is tried
+            click.echo(f"gpulab: the backup failed: {exc}", err=True)
+
+
+def _backup_once(target: Path, *, folder: bool, keep: int | None) -> None:
     from datetime import UTC, datetime
 
     from app.domain.operations.backup import backup, prune
 
-    folder = target.is_dir() or str(target).endswith("/")
     path = target / f"gpulab-{datetime.now(UTC):%Y%m%d-%H%M%S}.zip" if folder else target
-    if keep is not None and not folder:
-        raise click.UsageError("--keep needs a folder as TARGET")
     manifest = backup(database_url=get_settings().database_url, path=path)
     rows = sum(manifest.counts().values())
     click.echo(f"wrote {path}: schema {manifest.schema_revision}, {len(manifest.tables)} tables, {rows} rows")

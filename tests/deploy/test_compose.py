@@ -40,10 +40,21 @@ def config() -> dict[str, Any]:
 
 
 def test_compose_file_validates_with_every_service(config: dict[str, Any]) -> None:
-    assert set(config["services"]) == {"postgres", "redis", "api", "worker-cpu", "worker-cpu-docker", "worker-gpu"}
+    assert set(config["services"]) == {
+        "postgres", "redis", "api", "backup", "worker-cpu", "worker-cpu-docker", "worker-gpu",
+    }  # fmt: skip
     for name, service in config["services"].items():
         assert "healthcheck" in service, name
-    assert {"postgres-data", "redis-data", "gpulab-data"} <= set(config["volumes"])
+    assert {"postgres-data", "redis-data", "gpulab-data", "gpulab-backups"} <= set(config["volumes"])
+
+
+def test_backups_run_nightly_with_a_retention_rule(config: dict[str, Any]) -> None:
+    backup = config["services"]["backup"]
+    assert "profiles" not in backup  # on by default
+    command = " ".join(backup["command"])
+    assert "gpulab backup /var/lib/gpulab/backups --daily-at 03:00 --keep 14" in command
+    assert any("gpulab-backups" in str(v) for v in backup["volumes"])
+    assert "/var/run/docker.sock" not in str(backup["volumes"])
 
 
 def test_only_workers_get_the_docker_socket(config: dict[str, Any]) -> None:

@@ -321,6 +321,17 @@ def test_compose_stack_grades_a_submission_an_example_run_and_a_check(tmp_path: 
         print(f"compose: {BURST} submissions settled {took_s:.1f} s after one of two grading hosts was killed")
         assert took_s <= SETTLE_AFTER_KILL_S, f"settled only {took_s:.1f} s after the kill"
 
+        # The nightly backup service takes one now, while submissions are in flight, and it restores (here into
+        # a SQLite file inside that container: PostgreSQL onto the embedded default).
+        for _ in range(4):
+            assert learner.post(f"/api/exercises/{SLUG}/submissions", json={"code": solution}).status_code == 202
+        taken = stack.compose("exec", "-T", "backup", "gpulab", "backup", "/var/lib/gpulab/backups", "--keep", "3")
+        assert taken.returncode == 0 and "wrote /var/lib/gpulab/backups/gpulab-" in taken.stdout, taken.stderr
+        (made,) = re.findall(r"wrote (\S+\.zip)", taken.stdout)
+        restored = stack.compose("exec", "-T", "backup", "gpulab", "restore", made, "--database-url",
+                                 "sqlite:////tmp/restored.db")  # fmt: skip
+        assert restored.returncode == 0 and "migrated to the newest schema" in restored.stdout, restored.stderr
+
         # The docker-pair path, in place of the grading host: a judge and a subject container on the host's engine.
         stack.compose("stop", "worker-cpu")
         stack.compose("--profile", "docker-pair", "up", "-d", "--no-build", "worker-cpu-docker", timeout_s=UP_TIMEOUT_S)

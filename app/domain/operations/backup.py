@@ -37,7 +37,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -397,3 +397,16 @@ def prune(folder: Path, *, keep: int) -> list[Path]:
     for old in gone:
         old.unlink()
     return gone
+
+
+def next_daily(now: datetime, at: str) -> datetime:
+    """Return the first moment after ``now`` whose UTC time of day is ``at`` (``HH:MM``), or raise ``InvalidInput``."""
+    try:
+        hours, minutes = (int(part) for part in at.split(":"))
+        if not (0 <= hours < 24 and 0 <= minutes < 60):
+            raise ValueError
+    except ValueError:
+        raise InvalidInput(f"{at!r} is not a time of day: give HH:MM in UTC, e.g. 03:00") from None
+    now = now.astimezone(UTC)
+    today = now.replace(hour=hours, minute=minutes, second=0, microsecond=0)
+    return today if today > now else today + timedelta(days=1)
