@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import zipfile
 from collections.abc import Callable
 from datetime import timedelta
@@ -223,3 +224,23 @@ def test_a_learner_downloads_their_data_and_an_admin_erases_a_person(
     logout(client)
     refused = client.post("/api/auth/login", json={"email": address, "password": "correct horse battery staple"})
     assert refused.status_code == 401
+
+
+def test_the_manage_pages_next_term_form_moves_dates_to_a_first_due_date_in_the_chosen_zone(
+    client: TestClient, course: str, login: Callable[..., None], instructor: User,  # noqa: F811
+    tiny_exercise: TinyExercise,
+) -> None:  # fmt: skip
+    login(client, instructor)
+    due = (utcnow() + timedelta(days=10)).replace(second=0, microsecond=0)
+    _assignment(client, course, tiny_exercise.slug, due_at=due.isoformat())
+    page = client.get(f"/courses/{course}/manage")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert token and 'id="copy-form"' in page.text
+    form = {"csrf_token": token.group(1), "title": "GPU 101", "new_slug": "gpu-next", "term": "Fall 2027",
+            "move": "first_due", "first_due": "2027-09-20T23:59", "tz": "Europe/Berlin"}  # fmt: skip
+    made = client.post(f"/courses/{course}/copy", data=form, follow_redirects=False)
+    assert made.status_code == 303 and made.headers["location"] == "/courses/gpu-next/manage#assignments"
+    (copied,) = client.get("/api/courses/gpu-next").json()["assignments"]
+    assert copied["due_at"] == "2027-09-20T21:59:00Z"  # 23:59 in Berlin (summer time) is 21:59 UTC
+    again = client.post(f"/courses/{course}/copy", data=form | {"move": "days", "shift_days": "many"})
+    assert again.status_code == 422 and "number of days" in again.text and 'value="gpu-next"' in again.text

@@ -324,3 +324,15 @@ def test_backups_in_a_folder_keep_the_newest(tmp_path: Path) -> None:
     assert [p.name for p in gone] == ["gpulab-20261201-000000.zip"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpulab-20261202-000000.zip", "gpulab-20261203-000000.zip",
                                                          "notes.txt"]  # fmt: skip
+
+
+def test_the_nightly_backup_runs_at_the_next_time_of_day_in_utc() -> None:
+    evening = datetime(2026, 12, 6, 21, 30, tzinfo=UTC)
+    assert backup.next_daily(evening, "03:00") == datetime(2026, 12, 7, 3, 0, tzinfo=UTC)
+    assert backup.next_daily(evening, "21:45") == datetime(2026, 12, 6, 21, 45, tzinfo=UTC)
+    assert backup.next_daily(datetime(2026, 12, 6, 3, 0, tzinfo=UTC), "03:00") == datetime(
+        2026, 12, 7, 3, 0, tzinfo=UTC
+    )
+    for wrong in ("3am", "24:00", "03:60", ""):
+        with pytest.raises(InvalidInput, match="not a time of day"):
+            backup.next_daily(evening, wrong)
