@@ -3,8 +3,10 @@
 The model is Dense(1) from zeros, mean squared error, SGD with momentum 0.9, 32 examples in global batches of 8
 (4 steps per epoch) on the real 2-replica MirroredStrategy, so the judge can compute the uninterrupted result
 with NumPy. The "kill" is an exception raised by a callback at the start of a batch, as close to a killed
-worker as one process gets: nothing after that point runs. TensorFlow is imported inside the functions so that
-the judge can import this file cheaply.
+worker as one process gets: nothing after that point runs. The same callback observes each run for the tests:
+how many times fit was called, the epochs begun, the weights and SGD's momentum when the first epoch begins (after
+any restore) and at every epoch's end, the files in backup_dir, and whether the model's variables are mirrored by
+the given strategy. TensorFlow is imported inside the functions so that the judge can import this file cheaply.
 """
 
 import os
@@ -34,21 +36,69 @@ def _build_and_compile():
     return model
 
 
-def _callbacks(kill_epoch, kill_batch):
+def _numbers(values):
+    return [np.asarray(v, dtype="float64").tolist() for v in values]
+
+
+def _momentum(model):
+    """SGD's momentum slots (one per weight, in the weights' order), or None when the optimizer has none yet."""
+    slots = getattr(getattr(model, "optimizer", None), "momentums", None)
+    if not slots:
+        return None
+    try:
+        return _numbers(np.asarray(s) for s in slots)
+    except Exception:
+        return None
+
+
+def _variable(strategy, variable):
+    """What a weight is (a MirroredVariable or a plain one) and whether the given strategy created it."""
+    value = getattr(variable, "value", variable)  # Keras 3: the tf.Variable (a MirroredVariable) is `.value`
+    try:
+        in_scope = bool(strategy.extended.variable_created_in_scope(value))
+    except Exception:
+        in_scope = None
+    return {"type": type(value).__name__, "in_scope": in_scope}
+
+
+def _callbacks(strategy, backup_dir, kill_epoch, kill_batch):
     import keras
 
     class Watch(keras.callbacks.Callback):
-        """Record the epochs begun; raise Killed at (kill_epoch, kill_batch)."""
+        """Observe the run (fit calls, epochs, weights, momentum, backup_dir); raise Killed at (kill_epoch, kill_batch).
+
+        It only records: the tests compare. Restoring happens before the first epoch begins (BackupAndRestore in
+        on_train_begin, a checkpoint of one's own before fit), so the state at the first on_epoch_begin is the
+        state the run resumed from, wherever this callback stands in the list.
+        """
 
         def __init__(self):
             super().__init__()
-            self.epochs = []
+            self.epochs, self.fits, self.raised = [], 0, False
+            self.start = None  # at the first epoch's beginning: weights, momentum, files in backup_dir
+            self.ends = {}  # epoch -> weights and momentum at its end
+            self.variables = None
+
+        def on_train_begin(self, logs=None):
+            self.fits += 1
+            if self.variables is None:
+                try:
+                    self.variables = [_variable(strategy, w) for w in self.model.weights]
+                except Exception:
+                    self.variables = []
 
         def on_epoch_begin(self, epoch, logs=None):
             self.epochs.append(int(epoch))
+            if self.start is None:
+                self.start = {"weights": _numbers(self.model.get_weights()), "momentum": _momentum(self.model),
+                              "files": _files(backup_dir)}
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.ends[int(epoch)] = {"weights": _numbers(self.model.get_weights()), "momentum": _momentum(self.model)}
 
         def on_train_batch_begin(self, batch, logs=None):
             if kill_epoch is not None and self.epochs and self.epochs[-1] == kill_epoch and batch == kill_batch:
+                self.raised = True
                 raise Killed(f"killed in epoch {kill_epoch}, batch {kill_batch}")
 
     return Watch()
@@ -63,17 +113,23 @@ def _files(folder):
 def _run(submission, strategy, epochs, backup_dir, kill_epoch=None, kill_batch=None):
     import tensorflow as tf
 
-    watch = _callbacks(kill_epoch, kill_batch)
+    watch = _callbacks(strategy, backup_dir, kill_epoch, kill_batch)
     dataset = tf.data.Dataset.from_tensor_slices(data()).batch(GLOBAL_BATCH)
-    seen = {"killed": False, "epochs": watch.epochs, "weights": None, "model": None}
+    seen = {"killed": False, "weights": None, "model": None}
     try:
         model = submission.train(strategy, _build_and_compile, dataset, epochs, backup_dir, [watch])
     except Killed:
         seen["killed"] = True
-        return seen
-    seen["model"] = type(model).__name__
-    if hasattr(model, "get_weights"):
-        seen["weights"] = [w.tolist() for w in model.get_weights()]
+    else:
+        seen["model"] = type(model).__name__
+        if hasattr(model, "get_weights"):
+            seen["weights"] = _numbers(model.get_weights())
+        try:
+            seen["returned_variables"] = [_variable(strategy, w) for w in model.weights]
+        except Exception:
+            seen["returned_variables"] = None
+    seen.update(epochs=watch.epochs, fits=watch.fits, raised=watch.raised, start=watch.start,
+                ends={str(k): v for k, v in sorted(watch.ends.items())}, variables=watch.variables)
     return seen
 
 

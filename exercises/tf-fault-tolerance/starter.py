@@ -1,4 +1,4 @@
-import keras
+import keras  # noqa: F401 - keras.callbacks holds the tool
 
 
 def train(strategy, build_and_compile, dataset, epochs, backup_dir, callbacks):

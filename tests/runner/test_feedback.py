@@ -68,6 +68,7 @@ EXPECTED = {
     "tf.reduce_outside_run": "",
     "tf.bad_reduce_op": "tf.reduce_op",
     "tf.mixed_strategies": "keras.mixed_strategies",
+    "tf.optimizer_outside_scope": "tf.outside_strategy_scope",
     "tf.shard_args_swapped_first": "tf.shard_count",
     "tf.shard_args_swapped_second": "tf.shard_index",
     "tf.from_tensor_slices_list": "tf.non_rectangular_list",

@@ -430,6 +430,15 @@ CLASSES: tuple[FailureClass, ...] = (
         "scope",
     ),
     FailureClass(
+        "tf.outside_strategy_scope",
+        re.compile(r'Need to be inside "with strategy\.scope\(\)" for'),
+        "code that needs a strategy's scope ran outside every `with strategy.scope():`: TensorFlow says so when "
+        "variables are created for a model built under a strategy, or placed next to its variables (an optimizer's "
+        "variables, made by optimizer.build(...) or by a restore, are the usual case). Run that code inside "
+        "`with strategy.scope():` of the strategy the model was built under",
+        types=("RuntimeError",),
+    ),
+    FailureClass(
         "keras.not_compiled",
         re.compile(r"You must call `compile\(\)` before using the model"),
         "the model was used for training or evaluation before model.compile(...): compile it first",

@@ -265,6 +265,15 @@ TF: dict[str, str] = {
         with a.scope():
             with b.scope():
                 pass"""),
+    "tf.optimizer_outside_scope": textwrap.dedent("""\
+        import tensorflow as tf, keras
+        tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+        s = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with s.scope():
+            m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+            m.compile(optimizer=keras.optimizers.SGD(momentum=0.9), loss="mse")
+        m.optimizer.build(m.trainable_variables)"""),
     "tf.shard_args_swapped_first": textwrap.dedent("""\
         import tensorflow as tf
         tf.data.Dataset.range(16).shard(0, 2)"""),

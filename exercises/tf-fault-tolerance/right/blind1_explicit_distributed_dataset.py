@@ -1,0 +1,14 @@
+import keras
+
+
+def train(strategy, build_and_compile, dataset, epochs, backup_dir, callbacks):
+    """Build and compile the model under `strategy` (call build_and_compile()), fit it on `dataset` for
+    `epochs` epochs with `callbacks`, and return it. A run that is killed part-way and started again with the
+    same backup_dir must continue from the last completed epoch, with the optimizer's state."""
+    with strategy.scope():
+        model = build_and_compile()
+    # split the batches over the replicas ourselves
+    dist_ds = strategy.experimental_distribute_dataset(dataset)
+    backup = keras.callbacks.BackupAndRestore(backup_dir=backup_dir)
+    model.fit(dist_ds, epochs=epochs, callbacks=[backup, *list(callbacks)], verbose=0)
+    return model
