@@ -557,6 +557,7 @@ def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> N
     lanes = [EXAMPLE_LANES[q] for q in wanted if q in EXAMPLE_LANES and EXAMPLE_LANES[q] not in wanted]
     try:
         get_sandbox(settings).check()
+        _recheck_gpus(settings)
     except GpulabError as exc:
         raise click.ClickException(exc.message) from exc
     if examples_concurrency == 0:
@@ -591,6 +592,21 @@ def worker(queues: str, concurrency: int | None, examples_concurrency: int) -> N
         close_warm_pools()  # also done at Celery's worker_shutdown; closing twice is harmless
         if companion is not None:
             _stop_example_lane(companion)
+
+
+def _recheck_gpus(settings: Settings) -> None:
+    """Forget the GPUs an earlier run found broken (reset or replaced since?) and look at each one again."""
+    from worker.grading.sandbox.gpu_health import FailedGpus, probe
+    from worker.grading.sandbox.gpus import parse_gpu_ids
+
+    ids = parse_gpu_ids(settings.gpu_ids)
+    if not ids:
+        return
+    failed = FailedGpus(settings.data_dir / "gpu-locks")
+    failed.clear(ids)
+    for gpu_id, problem in probe(ids, dev_root=settings.gpu_dev_root, proc_root=settings.gpu_proc_root).items():
+        failed.mark(gpu_id, problem)
+        click.echo(f"gpulab: GPU {gpu_id} takes no job: {problem}", err=True)
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:

@@ -309,6 +309,8 @@ class WorkerBeat(Base):
     # What it keeps warm at the last beat, per kind (worker.grading.sandbox.warm_status): slots, hits, misses by
     # reason, memory, why a kind is cold. None before it first beat with warm pools.
     warm: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON, nullable=True)
+    # Its GPU slots at the last beat (worker.grading.sandbox.gpu_status: ids, per_job, failed id -> why); None: none.
+    gpus: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
     stopped_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

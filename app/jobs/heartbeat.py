@@ -21,7 +21,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.domain.models import WorkerBeat, utcnow
 from app.domain.platform.db import session_scope
 from app.settings import Settings
-from worker.grading.sandbox import warm_status
+from worker.grading.sandbox import gpu_status, warm_status
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,7 @@ class ProcessBeat:
                 row.queues = list(self.queues)
                 row.busy = busy()
                 row.warm = warm_status()
+                row.gpus = gpu_status(self.settings)
                 with _busy_lock:
                     row.redispatched = _redispatched
                 row.last_seen_at = now

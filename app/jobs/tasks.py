@@ -13,6 +13,9 @@ Contract:
 - A database that cannot be reached (a PostgreSQL restart) is waited for with back-off around the claim and
   around the record (``with_database_retry``), so a finished grading is not thrown away; a database away
   for longer gives the message back to the queue (``Reject(requeue=True)``) instead of acknowledging it.
+- A host that cannot grade at all (``HostUnfit``: its GPU failed, ``gpu_health``) undoes its claim without
+  counting the try; the Celery task then stops this worker consuming that queue and gives the message back
+  (``Reject(requeue=True)``), so another host grades it. The embedded server records a platform error instead.
 - Only platform errors (``internal_error``) are retried, up to ``settings.max_attempts`` tries in all;
   then the submission settles as ``error``. Learner verdicts are final.
 - A stored result lands through ``app.domain.results.settle.graded`` in its transaction: the staff grade its
@@ -27,6 +30,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Annotated, TypeVar
 
+from celery import Task
 from celery.exceptions import Reject
 from pydantic import StringConstraints, TypeAdapter, ValidationError
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
@@ -38,12 +42,12 @@ from app.domain.models import Submission
 from app.domain.platform import news
 from app.domain.platform.db import session_scope
 from app.domain.results import settle
-from app.domain.submissions.lifecycle import claim, held, record_outcome, record_platform_failure
+from app.domain.submissions.lifecycle import claim, give_back, held, record_outcome, record_platform_failure
 from app.jobs.celery_app import GRADE_TASK, celery_app
 from app.jobs.heartbeat import grading_finished, grading_started
 from app.settings import Settings, get_settings
 from worker.bank.spec import ExerciseSpec
-from worker.core.errors import GpulabError
+from worker.core.errors import GpulabError, HostUnfit
 from worker.core.outcome import GradeOutcome, Verdict
 from worker.grading.pipeline import grade
 from worker.grading.sandbox import get_sandbox
@@ -55,7 +59,7 @@ DATABASE_AWAY = (OperationalError, InterfaceError, DisconnectionError)
 T = TypeVar("T")
 
 
-def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
+def _grade_claimed(submission_id: str, *, requeue_unfit: bool = False) -> tuple[GradeOutcome, bool] | None:
     """Claim and grade once; return the outcome and whether it was stored, or None when not ours to grade."""
     settings = get_settings()
 
@@ -84,7 +88,16 @@ def _grade_claimed(submission_id: str) -> tuple[GradeOutcome, bool] | None:
             partial(_renew, submission_id, attempt), interval_s=settings.heartbeat_interval_s,
             label=f"grading {submission_id} attempt {attempt}",
         ):  # fmt: skip
-            outcome = _run_grading(submission_id, spec, code, settings, params)
+            outcome = _run_grading(submission_id, spec, code, settings, params, requeue_unfit=requeue_unfit)
+    except HostUnfit:
+        # This host cannot grade at all (its GPU failed): the claim is undone, the try not counted.
+        def undo() -> bool:
+            with session_scope() as session:
+                return give_back(session=session, submission_id=submission_id, attempt=attempt)
+
+        with_database_retry(undo, what=f"give back {submission_id}")
+        news.publish(submission_id)
+        raise
     finally:
         grading_finished()
 
@@ -134,10 +147,22 @@ def _renew(submission_id: str, attempt: int) -> bool:
         return renew(session=session, model=Submission, row_id=submission_id, attempt=attempt)
 
 
-def _run_grading(submission_id: str, spec: ExerciseSpec, code: str, settings: Settings, params: Params) -> GradeOutcome:
-    """Grade in the sandbox, in the learner's variant; turn a failure of the platform into ``internal_error``."""
+def _run_grading(
+    submission_id: str, spec: ExerciseSpec, code: str, settings: Settings, params: Params, *, requeue_unfit: bool
+) -> GradeOutcome:
+    """Grade in the sandbox, in the learner's variant; turn a failure of the platform into ``internal_error``.
+
+    ``requeue_unfit``: a host that cannot grade at all (``HostUnfit``) raises it, for the queue to send the job
+    elsewhere (Celery); else (the embedded server, which has no other host) it is a platform error like any.
+    """
     try:
         return grade(spec, code, sandbox=get_sandbox(settings), params=params)
+    except HostUnfit:
+        if requeue_unfit:
+            raise
+        return GradeOutcome(
+            verdict=Verdict.internal_error, score=0.0, max_score=spec.max_score, message="this host's GPU failed"
+        )
     except GpulabError as exc:
         return GradeOutcome(verdict=Verdict.internal_error, score=0.0, max_score=spec.max_score, message=exc.message)
     except Exception as exc:  # the platform failed, not the learner: record it and retry
@@ -147,11 +172,14 @@ def _run_grading(submission_id: str, spec: ExerciseSpec, code: str, settings: Se
         )
 
 
-def grade_submission(submission_id: str) -> Verdict | None:
-    """Grade the submission, retrying platform errors; return the stored verdict or None if skipped."""
+def grade_submission(submission_id: str, *, requeue_unfit: bool = False) -> Verdict | None:
+    """Grade the submission, retrying platform errors; return the stored verdict or None if skipped.
+
+    ``requeue_unfit``: let ``HostUnfit`` out, the claim undone (the Celery task puts the message back).
+    """
     settings = get_settings()
     for attempt in range(settings.max_attempts):
-        result = _grade_claimed(submission_id)
+        result = _grade_claimed(submission_id, requeue_unfit=requeue_unfit)
         if result is None:
             return None
         outcome, settled = result
@@ -164,8 +192,8 @@ def grade_submission(submission_id: str) -> Verdict | None:
 SubmissionId = TypeAdapter(Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")])
 
 
-@celery_app.task(name=GRADE_TASK, acks_late=True, reject_on_worker_lost=True)
-def grade_submission_task(submission_id: object) -> str | None:
+@celery_app.task(name=GRADE_TASK, bind=True, acks_late=True, reject_on_worker_lost=True)
+def grade_submission_task(self: Task, submission_id: object) -> str | None:
     """Celery entry point: grade one submission by id (the message is checked first, never trusted)."""
     try:
         valid_id = SubmissionId.validate_python(submission_id)
@@ -173,7 +201,14 @@ def grade_submission_task(submission_id: object) -> str | None:
         log.error("dropped a grading message whose submission id is not one: %.80r", submission_id)
         return None
     try:
-        verdict = grade_submission(valid_id)
+        verdict = grade_submission(valid_id, requeue_unfit=True)
+    except HostUnfit as exc:
+        # This host's GPU failed: it stops taking jobs of this queue, and the message goes back for another host.
+        queue = (self.request.delivery_info or {}).get("routing_key") or ""
+        log.error("this grading host stops taking %s jobs: %s", queue or "its", exc.message)
+        if queue and self.request.hostname:
+            self.app.control.cancel_consumer(queue, destination=[self.request.hostname])
+        raise Reject(exc.message, requeue=True) from exc
     except DATABASE_AWAY as exc:
         # with_database_retry already waited DB_GIVE_UP_S: give the message back rather than let Celery ack
         # a failure, so the submission is tried again once the database is back (the sweeper would too).

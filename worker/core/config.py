@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     docker_api_timeout_s: float = Field(default=10.0, gt=0, le=120)
     gpu_ids: str = ""
     gpus_per_job: int = Field(default=1, ge=1, le=64)
+    # Where the local backend reads the GPUs' device nodes and the driver's tables: /dev and /proc on a node;
+    # tests and the CPU benchmarks point them at stand-ins (gpu_devices.py, gpu_health.py).
+    gpu_dev_root: Path = Path("/dev")
+    gpu_proc_root: Path = Path("/proc")
 
     @model_validator(mode="after")
     def _refuse_unsafe_sandbox(self) -> Settings:

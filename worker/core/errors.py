@@ -86,5 +86,9 @@ class SandboxUnavailable(GpulabError):
     """The chosen sandbox backend cannot run on this host (missing bwrap, cgroups, user namespaces...)."""
 
 
+class HostUnfit(SandboxUnavailable):
+    """This grading host cannot grade the job (its GPU failed): the job goes back to the queue for another host."""
+
+
 class PlatformError(GpulabError):
     """Grading failed for a reason that is ours, not the learner's; the only kind that is retried."""

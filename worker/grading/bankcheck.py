@@ -24,7 +24,6 @@ from worker.bank.specdata import ExerciseData
 from worker.core.outcome import GradeOutcome, TestOutcome, Verdict
 from worker.grading.pipeline import grade
 from worker.grading.sandbox.base import Sandbox
-from worker.runner.feedback import internals
 
 
 @dataclass(frozen=True)
@@ -99,6 +98,10 @@ def feedback_problem(variant: Variant, tests: Sequence[TestOutcome]) -> str | No
 
 def hygiene_problem(tests: Sequence[TestOutcome]) -> str | None:
     """Return which failing tests' messages show internals a learner should never read, or None if none do."""
+    # Here, not at the top: the runner's feedback module imports pytest, which a bare GPU machine's
+    # scripts/gpu-check path (this module's importer) does not have.
+    from worker.runner.feedback import internals
+
     shown = []
     for test in tests:
         if test.outcome.value == "passed":

@@ -11,7 +11,8 @@ Contract:
   without GPU nodes and without GPU exercises is ready; and the example-run lane of each (``examples-cpu``,
   ``examples-gpu``), which ``gpulab worker`` consumes in a companion process or in its own pool.
 - ``overview`` gathers what the admin dashboard and ``/api/admin/liveness`` show; each worker carries what it kept
-  warm at its last beat (``WarmKind``: per kind, slots up, hits, misses by reason, memory, why it is cold).
+  warm at its last beat (``WarmKind``: per kind, slots up, hits, misses by reason, memory, why it is cold), and
+  a GPU worker's slots (``GpuSlots``: its ids, how many a job takes, the GPUs that failed and why).
 - A submission is ``stranded`` when it is ``running`` with a heartbeat (or, before its first one, a start)
   older than ``settings.grading_lease_s``, or ``queued`` for longer than ``STRANDED_QUEUED_S``.
 - Functions take the session keyword-only, only read, and take ``now`` so a page shows one consistent instant.
@@ -70,6 +71,37 @@ class WarmKind:
 
 
 @dataclass(frozen=True)
+class GpuSlots:
+    """A GPU worker's slots at its last beat: its GPU (or MIG) ids, how many a job takes, which failed and why."""
+
+    ids: list[str]
+    per_job: int
+    failed: dict[str, str]
+
+    @property
+    def usable(self) -> int:
+        return len(self.ids) - len(self.failed)
+
+    @property
+    def takes_jobs(self) -> bool:
+        """Say whether enough GPUs are left for one job (a host that has not stops taking GPU jobs)."""
+        return self.usable >= self.per_job
+
+    @classmethod
+    def of(cls, entry: object) -> GpuSlots | None:
+        """Read a heartbeat's ``gpus`` (written by another process: checked, never trusted)."""
+        if not isinstance(entry, dict):
+            return None
+        try:
+            return cls(
+                ids=[str(i) for i in entry["ids"]], per_job=int(entry["per_job"]),
+                failed={str(k): str(v)[:300] for k, v in dict(entry.get("failed") or {}).items()},
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
 class WorkerState:
     name: str
     queues: list[str]
@@ -84,6 +116,7 @@ class WorkerState:
     state: Literal["live", "dead", "stopped"]
     seen_ago_s: float
     warm: list[WarmKind] = field(default_factory=list)  # what it kept warm at its last beat, by kind
+    gpus: GpuSlots | None = None  # a GPU worker's slots at its last beat
 
     @property
     def seen_ago(self) -> str:
@@ -146,6 +179,7 @@ def worker_state(beat: WorkerBeat, *, settings: Settings, now: datetime) -> Work
         busy=beat.busy, redispatched=beat.redispatched, started_at=as_utc(beat.started_at), last_seen_at=seen,
         stopped_at=as_utc(beat.stopped_at) if beat.stopped_at else None, state=state, seen_ago_s=ago,
         warm=[kind for entry in beat.warm or [] if isinstance(entry, dict) and (kind := WarmKind.of(entry))],
+        gpus=GpuSlots.of(beat.gpus),
     )  # fmt: skip
 
 

@@ -17,7 +17,8 @@ Contract:
   Prometheus counter may). Per live worker and warm kind (``liveness.WarmKind``, from its last beat):
   ``gpulab_warm_slots``, ``gpulab_warm_hits_total``, ``gpulab_warm_misses_total{reason}``,
   ``gpulab_warm_memory_megabytes`` and ``gpulab_warm_cold{reason}`` (1 while the kind has nothing warm: first use,
-  budget, failed start, idle, evicted, warming up, used up). In Celery mode also ``gpulab_broker_up`` and
+  budget, failed start, idle, evicted, warming up, used up); per GPU worker ``gpulab_gpus`` and
+  ``gpulab_gpus_failed{gpu,reason}``. In Celery mode also ``gpulab_broker_up`` and
   ``gpulab_broker_queue_depth{queue}`` (the Redis list length of each queue and example lane; a lost queue shows 0
   while ``gpulab_queue_depth`` stays up).
 - ``gpulab_database_up`` is 0 (and the database families are left out) when a query fails; the scrape
@@ -67,7 +68,7 @@ METRIC_NAMES = (
     "gpulab_stranded_submissions", "gpulab_workers_live", "gpulab_worker_up", "gpulab_worker_busy",
     "gpulab_worker_last_seen_timestamp_seconds", "gpulab_sweeper_redispatches_total", "gpulab_broker_up",
     "gpulab_broker_queue_depth", "gpulab_warm_slots", "gpulab_warm_hits_total", "gpulab_warm_misses_total",
-    "gpulab_warm_memory_megabytes", "gpulab_warm_cold",
+    "gpulab_warm_memory_megabytes", "gpulab_warm_cold", "gpulab_gpus", "gpulab_gpus_failed",
 )  # fmt: skip
 
 
@@ -297,6 +298,7 @@ class GpulabCollector:
             swept.add_metric(key, w.redispatched)
         yield from (up, busy, seen, swept)
         yield from _warm_families([w for w in states if w.state == "live"])
+        yield from _gpu_families([w for w in states if w.state == "live"])
 
     def _from_broker(self) -> Iterator[Metric]:
         try:
@@ -336,6 +338,19 @@ def _warm_families(live: list[WorkerState]) -> Iterator[Metric]:
             if k.cold:
                 cold.add_metric([*key, k.cold], 1)
     yield from (slots, hits, misses, memory, cold)
+
+
+def _gpu_families(live: list[WorkerState]) -> Iterator[Metric]:
+    """Each live GPU worker's slots and the GPUs of them that failed (by id, with why)."""
+    total = GaugeMetricFamily("gpulab_gpus", "GPU (or MIG) slots a worker hands out", labels=["worker"])
+    failed = GaugeMetricFamily("gpulab_gpus_failed", "1 for each GPU a worker found broken; it takes no job",
+                               labels=["worker", "gpu", "reason"])  # fmt: skip
+    for w in live:
+        if w.gpus is not None:
+            total.add_metric([w.name], len(w.gpus.ids))
+            for gpu, why in sorted(w.gpus.failed.items()):
+                failed.add_metric([w.name, gpu, why[:120]], 1)
+    yield from (total, failed)
 
 
 def render(factory: SessionFactory, settings: Settings) -> bytes:

@@ -104,6 +104,24 @@ def claim(*, session: Session, submission_id: str, lease_s: float, max_attempts:
     return session.get(Submission, submission_id)
 
 
+def give_back(*, session: Session, submission_id: str, attempt: int) -> bool:
+    """Undo grading ``attempt``'s claim (queued again, the try not counted); return whether it still held it.
+
+    For a grading host that cannot grade at all (its GPU failed): the job goes to another host, costing nothing.
+    """
+    result = session.execute(
+        update(Submission)
+        .where(
+            Submission.id == submission_id,
+            Submission.status == SubmissionStatus.running,
+            Submission.attempts == attempt,
+        )
+        .values(status=SubmissionStatus.queued, started_at=None, heartbeat_at=None, attempts=attempt - 1)
+        .execution_options(synchronize_session=False)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
 def held(*, session: Session, submission_id: str, attempt: int) -> Submission | None:
     """Return the submission locked for writing if grading ``attempt`` still holds it, else None."""
     stmt = (

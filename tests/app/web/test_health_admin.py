@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy.orm import Session
 
 from app.domain.models import Role, Submission, SubmissionStatus, User, WorkerBeat
+from app.domain.operations import liveness, metrics
 from app.settings import Settings
 from tests.conftest import TinyExercise
 
@@ -149,3 +150,32 @@ def test_openapi_declares_the_liveness_schema(client: TestClient) -> None:
     assert ok["schema"] == {"$ref": "#/components/schemas/LivenessOut"}
     worker = spec["components"]["schemas"]["WorkerState"]["properties"]
     assert worker["state"]["enum"] == ["live", "dead", "stopped"]
+
+
+def test_dashboard_and_metrics_say_which_gpus_failed(
+    admin_client: TestClient, db_session: Session, settings: Settings
+) -> None:
+    seen = _ago(1)
+    for name, failed in (("celery@gpu-a", {"1": "its device node /dev/nvidia2 is gone"}),
+                         ("celery@gpu-b", {"0": "the driver marks it lost", "1": "nvidia-smi reports it ERR!"}),
+                         ("celery@gpu-c", {})):  # fmt: skip
+        db_session.add(WorkerBeat(name=name, queues=["gpu"], hostname="node", pid=1, sandbox="local", busy=0,
+                                  redispatched=0, started_at=seen, last_seen_at=seen,
+                                  gpus={"ids": ["0", "1"], "per_job": 1, "failed": failed}))  # fmt: skip
+    db_session.add(WorkerBeat(name="celery@gpu-garbled", queues=["gpu"], hostname="node", pid=1, sandbox="local",
+                              busy=0, redispatched=0, started_at=seen, last_seen_at=seen, gpus={"ids": 7}))  # fmt: skip
+    db_session.commit()
+    page = admin_client.get("/admin").text
+    assert "1 of 2 working" in _row(page, "gpu-table", "celery@gpu-a")
+    assert "its device node /dev/nvidia2 is gone" in _row(page, "gpu-table", "celery@gpu-a")
+    assert "takes no GPU job" in _row(page, "gpu-table", "celery@gpu-b")
+    assert "all working" in _row(page, "gpu-table", "celery@gpu-c")
+    assert "celery@gpu-garbled" not in page.split('id="gpu-table"', 1)[1].split("</table>", 1)[0]
+    live = [w for w in liveness.workers(session=db_session, settings=settings, now=datetime.now(UTC))
+            if w.name.startswith("celery@gpu")]  # fmt: skip
+    samples = {(s.name, tuple(sorted(s.labels.items())), s.value)
+               for family in metrics._gpu_families(live) for s in family.samples}  # fmt: skip
+    assert ("gpulab_gpus", (("worker", "celery@gpu-a"),), 2.0) in samples
+    failed = (("gpu", "0"), ("reason", "the driver marks it lost"), ("worker", "celery@gpu-b"))
+    assert ("gpulab_gpus_failed", failed, 1.0) in samples
+    assert not [s for s in samples if ("worker", "celery@gpu-c") in s[1] and s[0] == "gpulab_gpus_failed"]

@@ -57,6 +57,21 @@ def warm_status() -> list[dict[str, Any]]:
     return found
 
 
+def gpu_status(settings: Settings) -> dict[str, Any] | None:
+    """Return this host's GPU slots for the heartbeat: ``ids``, ``per_job``, ``failed`` (id -> why); None: no GPUs.
+
+    A failed GPU (``gpu_health``) takes no job; with fewer than ``per_job`` left the host takes none.
+    """
+    from worker.grading.sandbox.gpu_health import FailedGpus
+    from worker.grading.sandbox.gpus import parse_gpu_ids
+
+    ids = parse_gpu_ids(settings.gpu_ids)
+    if not ids:
+        return None
+    failed = FailedGpus(settings.data_dir / "gpu-locks").failed(ids)
+    return {"ids": list(ids), "per_job": settings.gpus_per_job, "failed": failed}
+
+
 def warm_budget(settings: Settings) -> MemoryBudget:
     """Return this process's warm memory budget (``GPULAB_WARM_MEMORY_MB``, else a quarter of the machine)."""
     return shared_budget(budget_mb(settings.warm_memory_mb))
@@ -86,6 +101,8 @@ def get_sandbox(settings: Settings) -> Sandbox:
                 cgroup_name=settings.cgroup_name,
                 timeout_margin_s=settings.timeout_margin_s,
                 gpu_slots=gpus,
+                dev_root=settings.gpu_dev_root,
+                proc_root=settings.gpu_proc_root,
             )
         return LocalSandbox(
             user=settings.sandbox_user,
@@ -93,6 +110,8 @@ def get_sandbox(settings: Settings) -> Sandbox:
             cgroup_name=settings.cgroup_name,
             timeout_margin_s=settings.timeout_margin_s,
             gpu_slots=gpus,
+            dev_root=settings.gpu_dev_root,
+            proc_root=settings.gpu_proc_root,
         )
     if settings.sandbox is SandboxKind.unsafe:
         from worker.grading.sandbox.unsafe import UnsafeSandbox

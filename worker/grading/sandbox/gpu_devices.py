@@ -13,6 +13,12 @@ Contract:
   and ``CUDA_DEVICE_ORDER=PCI_BUS_ID``. Nothing else of ``/dev/nvidia*`` is in the plan: another job's GPU has
   no node in this sandbox. An id the driver does not list, or a node missing under ``dev_root``, raises
   ``SandboxUnavailable`` naming it (a misconfigured node, not the learner's fault).
+- A MIG instance is a slot like a GPU: its id is ``MIG-<uuid>@<gpu>/<gi>/<ci>`` (the instance's UUID from
+  ``nvidia-smi -L``, its GPU's index or uuid, and its GPU and compute instance ids from ``nvidia-smi mig -lgi``
+  and ``-lci``). Its plan binds the parent GPU's node, the two ``nvidia-caps`` nodes that open that instance
+  (minors from ``/proc/driver/nvidia-caps/mig-minors``) and no other instance's, and sets
+  ``CUDA_VISIBLE_DEVICES`` to the instance's UUID: two jobs on two instances of one GPU share its node but
+  neither can open the other's instance.
 - ``device_rules(plan)`` is the device cgroup's allow list that goes with a plan (``cgroups.JobCgroups``
   writes it for every sandbox, GPU job or not): ``c <major>:<minor> rw`` for each node of the minimal ``/dev``
   (``boot.linux.DEV_NODES``, read off the host's nodes), the new devpts instance's terminals and ptmx, and each of
@@ -65,23 +71,84 @@ class DevicePlan:
 NO_GPUS = DevicePlan()
 
 
-def read_gpus(proc_root: Path = Path("/proc")) -> list[Gpu]:
-    """Return the driver's GPUs in PCI bus order (their indexes); empty when no NVIDIA driver is loaded."""
+def read_information(proc_root: Path, bus_id: str) -> dict[str, str]:
+    """Return the fields of the driver's ``information`` file of the GPU at ``bus_id`` (empty if unreadable)."""
+    fields = {}
+    try:
+        text = (proc_root / "driver" / "nvidia" / "gpus" / bus_id / "information").read_text()
+    except OSError:
+        return {}
+    for line in text.splitlines():
+        match = _FIELD_RE.match(line)
+        if match:
+            fields[match.group(1)] = match.group(2)
+    return fields
+
+
+def read_gpus(proc_root: Path = Path("/proc"), *, strict: bool = True) -> list[Gpu]:
+    """Return the driver's GPUs in PCI bus order (their indexes); empty when no NVIDIA driver is loaded.
+
+    ``strict=False`` (a health probe) leaves out an entry it cannot read instead of raising.
+    """
     folder = proc_root / "driver" / "nvidia" / "gpus"
     if not folder.is_dir():
         return []
     gpus = []
     for index, entry in enumerate(sorted(folder.iterdir(), key=lambda p: p.name.lower())):
-        fields = {}
-        for line in (entry / "information").read_text().splitlines():
-            match = _FIELD_RE.match(line)
-            if match:
-                fields[match.group(1)] = match.group(2)
+        fields = read_information(proc_root, entry.name)
         try:
             gpus.append(Gpu(index, fields["GPU UUID"], int(fields["Device Minor"]), entry.name))
         except (KeyError, ValueError):
-            raise SandboxUnavailable(f"cannot read GPU {entry.name} from {entry / 'information'}") from None
+            if strict:
+                raise SandboxUnavailable(f"cannot read GPU {entry.name} from {entry / 'information'}") from None
     return gpus
+
+
+@dataclass(frozen=True)
+class MigSlot:
+    """A MIG instance as a slot: its UUID and where it lives (parent GPU index or uuid, GPU and compute instance)."""
+
+    uuid: str
+    gpu: str
+    gi: int
+    ci: int
+
+
+_MIG_RE = re.compile(r"^(MIG-[A-Za-z0-9-]{1,80})@([A-Za-z0-9-]{1,80})/(\d{1,3})/(\d{1,3})$")
+
+
+def mig_parts(gpu_id: str) -> MigSlot | None:
+    """Return the MIG slot ``MIG-<uuid>@<gpu>/<gi>/<ci>`` names, or ``None`` for a whole GPU's id."""
+    match = _MIG_RE.match(gpu_id)
+    if match is None:
+        return None
+    return MigSlot(match.group(1), match.group(2), int(match.group(3)), int(match.group(4)))
+
+
+def mig_cap_nodes(mig: MigSlot, *, dev_root: Path, proc_root: Path) -> list[str]:
+    """Return the ``nvidia-caps`` nodes (names under ``dev_root``) that give access to ``mig``'s instance.
+
+    The driver lists every capability's minor in ``/proc/driver/nvidia-caps/mig-minors``
+    (``gpu<N>/gi<G>/access <minor>``, ``gpu<N>/gi<G>/ci<C>/access <minor>``); ``N`` is the parent's index.
+    """
+    gpus = read_gpus(proc_root)
+    parent = next((g for g in gpus if mig.gpu in (str(g.index), g.uuid)), None)
+    if parent is None:
+        raise SandboxUnavailable(f"MIG slot {mig.uuid}: its GPU {mig.gpu} is not among the driver's GPUs")
+    try:
+        table = (proc_root / "driver" / "nvidia-caps" / "mig-minors").read_text()
+    except OSError:
+        raise SandboxUnavailable(f"MIG slot {mig.uuid}: the driver lists no MIG capabilities (MIG off?)") from None
+    minors = dict(line.split() for line in table.splitlines() if len(line.split()) == 2)
+    wanted = (f"gpu{parent.index}/gi{mig.gi}/access", f"gpu{parent.index}/gi{mig.gi}/ci{mig.ci}/access")
+    missing = [w for w in wanted if w not in minors]
+    if missing:
+        raise SandboxUnavailable(f"MIG slot {mig.uuid}: no instance {', '.join(missing)} on GPU {parent.index}")
+    names = [f"nvidia-caps/nvidia-cap{minors[w]}" for w in wanted]
+    gone = [n for n in names if not (dev_root / n).exists()]
+    if gone:
+        raise SandboxUnavailable(f"MIG slot {mig.uuid}: capability node(s) {', '.join(gone)} missing under {dev_root}")
+    return names
 
 
 def device_plan(ids: tuple[str, ...], *, dev_root: Path = Path("/dev"), proc_root: Path = Path("/proc")) -> DevicePlan:
@@ -90,18 +157,29 @@ def device_plan(ids: tuple[str, ...], *, dev_root: Path = Path("/dev"), proc_roo
         return NO_GPUS
     gpus = read_gpus(proc_root)
     by_id = {str(g.index): g for g in gpus} | {g.uuid: g for g in gpus}
-    unknown = [i for i in ids if i not in by_id]
+    migs = {i: mig_parts(i) for i in ids}
+    unknown = [i for i in ids if (migs[i].gpu if migs[i] else i) not in by_id]  # type: ignore[union-attr]
     if unknown:
         listed = ", ".join(f"{g.index} ({g.uuid})" for g in gpus) or "none"
         raise SandboxUnavailable(f"GPU id(s) {', '.join(unknown)} are not among the driver's GPUs: {listed}")
-    leased = [by_id[i] for i in ids]
-    names = [f"nvidia{g.minor}" for g in leased] + list(SHARED_NODES)
+    names: list[str] = []
+    visible: list[str] = []
+    for gpu_id in ids:
+        mig = migs[gpu_id]
+        parent = by_id[mig.gpu if mig else gpu_id]
+        names.append(f"nvidia{parent.minor}")
+        if mig is not None:  # a MIG instance: its parent's node, and the capabilities of its own instance only
+            names += mig_cap_nodes(mig, dev_root=dev_root, proc_root=proc_root)
+            visible.append(mig.uuid)
+        else:
+            visible.append(parent.uuid)
+    names = list(dict.fromkeys(names)) + list(SHARED_NODES)
     names += [name for name in OPTIONAL_NODES if (dev_root / name).exists()]
     missing = [name for name in names if not (dev_root / name).exists()]
     if missing:
         raise SandboxUnavailable(f"device node(s) {', '.join(missing)} missing under {dev_root}")
     nodes = tuple((str(dev_root / name), f"{SANDBOX_DEV}/{name}") for name in names)
-    env = {"CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in leased), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(visible), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     return DevicePlan(nodes, env)
 
 

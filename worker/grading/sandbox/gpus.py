@@ -6,6 +6,9 @@ Contract:
 - ``GpuSlots(ids, per_job, lock_dir).acquire(timeout_s)`` returns a ``GpuLease`` holding ``per_job`` ids no
   other lease holds, waiting up to ``timeout_s`` for them; ``release()`` (or leaving the ``with`` block)
   gives them back. A process that dies gives its GPUs back with it.
+- A GPU a process of this host found broken (``gpu_health``: marked in ``lock_dir``) is never leased again
+  until a worker starts afresh; ``healthy()`` lists the others, and a host left with fewer than ``per_job``
+  raises ``SandboxUnavailable`` (its jobs go back to the queue, for another host).
 - Why file locks: Celery's prefork children, several worker processes and threads all draw from the same
   GPUs; ``flock`` on one file per id in ``lock_dir`` excludes them all and is released by the kernel when
   the holder exits, so a crashed worker never leaks a GPU.
@@ -21,9 +24,10 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from worker.core.errors import PlatformError, SandboxUnavailable
+from worker.core.errors import HostUnfit, PlatformError, SandboxUnavailable
+from worker.grading.sandbox.gpu_health import FailedGpus, file_name
 
-GPU_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,99}$")
+GPU_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,99}(@[A-Za-z0-9-]{1,80}/\d{1,3}/\d{1,3})?$")  # @: a MIG slot
 RETRY_S = 0.2
 
 
@@ -76,14 +80,32 @@ class GpuSlots:
         self.lock_dir = lock_dir
 
     def _lock_path(self, gpu_id: str) -> Path:
-        return self.lock_dir / f"gpu-{gpu_id}.lock"
+        return self.lock_dir / f"gpu-{file_name(gpu_id)}.lock"
+
+    @property
+    def failed(self) -> FailedGpus:
+        """The GPUs of this host found broken (``gpu_health``): no lease hands them out."""
+        return FailedGpus(self.lock_dir)
+
+    def healthy(self) -> tuple[str, ...]:
+        """Return the ids no process of this host has marked broken."""
+        broken = self.failed.failed(self.ids)
+        return tuple(i for i in self.ids if i not in broken)
 
     def try_acquire(self) -> GpuLease | None:
-        """Take ``per_job`` free GPUs now, or none and return ``None``."""
+        """Take ``per_job`` free, healthy GPUs now, or none and return ``None``."""
         self.lock_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        usable = self.healthy()
+        if len(usable) < self.per_job:
+            broken = self.failed.failed(self.ids)
+            raise HostUnfit(
+                f"{len(broken)} of this host's GPUs failed ("
+                + "; ".join(f"{i}: {why}" for i, why in broken.items())
+                + f"): fewer than the {self.per_job} a job needs are left"
+            )
         taken: list[str] = []
         fds: list[int] = []
-        for gpu_id in self.ids:
+        for gpu_id in usable:
             fd = os.open(self._lock_path(gpu_id), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from worker.bank.spec import Limits
-from worker.core.errors import PlatformError, SandboxUnavailable
+from worker.core.errors import HostUnfit, PlatformError, SandboxUnavailable
 from worker.grading.boot.linux import EXIT_LAUNCH_FAILED, returncode
 from worker.grading.sandbox.base import ROLE_MOUNTS, SandboxRun
 from worker.grading.sandbox.cgroups import JobCgroups, detect_layout
 from worker.grading.sandbox.gpu_devices import NO_GPUS, DevicePlan, device_plan, device_rules
+from worker.grading.sandbox.gpu_health import probe as probe_gpus
 from worker.grading.sandbox.gpus import GpuSlots
 from worker.grading.sandbox.policy import (
     JOB_MOUNT,
@@ -295,12 +296,26 @@ class LocalSandbox:
         try:
             devices = NO_GPUS
             if lease is not None:
+                self._check_gpus(lease.ids, when="before")
                 devices = device_plan(lease.ids, dev_root=self.dev_root, proc_root=self.proc_root)
                 _note_gpus(job_dir, len(lease.ids))
-            return self._run(job_dir, limits, devices)
+            run = self._run(job_dir, limits, devices)
+            if lease is not None:
+                self._check_gpus(lease.ids, when="during")  # a result from a failing GPU is not a verdict
+            return run
         finally:
             if lease is not None:
                 lease.release()
+
+    def _check_gpus(self, ids: tuple[str, ...], *, when: str) -> None:
+        """Mark the GPUs of ``ids`` that failed (``gpu_health``) and raise ``HostUnfit`` if any did."""
+        assert self.gpu_slots is not None
+        problems = probe_gpus(ids, dev_root=self.dev_root, proc_root=self.proc_root)
+        for gpu_id, problem in problems.items():
+            self.gpu_slots.failed.mark(gpu_id, problem)
+        if problems:
+            said = "; ".join(f"GPU {i}: {p}" for i, p in problems.items())
+            raise HostUnfit(f"this host's GPU failed {when} the job ({said}): it goes back to the queue")
 
     def _run(self, job_dir: Path, limits: Limits, devices: DevicePlan) -> SandboxRun:
         tools = self._tools()
