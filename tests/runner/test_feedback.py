@@ -22,6 +22,7 @@ EXPECTED = {
     "torch.dtype_matmul": "dtype.mismatch",
     "torch.dtype_linear": "dtype.mismatch",
     "torch.shape_matmul": "shape.matmul",
+    "torch.shape_broadcast": "shape.broadcast",
     "torch.no_grad_fn": "autograd.no_graph",
     "torch.backward_twice": "autograd.backward_twice",
     "torch.inplace_modified": "autograd.inplace",

@@ -287,6 +287,17 @@ CLASSES: tuple[FailureClass, ...] = (
         "dimension ({b}) must equal the layer's in_features ({c})",
     ),
     FailureClass(
+        "shape.broadcast",
+        re.compile(
+            r"The size of tensor a \((?P<a>\d+)\) must match the size of tensor b \((?P<b>\d+)\) at non-singleton "
+            r"dimension (?P<dim>\d+)"
+        ),
+        "two tensors whose shapes do not fit together met in one element-wise operation (arithmetic such as + or *, "
+        "an in-place copy_ or add_, or a loss): at dimension {dim} one has {a} entries and the other {b}, and "
+        "broadcasting stretches only a dimension of size 1. Give both the same shape first (for example with "
+        ".view_as(other) or .reshape(...))",
+    ),
+    FailureClass(
         "autograd.no_graph",
         re.compile(r"element \d+ of tensors does not require grad and does not have a grad_fn"),
         "your code called backward() on a value without gradient history: it was computed under torch.no_grad(), from "

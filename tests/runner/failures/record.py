@@ -57,6 +57,7 @@ TORCH: dict[str, str] = {
     "torch.dtype_matmul": "import torch\ntorch.ones(2, 2) @ torch.ones(2, 2, dtype=torch.bfloat16)",
     "torch.dtype_linear": "import torch\ntorch.nn.Linear(3, 2)(torch.ones(4, 3, dtype=torch.float64))",
     "torch.shape_matmul": "import torch\ntorch.nn.Linear(8, 2)(torch.ones(4, 3))",
+    "torch.shape_broadcast": "import torch\ntorch.ones(3, 4).copy_(torch.ones(12))",
     "torch.no_grad_fn": "import torch\n(torch.ones(2) * 3).sum().backward()",
     "torch.backward_twice": textwrap.dedent("""\
         import torch
