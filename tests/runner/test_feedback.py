@@ -73,6 +73,7 @@ EXPECTED = {
     "tf.shard_args_swapped_first": "tf.shard_count",
     "tf.shard_args_swapped_second": "tf.shard_index",
     "tf.from_tensor_slices_list": "tf.non_rectangular_list",
+    "tf.batch_size_zero": "tf.batch_size_not_positive",
 }
 
 

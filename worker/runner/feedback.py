@@ -496,6 +496,13 @@ CLASSES: tuple[FailureClass, ...] = (
         types=("ValueError",),
     ),
     FailureClass(
+        "tf.batch_size_not_positive",
+        re.compile(r"Batch size must be greater than zero"),
+        "a tf.data dataset was batched with a batch size of 0 or less (Dataset.batch or padded_batch): a batch holds "
+        "at least one example. Check how your code computes the batch size it passes",
+        types=("InvalidArgumentError",),
+    ),
+    FailureClass(
         "submission.missing_name",
         re.compile(r"module '(?:submission|__main__)' has no attribute '(?P<name>\w+)'"),
         "your code has no `{name}`: the tests call it by that name. Define it at the top level of your file, "

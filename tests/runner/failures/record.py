@@ -284,6 +284,9 @@ TF: dict[str, str] = {
     "tf.from_tensor_slices_list": textwrap.dedent("""\
         import numpy as np, tensorflow as tf
         tf.data.Dataset.from_tensor_slices([np.ones((4, 3), "float32"), np.ones(4, "int64")])"""),
+    "tf.batch_size_zero": textwrap.dedent("""\
+        import tensorflow as tf
+        tf.data.Dataset.range(8).batch(4 * 0)"""),
 }
 
 
