@@ -19,14 +19,17 @@ from tests.deploy.compose import compose_command
 from worker.core.config import REPO_ROOT
 
 COMPOSE_FILE = REPO_ROOT / "docker-compose.yml"
+PAIRS_FILE = REPO_ROOT / "docker-compose.docker-pair.yml"
 SECRETS = {"GPULAB_SECRET_KEY": "s" * 48, "POSTGRES_PASSWORD": "test-password-not-used"}
 SOCKET = "/var/run/docker.sock"
 
 
-def _config(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def _config(env: dict[str, str], *args: str, pairs: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run ``compose config`` on docker-compose.yml (``pairs``: with docker-compose.docker-pair.yml added)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAB_", "POSTGRES_"))}
+    files = ["-f", str(COMPOSE_FILE)] + (["-f", str(PAIRS_FILE)] if pairs else [])
     return subprocess.run(
-        [*compose_command(), "-f", str(COMPOSE_FILE), "--project-directory", str(REPO_ROOT), *args, "config"],
+        [*compose_command(), *files, "--project-directory", str(REPO_ROOT), *args, "config"],
         capture_output=True, text=True, env={**clean, **env}, timeout=60,
     )  # fmt: skip
 
@@ -34,14 +37,16 @@ def _config(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]
 @pytest.fixture(scope="module")
 def config() -> dict[str, Any]:
     """The resolved configuration with every profile, as compose itself reads it."""
-    result = _config(SECRETS, "--profile", "gpu", "--profile", "docker-pair")
+    result = _config(
+        SECRETS, "--profile", "gpu", "--profile", "docker-pair", "--profile", "gpu-docker-pair", pairs=True
+    )
     assert result.returncode == 0, result.stderr
     return yaml.safe_load(result.stdout)
 
 
 def test_compose_file_validates_with_every_service(config: dict[str, Any]) -> None:
     assert set(config["services"]) == {
-        "postgres", "redis", "api", "backup", "worker-cpu", "worker-cpu-docker", "worker-gpu",
+        "postgres", "redis", "api", "backup", "worker-cpu", "worker-cpu-docker", "worker-gpu", "worker-gpu-docker",
     }  # fmt: skip
     for name, service in config["services"].items():
         assert "healthcheck" in service, name
@@ -62,23 +67,38 @@ def test_only_workers_get_the_docker_socket(config: dict[str, Any]) -> None:
         return [v["source"] if isinstance(v, dict) else v.split(":")[0] for v in service.get("volumes", [])]
 
     holders = {name for name, service in config["services"].items() if SOCKET in mounts(service)}
-    assert holders == {"worker-cpu-docker", "worker-gpu"}
+    assert holders == {"worker-cpu-docker", "worker-gpu-docker"}  # the docker-pair profiles, never a default
     for name in holders:
         assert config["services"][name]["environment"]["GPULAB_SANDBOX"] == "docker"
     assert config["services"]["worker-cpu-docker"]["profiles"] == ["docker-pair"]
+    assert config["services"]["worker-gpu-docker"]["profiles"] == ["gpu-docker-pair"]
 
 
-def test_the_grading_host_holds_sys_admin_and_its_seccomp_profile_and_nothing_more(config: dict[str, Any]) -> None:
-    host = config["services"]["worker-cpu"]
-    assert host["image"] == "gpulab/grading-host:cpu" and "profiles" not in host  # the default CPU worker
+def test_the_stack_and_its_gpu_profile_hold_no_docker_socket_anywhere() -> None:
+    result = _config(SECRETS, "--profile", "gpu")
+    assert result.returncode == 0, result.stderr
+    resolved = yaml.safe_load(result.stdout)
+    assert "worker-gpu" in resolved["services"] and "worker-gpu-docker" not in resolved["services"]
+    assert SOCKET not in result.stdout and "docker.sock" not in result.stdout
+    assert "docker.sock" not in COMPOSE_FILE.read_text()  # only docker-compose.docker-pair.yml names it
+
+
+@pytest.mark.parametrize(("name", "image"), [("worker-cpu", "gpulab/grading-host:cpu"),
+                                             ("worker-gpu", "gpulab/grading-host:gpu")])  # fmt: skip
+def test_the_grading_hosts_hold_sys_admin_and_their_seccomp_profile_and_nothing_more(
+    config: dict[str, Any], name: str, image: str
+) -> None:
+    host = config["services"][name]
+    assert host["image"] == image and host["init"] is True
+    assert ("profiles" not in host) is (name == "worker-cpu")  # the default CPU worker; the GPU one is a profile
     assert host["environment"]["GPULAB_SANDBOX"] == "local"
     assert host["cap_add"] == ["SYS_ADMIN"]
     (option,) = host["security_opt"]
     assert option.replace(":", "=", 1) == "seccomp=./docker/grading-host/seccomp.json"  # docker-compose writes ":"
     assert not host.get("privileged") and not host.get("devices") and "cap_drop" not in host
     assert all(not str(v).startswith(("/var/run", "/sys", "/dev", "/proc")) for v in host.get("volumes", []))
-    for name, service in config["services"].items():  # the API and the rest: no privilege at all
-        if name != "worker-cpu":
+    for other, service in config["services"].items():  # the API and the rest: no privilege at all
+        if other not in ("worker-cpu", "worker-gpu"):
             assert not service.get("cap_add") and not service.get("security_opt") and not service.get("privileged")
     profile = json.loads((REPO_ROOT / "docker" / "grading-host" / "seccomp.json").read_text())
     refused = {name for rule in profile["syscalls"] for name in rule["names"] if rule["action"] == "SCMP_ACT_ERRNO"}
@@ -86,14 +106,15 @@ def test_the_grading_host_holds_sys_admin_and_its_seccomp_profile_and_nothing_mo
     assert not {"mount", "pivot_root", "unshare"} & refused  # what building a sandbox takes
 
 
-def test_gpu_worker_is_a_profile_with_an_nvidia_reservation(config: dict[str, Any]) -> None:
-    gpu = config["services"]["worker-gpu"]
-    assert gpu["profiles"] == ["gpu"]
+@pytest.mark.parametrize("name", ["worker-gpu", "worker-gpu-docker"])
+def test_gpu_workers_are_profiles_with_an_nvidia_reservation(config: dict[str, Any], name: str) -> None:
+    gpu = config["services"][name]
+    assert gpu["profiles"] == (["gpu"] if name == "worker-gpu" else ["gpu-docker-pair"])
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and device["capabilities"] == ["gpu"]
-    assert gpu["environment"]["GPULAB_GPU_IDS"]
+    assert gpu["environment"]["GPULAB_GPU_IDS"] and gpu["environment"]["GPULAB_GPUS_PER_JOB"]
     default = _config(SECRETS, "--services")
-    assert "worker-gpu" not in default.stdout.split()
+    assert name not in default.stdout.split()
 
 
 def test_api_migrates_before_it_serves(config: dict[str, Any]) -> None:
@@ -127,11 +148,16 @@ def test_grading_image_recipe_names_its_contract() -> None:
 
 
 def test_every_image_is_built_here_from_the_projects_base(config: dict[str, Any]) -> None:
-    expected = {"postgres": "gpulab/postgres:15", "redis": "gpulab/redis:7", "worker-cpu": "gpulab/grading-host:cpu"}
+    expected = {"postgres": "gpulab/postgres:15", "redis": "gpulab/redis:7", "worker-cpu": "gpulab/grading-host:cpu",
+                "worker-gpu": "gpulab/grading-host:gpu"}  # fmt: skip
     for name, service in config["services"].items():
         assert service["image"] == expected.get(name, "gpulab/app:latest"), name  # nothing from Docker Hub
-        if name == "worker-cpu":  # the grading image with the app's venv: both built on the base below
-            assert service["build"]["args"] == {"GRADER": "gpulab/grader:cpu", "APP": "gpulab/app:latest"}
+        if name in ("worker-cpu", "worker-gpu"):  # the grading image with the app's venv: both built on the base
+            flavor = name.removeprefix("worker-")
+            assert service["build"]["args"] == {"GRADER": f"gpulab/grader:{flavor}", "APP": "gpulab/app:latest"}
+            continue
+        if name.endswith("-docker"):  # docker-compose.docker-pair.yml's: the app image the stack builds, no recipe
+            assert "build" not in service, name
             continue
         assert service["build"]["args"] == {"BASE": "gpulab/base:bookworm"}, name
     for recipe in ("Dockerfile", "docker/postgres/Dockerfile", "docker/redis/Dockerfile"):

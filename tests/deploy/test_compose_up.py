@@ -69,7 +69,9 @@ class Deployment:
         self.project = project
         self.env = env
         self.url = f"http://127.0.0.1:{port}"
+        # The docker-pair file adds only profiled services: the default `up` starts the stack as shipped.
         self.base = [*compose_command(), "-p", project, "-f", str(REPO_ROOT / "docker-compose.yml"),
+                     "-f", str(REPO_ROOT / "docker-compose.docker-pair.yml"),
                      "--project-directory", str(REPO_ROOT)]  # fmt: skip
 
     def compose(self, *args: str, stdin: str | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
