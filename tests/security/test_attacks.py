@@ -413,11 +413,13 @@ def test_each_test_gets_a_fresh_process(attack: AttackFn) -> None:
     def add(a, b):
         CALLS.append(a)
         os.environ.setdefault("FIRST_PID", str(os.getpid()))
-        return len(CALLS) * 100 + (os.environ["FIRST_PID"] != str(os.getpid()))
+        print(f"CALL {len(CALLS)} STALE_PID {os.environ['FIRST_PID'] != str(os.getpid())}", flush=True)
+        return a + b
     """
     result = attack(code)
-    # Both tests see one call in a new process: 100 each time, never 200 or a stale pid.
-    assert all("assert 100 ==" in t.message for t in result.outcome.tests), result.outcome.tests
+    # Both tests see one call in a new process: never a second call or a pid left over from the first test.
+    calls = [line for line in result.outcome.stdout.splitlines() if line.startswith("CALL ")]
+    assert calls == ["CALL 1 STALE_PID False"] * len(result.outcome.tests) and len(calls) >= 2, result.outcome.stdout
 
 
 # --- escape ----------------------------------------------------------------------------------------------

@@ -409,7 +409,8 @@ def test_judge_key_follows_the_jobs_framework(tmp_path: Path) -> None:
     )
     subject = RuntimeKey.of_job(tmp_path, Limits(cpus=2.0))
     torch_judge = WarmPool(("python", "torch")).judge_key_for(subject)
-    assert torch_judge == RuntimeKey(("torch",), "none", 1, 2, role="judge") and torch_judge.runtime == "judge-torch"
+    # One torch template serves every CPU share (its fork sets the job's threads): the key holds 1.
+    assert torch_judge == RuntimeKey(("torch",), "none", 1, 1, role="judge") and torch_judge.runtime == "judge-torch"
     # A pool without torch templates still warms the judge, without the framework (no torch copy for it).
     assert WarmPool(("python",)).judge_key_for(subject) == JUDGE_KEY
     assert WarmPool(()).judge_key_for(subject) is None
@@ -420,4 +421,5 @@ def test_runtime_key_of_job(tmp_path: Path) -> None:
         '{"version": 1, "preload": ["torch"], "devices": {"framework": "torch", "replicas": 2}}'
     )
     key = RuntimeKey.of_job(tmp_path, Limits(cpus=2.0))
-    assert key == RuntimeKey(("torch",), "torch", 2, 2) and key.runtime == "torch"
+    assert key == RuntimeKey(("torch",), "torch", 2, 1) and key.runtime == "torch"
+    assert RuntimeKey.of_job(tmp_path, Limits(cpus=1.0)) == key  # any CPU share: one torch template kind
