@@ -41,6 +41,7 @@ EXPECTED = {
     "torch.load_state_dict_prefix": "state_dict.module_prefix",
     "torch.load_state_dict_module": "state_dict.not_a_mapping",
     "torch.cuda_not_compiled": "device.no_cuda",
+    "torch.cuda_set_device_cpu_build": "device.no_cuda",
     "torch.optimizer_empty": "optimizer.no_parameters",
     "torch.nccl_without_gpus": "process_group.no_nccl",
     "torch.sampler_and_shuffle": "dataloader.sampler_and_shuffle",

@@ -246,7 +246,8 @@ CLASSES: tuple[FailureClass, ...] = (
         "device.no_cuda",
         re.compile(
             r"Torch not compiled with CUDA enabled|No CUDA GPUs are available|Found no NVIDIA driver|"
-            r"CUDA error: invalid device ordinal|Invalid device id"
+            r"CUDA error: invalid device ordinal|Invalid device id|"
+            r"module 'torch\._C' has no attribute '_cuda_\w+'"  # a CPU build's torch.cuda.set_device & co
         ),
         "your code asked for a CUDA device this run does not have: use only the devices the prompt names",
     ),

@@ -4,7 +4,7 @@ rank 0 returns and the accuracy it reaches."""
 
 
 def test_example_two_ranks_shard(probe):
-    runs = probe("run", world_size=2, timeout_s=40.0)
+    runs = probe("run", world_size=2, timeout_s=90.0)
     for r in runs:
         assert not r["timed_out"] and not r["error"], f"rank {r['rank']}: {r['error'] or 'timed out'}"
     for r in runs:

@@ -138,6 +138,7 @@ TORCH: dict[str, str] = {
         m.load_state_dict({"module." + k: v for k, v in m.state_dict().items()})"""),
     "torch.load_state_dict_module": "import torch\ntorch.nn.BatchNorm1d(3).load_state_dict(torch.nn.BatchNorm1d(3))",
     "torch.cuda_not_compiled": "import torch\ntorch.ones(1).to('cuda:0')",
+    "torch.cuda_set_device_cpu_build": "import torch\ntorch.cuda.set_device(0)",
     "torch.optimizer_empty": "import torch\ntorch.optim.SGD([], lr=0.1)",
     "torch.nccl_without_gpus": textwrap.dedent("""\
         import torch.distributed as dist
