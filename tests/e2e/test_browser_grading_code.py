@@ -14,6 +14,7 @@ import pytest
 
 from tests.e2e.conftest import log_in, serve_gpulab, watched_page
 from tests.support import REPO_ROOT
+from worker.bank.spec import load_exercise
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 USERS = (("hal@example.com", "instructor"), ("jo@example.com", "learner"))
@@ -83,7 +84,9 @@ def test_an_instructor_grades_code_with_a_line_comment(code_grading_server: str,
     expect(staff.locator(".flash").last).to_contain_text("Released 1 grade")
 
     learner.goto(f"{base}/exercises/{SLUG}/history?attempt={sid}#attempt")
-    expect(learner.locator(".score")).to_contain_text("Score 11 / 11")  # 10 from the tests, 1 from the rubric
+    tests_points = load_exercise(REPO_ROOT / "exercises" / SLUG).max_score
+    full = f"{tests_points + 1:g}"  # the tests' points, and 1 from the rubric
+    expect(learner.locator(".score")).to_contain_text(f"Score {full} / {full}")
     expect(learner.locator(".tests")).to_contain_text("Line 8: Good: ceiling division without floats.")
     expect(learner.locator(".tests")).to_contain_text("✓ +1 A comment says how the shard size is chosen.")
     assert staff.problems == [] and learner.problems == []

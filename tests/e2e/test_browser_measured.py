@@ -73,7 +73,9 @@ def test_result_shows_measurements_beside_targets_with_the_modelled_label(measur
     row = page.locator("#result-tests tr", has_text="test_one_allreduce_per_step")
     earned = 3 * credit(calls_per_step, 1, "==", params["accum"])  # default: (4 - 3.667) / (4 - 1) of 3 points
     expect(row.locator("td").nth(2)).to_have_text(f"{earned:.2f}".rstrip("0").rstrip(".") + " / 3")
-    expect(page.locator("#result-tests tr.feedback", has_text="you synced every micro-batch")).to_have_count(1)
+    # The variant's own feedback fragment (its cause, as the bank's check requires it to be named).
+    cause = next(w.feedback for w in load_exercise(BANK / SLUG).wrong if w.path == "wrong/sync_every_micro_batch.py")
+    expect(page.locator("#result-tests tr.feedback", has_text=cause).first).to_be_visible()
     sent = f"sent {bytes_per_step:.0f} bytes per optimizer step"
     expect(page.locator("#result-tests tr.feedback", has_text=sent)).to_have_count(1)
 

@@ -22,7 +22,6 @@ Contract:
 
 from __future__ import annotations
 
-import math
 import shutil
 import signal
 import tempfile
@@ -74,8 +73,9 @@ def _test_outcomes(spec: ExerciseData, result: dict[str, Any] | None) -> list[Te
         if kind is TestOutcomeKind.passed:
             points = expected.points
         elif kind is TestOutcomeKind.failed and entry is not None and "credit" in entry:
-            # Rounded down to the cent: a failed test never shows all its points (credit 0.9999 of 4 is 3.99).
-            points = math.floor(expected.points * float(entry["credit"]) * 100 + 1e-6) / 100
+            # Rounded to the cent, and a failed test never shows all its points (credit 0.9999 of 4 is 3.99, not 4;
+            # a third of 3 is 1, not 0.99).
+            points = min(round(expected.points * float(entry["credit"]), 2), expected.points - 0.01)
         else:
             points = 0.0
         outcomes.append(TestOutcome(expected.id, kind, message, points, expected.points, details))
