@@ -33,13 +33,18 @@ def _build(lr):
 
 def _number(value):
     """Return (float or None, description) for what the learner returned as the loss."""
+    if value is None:
+        return None, "None"
+    name = type(value).__name__
+    if name == "PerReplica":
+        return None, "a PerReplica value (one loss per replica, not combined)"
     try:
-        shape = list(getattr(value, "shape", []))
+        shape = [int(d) if d is not None else None for d in getattr(value, "shape", [])]
         if shape not in ([], [1]):
             return None, f"a tensor of shape {shape}"
-        return float(np.asarray(value).reshape(())), type(value).__name__
+        return float(np.asarray(value).reshape(())), name
     except Exception:
-        return None, f"{type(value).__name__}: {repr(value)[:160]}"
+        return None, f"a value of type {name}"
 
 
 def single(submission, n, global_batch_size, lr):

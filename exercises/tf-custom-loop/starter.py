@@ -1,5 +1,5 @@
-import keras
-import tensorflow as tf
+import keras  # noqa: F401 - keras.losses holds the per-example loss
+import tensorflow as tf  # noqa: F401 - tf.GradientTape, tf.nn.compute_average_loss, tf.distribute
 
 
 def train_step(model, optimizer, x, y, global_batch_size):

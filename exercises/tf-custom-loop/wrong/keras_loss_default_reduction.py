@@ -2,7 +2,9 @@ import keras
 import tensorflow as tf
 
 # Keras 3 losses with the default reduction divide by the replica's batch AND by num_replicas_in_sync
-# when called inside strategy.run, so with full batches this equals sum / global batch size.
+# when called inside strategy.run, so with full batches under the strategy this equals sum / global batch size.
+# Mistake: it never reads global_batch_size, so train_step alone with 4 examples of a global batch of 8
+# returns the mean over 4.
 loss_object = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 
