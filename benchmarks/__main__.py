@@ -463,7 +463,17 @@ def otter(runs: int) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-SERVED_MODES = ("cold", "warm", "docker", "docker-warm", "deploy", "deploy-cold", "deploy-local", "compose")
+SERVED_MODES = (
+    "cold",
+    "warm",
+    "docker",
+    "docker-warm",
+    "deploy",
+    "deploy-cold",
+    "deploy-local",
+    "compose",
+    "compose-gpu",
+)
 
 
 def main(argv: list[str]) -> int:
@@ -475,7 +485,8 @@ def main(argv: list[str]) -> int:
                              "image, docker/build-image), deploy, deploy-cold (PostgreSQL + Redis + a Celery "
                              "worker on docker, warm pairs or fresh containers; serve --workers 2), deploy-local "
                              "(the same with the worker on the local sandbox's warm templates), compose (the shipped "
-                             "docker-compose.yml: its grading host; docker/build-images first), otter; served "
+                             "docker-compose.yml: its grading host; docker/build-images first), compose-gpu (the "
+                             "same with the grading host as the GPU host over stand-in GPUs), otter; served "
                              "modes run in the order given")  # fmt: skip
     parser.add_argument(
         "--pin-api",
@@ -520,10 +531,10 @@ def main(argv: list[str]) -> int:
         for mode in [m for m in order if m in SERVED_MODES]:
             sandbox = "docker" if mode in ("docker", "docker-warm") else "local"
             cores = os.cpu_count() or 2
-            if mode == "compose":
+            if mode in ("compose", "compose-gpu"):
                 from benchmarks.compose_stack import ComposeStack
 
-                serving: Any = ComposeStack(workers=cores)
+                serving: Any = ComposeStack(workers=cores, gpu_host=mode == "compose-gpu")
             elif mode.startswith("deploy"):
                 from benchmarks.deployment import Deployment
 
@@ -558,7 +569,7 @@ def main(argv: list[str]) -> int:
                     print(f"[{mode}] burst", flush=True)
                     server.drain()
                     results[mode]["burst"] = burst(server, exercises()["python"], burst_n)
-                if "deadline" in phases and (mode.startswith("deploy") or mode == "compose"):
+                if "deadline" in phases and (mode.startswith("deploy") or mode.startswith("compose")):
                     from benchmarks.deployment import deadline_burst
 
                     print(f"[{mode}] deadline burst: {burst_n} submissions over {deadline_s:.0f} s", flush=True)

@@ -5,7 +5,9 @@ of this checkout's docker-compose.yml (PostgreSQL, Redis, the API, the grading h
 beforehand by ``docker/build-images``, under a project name of its own, with ``GPULAB_CPU_WORKERS`` = cores and
 ``GPULAB_WARM_POOLS=auto``. Only for the benchmark, an override file also publishes its PostgreSQL on a free
 loopback port, so the phases read each submission's timestamps from the database as they do on the other paths.
-It is ready when ``/readyz`` says so and the grading host logged both its grading pool and its example lane
+``gpu_host=True`` (``--only compose-gpu``) makes its grading host the GPU grading host over stand-in GPUs (see
+``_gpu_host``), so the two are measured side by side. It is ready when ``/readyz`` says so and the grading host
+logged both its grading pool and its example lane
 prewarmed; ``down -v`` removes it afterwards.
 """
 
@@ -33,13 +35,17 @@ class ComposeStack(Served):
 
     tiebreak = "id"
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, *, gpu_host: bool = False) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="gpulab-bench-compose-"))
+        self.folder.chmod(0o755)
         with socket_port() as port, socket_port() as pg_port:
             self.port, self.pg_port = port, pg_port
         self.password = secrets.token_urlsafe(18)
         override = self.folder / "publish-postgres.yml"
-        override.write_text(f'services:\n  postgres:\n    ports: ["127.0.0.1:{self.pg_port}:5432"]\n')
+        text = f'services:\n  postgres:\n    ports: ["127.0.0.1:{self.pg_port}:5432"]\n'
+        if gpu_host:
+            text += self._gpu_host(workers)
+        override.write_text(text)
         self.url = f"http://127.0.0.1:{self.port}"
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("GPULAB_", "POSTGRES_", "COMPOSE_"))}
         self.env = {**clean, "GPULAB_SECRET_KEY": secrets.token_urlsafe(48), "POSTGRES_PASSWORD": self.password,
@@ -49,6 +55,39 @@ class ComposeStack(Served):
         compose = ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
         self.base = [*compose, "-p", f"gpulab-bench-{os.getpid()}", "-f", str(REPO / "docker-compose.yml"),
                      "-f", str(override), "--project-directory", str(REPO)]  # fmt: skip
+
+    def _gpu_host(self, workers: int) -> str:
+        """Return the override that makes ``worker-cpu`` the GPU grading host over ``workers`` stand-in GPUs.
+
+        On a CPU machine: compose's ``worker-gpu`` is the same recipe and privileges on the GPU image, which
+        cannot run here; so the CPU grading host gets what makes a host a GPU host (GPU slots, one per grading,
+        a lease per job, the device plan and nodes bound into each sandbox, the health probe before and after
+        each job) over stand-in nodes and a stand-in driver table, and takes the same jobs.
+        """
+        root = self.folder / "gpus"
+        proc, dev = root / "proc", root / "dev"
+        dev.mkdir(parents=True)
+        for index in range(workers):
+            bus = f"0000:{index + 1:02x}:00.0"
+            info = proc / "driver" / "nvidia" / "gpus" / bus / "information"
+            info.parent.mkdir(parents=True)
+            info.write_text(f"Model: \t NVIDIA H100\nGPU UUID: \t GPU-{index:08x}-0000-4000-8000-000000000000\n"
+                            f"Bus Location: \t {bus}\nDevice Minor: \t {index}\n")  # fmt: skip
+            (dev / f"nvidia{index}").write_text("stand-in")
+        for name in ("nvidiactl", "nvidia-uvm"):
+            (dev / name).write_text("stand-in")
+        for path in (root, *root.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        ids = ",".join(str(i) for i in range(workers))
+        return (
+            "  worker-cpu:\n"
+            f"    volumes: ['{root}:{root}:ro']\n"
+            "    environment:\n"
+            f"      GPULAB_GPU_IDS: '{ids}'\n"
+            "      GPULAB_GPUS_PER_JOB: '1'\n"
+            f"      GPULAB_GPU_DEV_ROOT: '{dev}'\n"
+            f"      GPULAB_GPU_PROC_ROOT: '{proc}'\n"
+        )
 
     def compose(self, *args: str, stdin: str | None = None) -> str:
         result = subprocess.run([*self.base, *args], env=self.env, input=stdin, capture_output=True, text=True,

@@ -5,7 +5,8 @@ Contract:
   template of a session-wide pool), ``docker``, ``docker-warm`` (the docker backend whose every attack runs
   in a container pair started before it: ``attack`` warms the job's shape first and checks the pair was used)
   and ``grading-host`` (``local-warm`` inside one container of docker-compose.yml's grading host, with its
-  privileges: ``grading_host.py``; skipped or failed like ``docker``).
+  privileges: ``grading_host.py``; skipped or failed like ``docker``) and ``gpu-host`` (the same with compose's
+  ``worker-gpu`` privileges and two stand-in GPUs: every job leases one and gets its nodes).
   ``docker``/``docker-warm`` are skipped (with the reason) when ``worker.grading.sandbox.docker`` is missing
   or no engine answers, unless ``GPULAB_REQUIRE_DOCKER=1``: then it fails.
   ``local``/``local-warm`` are skipped off CI when the host cannot run it, and fails under ``CI=true``.
@@ -134,11 +135,18 @@ def grading_host_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[G
         yield sandbox
 
 
-@pytest.fixture(params=["local", "local-warm", "docker", "docker-warm", "grading-host"])
+@pytest.fixture(scope="session")
+def gpu_host_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GradingHostSandbox]:
+    """One GPU grading-host container with two stand-in GPUs, as one deployed GPU worker (grading_host.py)."""
+    with grading_host(tmp_path_factory.getbasetemp(), gpu=True) as sandbox:
+        yield sandbox
+
+
+@pytest.fixture(params=["local", "local-warm", "docker", "docker-warm", "grading-host", "gpu-host"])
 def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Sandbox:
     """The sandbox backend under attack."""
-    if request.param == "grading-host":
-        sandbox: Sandbox = request.getfixturevalue("grading_host_backend")
+    if request.param in ("grading-host", "gpu-host"):
+        sandbox: Sandbox = request.getfixturevalue(f"{request.param.replace('-', '_')}_backend")
         return sandbox
     if request.param in ("docker", "docker-warm"):
         return _docker_backend(tmp_path_factory.mktemp("docker-data"), warm=request.param == "docker-warm")

@@ -10,6 +10,8 @@ Contract:
   limits)`` and returns the ``SandboxRun`` (``PlatformError``/``SandboxUnavailable`` come back as themselves);
   ``leftovers()`` lists, inside the container, live processes of the sandbox users, job cgroups and staging
   folders.
+- ``grading_host(basetemp, gpu=True)``: the GPU grading host, with compose's ``worker-gpu`` privileges and two
+  stand-in GPUs (the CPU image stands in for the GPU one: the sandbox is the same code); each job leases one.
 - Without an engine or the image: skipped with the reason, unless ``GPULAB_REQUIRE_DOCKER=1`` (a failure).
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -49,7 +52,14 @@ from worker.grading.sandbox.warm import WarmLocalSandbox, WarmPool
 stage_root = Path(tempfile.mkdtemp(prefix="gpulab-security-stage-"))
 stage_root.chmod(0o711)
 pool = WarmPool(("python",), size=1)
-sandbox = WarmLocalSandbox(pool=pool, cgroup_name=sys.argv[1], timeout_margin_s=1.0, stage_root=stage_root)
+gpus = json.loads(sys.argv[2]) if len(sys.argv) > 2 else None  # the GPU host: its slots over stand-in nodes
+options = {}
+if gpus:
+    from worker.grading.sandbox.gpus import GpuSlots
+    options = {"gpu_slots": GpuSlots(tuple(gpus["ids"]), 1, stage_root.parent / "gpu-locks"),
+               "dev_root": Path(gpus["dev"]), "proc_root": Path(gpus["proc"])}
+sandbox = WarmLocalSandbox(pool=pool, cgroup_name=sys.argv[1], timeout_margin_s=1.0, stage_root=stage_root,
+                           **options)
 sandbox.check()
 uids = {pwd.getpwnam(u).pw_uid for u in ("gpulab-sandbox", "gpulab-judge")}
 
@@ -81,9 +91,9 @@ for line in sys.stdin:
 """
 
 
-def worker_cpu_options() -> list[str]:
-    """Return docker-compose.yml's ``worker-cpu`` ``cap_add``, ``security_opt`` and ``init`` as run options."""
-    service = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())["services"]["worker-cpu"]
+def worker_cpu_options(service_name: str = "worker-cpu") -> list[str]:
+    """Return docker-compose.yml's ``cap_add``, ``security_opt`` and ``init`` of a grading host as run options."""
+    service = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())["services"][service_name]
     options = [f"--cap-add={cap}" for cap in service["cap_add"]]
     for option in service["security_opt"]:
         kind, _, value = option.partition("=")
@@ -99,8 +109,9 @@ class GradingHostSandbox:
     name = "grading-host"
     isolated = True
 
-    def __init__(self, server: subprocess.Popen[str]) -> None:
+    def __init__(self, server: subprocess.Popen[str], name: str = "grading-host") -> None:
         self._server = server
+        self.name = name
         self._lock = threading.Lock()
 
     def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -149,33 +160,65 @@ def _unavailable(reason: str) -> None:
 
 
 @contextmanager
-def grading_host(basetemp: Path) -> Iterator[GradingHostSandbox]:
-    """Start the grading-host container and its server; remove the container afterwards."""
+def grading_host(basetemp: Path, *, gpu: bool = False) -> Iterator[GradingHostSandbox]:
+    """Start the grading-host container and its server; remove the container afterwards.
+
+    ``gpu``: the GPU grading host (compose's ``worker-gpu`` privileges) with two stand-in GPUs: each job leases
+    one, and its sandbox gets that one's stand-in nodes (``GPU_STAND_INS``: a driver table and plain files, in
+    a public folder below the temp folder, which the container shares).
+    """
     try:
         found = subprocess.run(["docker", "image", "inspect", IMAGE], capture_output=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         _unavailable(f"no Docker engine answers ({exc})")
     if found.returncode != 0:
         _unavailable(f"image {IMAGE} is not built (docker/build-images) or no engine answers")
-    name = f"gpulab-security-grading-host-{os.getpid()}"
+    name = f"gpulab-security-{'gpu' if gpu else 'grading'}-host-{os.getpid()}"
     # Job folders are made below pytest's base folder or, by grade() without a work root, the temp folder.
     shared = {Path(tempfile.gettempdir()).resolve(), basetemp.resolve()}
     mounts = [arg for path in sorted(shared) for arg in ("-v", f"{path}:{path}")]
+    options = worker_cpu_options("worker-gpu" if gpu else "worker-cpu")
     run = ["docker", "run", "-d", "--rm", "--name", name, "--network", "none", "--label", "gpulab.test=security",
-           *worker_cpu_options(), *mounts, IMAGE, "sleep", "infinity"]  # fmt: skip
+           *options, *mounts, IMAGE, "sleep", "infinity"]  # fmt: skip
+    stand_ins = _gpu_stand_ins() if gpu else None
     started = subprocess.run(run, capture_output=True, text=True, timeout=120)
     assert started.returncode == 0, f"the grading-host container did not start: {started.stderr}"
     server = None
     try:
+        argv = [CGROUP_NAME] + ([json.dumps(stand_ins)] if stand_ins else [])
         server = subprocess.Popen(
-            ["docker", "exec", "-i", name, "python", "-c", SERVER, CGROUP_NAME],
+            ["docker", "exec", "-i", name, "python", "-c", SERVER, *argv],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
         )  # fmt: skip
         assert server.stdout is not None
         ready = _read_line(server.stdout, REPLY_TIMEOUT_S)
         assert json.loads(ready) == {"ready": True}, ready
-        yield GradingHostSandbox(server)
+        yield GradingHostSandbox(server, name="gpu-host" if gpu else "grading-host")
     finally:
         if server is not None:
             server.kill()
         subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=120)
+        if stand_ins:
+            shutil.rmtree(stand_ins["root"], ignore_errors=True)
+
+
+GPU_STAND_INS = {"0000:1a:00.0": ("GPU-aaaa0000-0000-4000-8000-000000000001", 0),
+                 "0000:3b:00.0": ("GPU-bbbb0000-0000-4000-8000-000000000002", 1)}  # fmt: skip
+
+
+def _gpu_stand_ins() -> dict[str, Any]:
+    """Make two stand-in GPUs (a driver table and a /dev of plain files, readable by the sandbox users)."""
+    root = Path(tempfile.mkdtemp(prefix="gpulab-security-gpus-"))
+    proc, dev = root / "proc", root / "dev"
+    for bus, (uuid, minor) in GPU_STAND_INS.items():
+        info = proc / "driver" / "nvidia" / "gpus" / bus / "information"
+        info.parent.mkdir(parents=True)
+        info.write_text(
+            f"Model: \t NVIDIA H100\nGPU UUID: \t {uuid}\nBus Location: \t {bus}\nDevice Minor: \t {minor}\n"
+        )
+    dev.mkdir()
+    for node in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (dev / node).write_text(f"stand-in {node}")
+    for path in (root, *root.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return {"root": str(root), "ids": ["0", "1"], "dev": str(dev), "proc": str(proc)}

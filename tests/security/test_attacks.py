@@ -7,6 +7,7 @@ leak in the texts the learner gets back. ``Attack.assert_contained`` checks both
 
 from __future__ import annotations
 
+import json
 import socket
 import textwrap
 from collections.abc import Callable, Iterator
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.security.conftest import MARKER, SOLUTION_MARKER, Attack
+from worker.grading.sandbox.base import Sandbox
 
 AttackFn = Callable[..., Attack]
 ANSWER_IF_ESCAPED = """
@@ -497,3 +499,33 @@ def test_seccomp_denies_namespaces_but_threads_and_subprocesses_work(attack: Att
         assert line == (
             "SECCOMP {'unshare': 1, 'clone3': 38, 'personality': 1, 'keyctl': 1, 'thread': True, 'subprocess': True}"
         )
+
+
+def test_a_gpu_job_sees_only_its_own_gpus_nodes(attack: AttackFn, backend: Sandbox) -> None:
+    """On the GPU host, a job's /dev holds one GPU's node (the one it leased) and the shared ones, nothing else."""
+    if backend.name != "gpu-host":
+        pytest.skip("only the GPU host hands out GPUs")
+    code = """
+    import json, os
+
+    def add(a, b):
+        nodes = sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))
+        opened = {}
+        for n in ("nvidia0", "nvidia1"):
+            try:
+                opened[n] = open(f"/dev/{n}").read()
+            except OSError as exc:
+                opened[n] = type(exc).__name__
+        print("SEEN " + json.dumps({"nodes": nodes, "opened": opened,
+                                    "visible": os.environ.get("CUDA_VISIBLE_DEVICES", "")}), flush=True)
+        return a + b
+    """
+    result = attack(code)
+    seen = [json.loads(line[5:]) for line in result.outcome.stdout.splitlines() if line.startswith("SEEN ")]
+    assert seen, result.outcome.stdout
+    for job in seen:
+        gpu_nodes = [n for n in job["nodes"] if n[6:].isdigit()]
+        assert len(gpu_nodes) == 1 and sorted(set(job["nodes"]) - set(gpu_nodes)) == ["nvidia-uvm", "nvidiactl"]
+        mine, other = gpu_nodes[0], ({"nvidia0", "nvidia1"} - set(gpu_nodes)).pop()
+        assert job["opened"][mine] == f"stand-in {mine}" and job["opened"][other] == "FileNotFoundError"
+        assert job["visible"].startswith("GPU-") and "," not in job["visible"]
