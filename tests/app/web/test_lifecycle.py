@@ -215,9 +215,13 @@ def test_a_learner_downloads_their_data_and_an_admin_erases_a_person(
     for path in (f"/courses/{course}", f"/courses/{course}/manage", f"/courses/{course}/gradebook",
                  f"/courses/{course}/audit", f"/courses/{course}/assignments/{week['id']}",
                  f"/api/courses/{course}/gradebook", f"/api/courses/{course}/gradebook.csv",
-                 f"/instructor/exercises/{tiny_exercise.slug}"):  # fmt: skip
+                 f"/instructor/exercises/{tiny_exercise.slug}", f"/instructor/exercises/{tiny_exercise.slug}/insights",
+                 f"/api/instructor/exercises/{tiny_exercise.slug}/insights",
+                 f"/api/instructor/exercises/{tiny_exercise.slug}/submissions",
+                 f"/instructor/assignments/{week['id']}/similarity"):  # fmt: skip
         page = client.get(path)
         assert page.status_code == 200, (path, page.text[:300])
+        assert address not in page.text, path
     assert "erased user" in client.get(f"/courses/{course}/gradebook").text
     assert address not in client.get(f"/courses/{course}/gradebook").text
     # The erased person cannot log in any more.
