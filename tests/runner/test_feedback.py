@@ -74,6 +74,9 @@ EXPECTED = {
     "tf.shard_args_swapped_first": "tf.shard_count",
     "tf.shard_args_swapped_second": "tf.shard_index",
     "tf.from_tensor_slices_list": "tf.non_rectangular_list",
+    "tf.apply_gradients_nested_function": "tf.sync_in_nested_graph",
+    "tf.average_loss_of_a_mean": "tf.average_loss_scalar",
+    "tf.model_on_per_replica": "keras.per_replica_input",
     "tf.batch_size_zero": "tf.batch_size_not_positive",
 }
 

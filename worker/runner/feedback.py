@@ -451,6 +451,35 @@ CLASSES: tuple[FailureClass, ...] = (
         types=("RuntimeError",),
     ),
     FailureClass(
+        "tf.sync_in_nested_graph",
+        re.compile(r"`merge_call` called while defining a new graph or a tf\.function"),
+        "a step that synchronises the replicas (optimizer.apply_gradients, which sums their gradients, an all-reduce, "
+        "or a merge_call) ran inside a nested graph: under an `if` or a loop on a tensor, which tf.function turns "
+        "into graph control flow (an `if` on the replica id, say), or inside a @tf.function nested in the function "
+        "given to strategy.run. Every replica must reach it: call it unconditionally, at the top level of the replica "
+        "function, and put @tf.function around strategy.run, not inside the function it runs",
+        types=("RuntimeError",),
+    ),
+    FailureClass(
+        "tf.average_loss_scalar",
+        re.compile(r"Invalid value passed for `per_example_loss`\. Expected a tensor with at least rank 1"),
+        "tf.nn.compute_average_loss was given a single number (rank 0), not one loss per example: it sums the "
+        "per-example losses and divides by the global batch size. A single number usually means the losses were "
+        "already reduced: a Keras loss object (keras.losses.SparseCategoricalCrossentropy(...), say) averages them "
+        "unless it is made with reduction=None, and tf.reduce_mean or tf.reduce_sum leave one number too. Pass the "
+        "unreduced losses, such as keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)",
+        types=("ValueError",),
+    ),
+    FailureClass(
+        "keras.per_replica_input",
+        re.compile(r"should be passed as a keyword argument: PerReplica"),
+        "a Keras model or layer was called on a per-replica value (a PerReplica: a batch taken from a distributed "
+        "dataset, or what strategy.run returned). Such a value holds one part per replica, and only strategy.run "
+        "unpacks it, handing each replica its own part: call the model inside the function you pass to strategy.run, "
+        "on the batch it receives through args, or call it on plain tensors",
+        types=("ValueError",),
+    ),
+    FailureClass(
         "keras.not_compiled",
         re.compile(r"You must call `compile\(\)` before using the model"),
         "the model was used for training or evaluation before model.compile(...): compile it first",

@@ -44,7 +44,7 @@ def train_single_device() -> dict:
             per_example = keras.losses.sparse_categorical_crossentropy(y_batch, logits, from_logits=True)
             loss = tf.reduce_mean(per_example)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         train_loss.update_state(per_example)
 
     @tf.function
@@ -81,7 +81,8 @@ def train(strategy: tf.distribute.Strategy) -> dict:
         with tf.GradientTape() as tape:
             per_example = loss_object(labels, model(features, training=True))
             scaled = tf.nn.compute_average_loss(per_example, global_batch_size=per_step)
-        optimizer.apply_gradients(zip(tape.gradient(scaled, model.trainable_variables), model.trainable_variables))
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         metrics["loss"].update_state(per_example)
 
     @tf.function

@@ -44,7 +44,7 @@ def train_single_device() -> dict:
             per_example = keras.losses.sparse_categorical_crossentropy(y_batch, logits, from_logits=True)
             loss = tf.reduce_mean(per_example)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         train_loss.update_state(per_example)
 
     @tf.function
@@ -89,7 +89,7 @@ def train(strategy: tf.distribute.Strategy) -> dict:
                     y_batch, model(x_batch, training=True), from_logits=True)
                 loss = tf.reduce_sum(per_example) / global_batch
             grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return tf.reduce_sum(per_example), tf.cast(tf.size(per_example), tf.float32)
 
         total, count = strategy.run(step, args=(x_batch, y_batch))

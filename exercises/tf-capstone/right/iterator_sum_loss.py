@@ -44,7 +44,7 @@ def train_single_device() -> dict:
             per_example = keras.losses.sparse_categorical_crossentropy(y_batch, logits, from_logits=True)
             loss = tf.reduce_mean(per_example)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         train_loss.update_state(per_example)
 
     @tf.function
@@ -87,7 +87,7 @@ def train(strategy: tf.distribute.Strategy) -> dict:
                 logits = model(features, training=True)
                 loss = summed(labels, logits) / global_batch_size
             grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(list(zip(grads, model.trainable_variables)))
+            optimizer.apply_gradients(list(zip(grads, model.trainable_variables, strict=True)))
             mean_loss.update_state(keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True))
 
         strategy.run(on_replica, args=(inputs,))

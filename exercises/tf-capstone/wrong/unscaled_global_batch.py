@@ -44,7 +44,7 @@ def train_single_device() -> dict:
             per_example = keras.losses.sparse_categorical_crossentropy(y_batch, logits, from_logits=True)
             loss = tf.reduce_mean(per_example)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         train_loss.update_state(per_example)
 
     @tf.function
@@ -85,7 +85,7 @@ def train(strategy: tf.distribute.Strategy) -> dict:
             # Divide by the GLOBAL batch: the replicas' gradients are summed, which then gives the global mean.
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         train_loss.update_state(per_example)  # per-example losses: the metric averages over all replicas
 
     def replica_val_step(x_batch, y_batch):

@@ -285,6 +285,35 @@ TF: dict[str, str] = {
     "tf.from_tensor_slices_list": textwrap.dedent("""\
         import numpy as np, tensorflow as tf
         tf.data.Dataset.from_tensor_slices([np.ones((4, 3), "float32"), np.ones(4, "int64")])"""),
+    "tf.apply_gradients_nested_function": textwrap.dedent("""\
+        import tensorflow as tf, keras
+        tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+        s = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with s.scope():
+            m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+            opt = keras.optimizers.SGD()
+        @tf.function  # a tf.function inside the replica function: its graph is nested (so is an `if` on a tensor)
+        def apply(grads):
+            opt.apply_gradients(zip(grads, m.trainable_variables, strict=True))
+        def step(x):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(m(x))
+            apply(tape.gradient(loss, m.trainable_variables))
+        tf.function(lambda x: s.run(step, args=(x,)))(tf.ones((2, 4)))"""),
+    "tf.average_loss_of_a_mean": textwrap.dedent("""\
+        import tensorflow as tf, keras
+        per_example = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(tf.constant([0, 1]), tf.ones((2, 3)))
+        tf.nn.compute_average_loss(per_example, global_batch_size=4)"""),
+    "tf.model_on_per_replica": textwrap.dedent("""\
+        import numpy as np, tensorflow as tf, keras
+        tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+        s = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with s.scope():
+            m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        d = s.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices(np.ones((8, 4), "float32")).batch(4))
+        m(next(iter(d)))"""),
     "tf.batch_size_zero": textwrap.dedent("""\
         import tensorflow as tf
         tf.data.Dataset.range(8).batch(4 * 0)"""),
