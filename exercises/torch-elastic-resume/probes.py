@@ -9,9 +9,13 @@ log file of its own (rank, restart) as it happens, so a killed worker's log ends
 - `start` (pid, TORCHELASTIC_RESTART_COUNT, world size), `step` (every optimizer step, counted by a global
   optimizer step hook), `killed` (the harness SIGKILLs its own process after step `kill_step` on `kill_rank`
   in the first attempt: a worker killed from outside, as a preempted machine would be);
-- `save`/`load` (the path of every `torch.save`/`torch.load`), `optimizer_load` (`Optimizer.load_state_dict`),
+- `save`/`load` (the path of every `torch.save`/`torch.load`), `rename` (every `os.replace`/`os.rename`, which
+  `Path.replace`, `Path.rename` and `shutil.move` call), `optimizer_load` (`Optimizer.load_state_dict`),
   `model_load` (the first keys of every `Module.load_state_dict`), `set_epoch` (every `DistributedSampler`
-  epoch);
+  epoch, with the sampler's seed, shuffle, num_replicas, rank), `loader` (every `DataLoader`'s batch size and
+  sampler), `optimizer` (each optimizer's class and settings, at its first step), `zero_grad` (the first
+  `zero_grad()` of an optimizer or a module), `collective` (each `torch.distributed` collective the script
+  calls itself, before it runs: a worker whose log ends on one was waiting in it);
 - `error` (the exception that ended the script: type, message, the line in the learner's script), `end`.
 
 Observations, forgeable by a learner who patches this file like every probe; the tests also grade what cannot be
@@ -30,6 +34,11 @@ STEPS_PER_EPOCH = N // (BATCH * WORLD)
 TRUE_W = torch.tensor([[1.0, -2.0, 0.5, 3.0]])
 TRUE_B = 0.5
 LOG_ENV, KILL_ENV, DEADLINE_ENV = "GPULAB_ELASTIC_LOG", "GPULAB_ELASTIC_KILL", "GPULAB_ELASTIC_DEADLINE"
+# The collectives a script may call itself (DDP's own gradient all-reduce is not among them: it runs in C++).
+COLLECTIVES = (
+    "barrier", "all_reduce", "broadcast", "broadcast_object_list", "all_gather", "all_gather_object", "reduce",
+    "gather", "scatter", "all_to_all", "reduce_scatter", "gather_object", "scatter_object_list",
+)  # fmt: skip
 
 
 def dataset() -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,10 +85,21 @@ def _worker(argv: list[str]) -> None:
         threading.Thread(target=watchdog, daemon=True).start()
 
     steps = 0
+    optimizers_seen: set[int] = set()
 
     def on_step(optimizer, args, kwargs) -> None:
         nonlocal steps
         steps += 1
+        if id(optimizer) not in optimizers_seen:
+            optimizers_seen.add(id(optimizer))
+            group = optimizer.param_groups[0] if optimizer.param_groups else {}
+            settings = {k: group[k] for k in ("lr", "momentum", "dampening", "weight_decay", "nesterov") if k in group}
+            event(
+                "optimizer",
+                type=type(optimizer).__name__,
+                groups=len(optimizer.param_groups),
+                **{k: v if isinstance(v, (bool, int, float)) else str(v) for k, v in settings.items()},
+            )
         event("step", n=steps)
         if attempt == 0 and rank == kill_rank and steps == kill_step:
             event("killed", step=steps)
@@ -125,10 +145,62 @@ def _worker(argv: list[str]) -> None:
     set_epoch = DistributedSampler.set_epoch
 
     def observed_set_epoch(self, epoch):
-        event("set_epoch", epoch=int(epoch))
+        event(
+            "set_epoch", epoch=int(epoch), seed=int(self.seed), shuffle=bool(self.shuffle),
+            num_replicas=int(self.num_replicas), rank=int(self.rank), drop_last=bool(self.drop_last),
+        )  # fmt: skip
         return set_epoch(self, epoch)
 
     DistributedSampler.set_epoch = observed_set_epoch
+
+    loader_init = torch.utils.data.DataLoader.__init__
+
+    def observed_loader_init(self, *args, **kwargs):
+        loader_init(self, *args, **kwargs)
+        event("loader", batch_size=self.batch_size, sampler=type(self.sampler).__name__)
+
+    torch.utils.data.DataLoader.__init__ = observed_loader_init
+
+    cleared = False
+
+    def observed_zero_grad(original):
+        def zero_grad(self, *args, **kwargs):
+            nonlocal cleared
+            if not cleared:
+                cleared = True
+                event("zero_grad", of=type(self).__name__)
+            return original(self, *args, **kwargs)
+
+        return zero_grad
+
+    torch.optim.Optimizer.zero_grad = observed_zero_grad(torch.optim.Optimizer.zero_grad)
+    torch.nn.Module.zero_grad = observed_zero_grad(torch.nn.Module.zero_grad)
+
+    def observed_rename(original):
+        def rename(src, dst, *args, **kwargs):
+            result = original(src, dst, *args, **kwargs)
+            event("rename", src=where(src), dst=where(dst))
+            return result
+
+        return rename
+
+    os.replace, os.rename = observed_rename(os.replace), observed_rename(os.rename)
+
+    import torch.distributed as dist
+
+    called: dict[str, int] = {}
+
+    def observed_collective(name, original):
+        def collective(*args, **kwargs):
+            called[name] = called.get(name, 0) + 1
+            event("collective", name=name, n=called[name])
+            return original(*args, **kwargs)
+
+        return collective
+
+    for name in COLLECTIVES:
+        if callable(getattr(dist, name, None)):
+            setattr(dist, name, observed_collective(name, getattr(dist, name)))
 
     _teardown_safe()
     sys.argv = [script, *argv[1:]]
@@ -195,7 +267,7 @@ def _read_logs(log_dir: str) -> list[dict]:
                     events.append(json.loads(line))
                 except ValueError:
                     break  # a line cut short by the kill
-        runs.append({"rank": int(rank), "attempt": int(attempt), "events": events[:400]})
+        runs.append({"rank": int(rank), "attempt": int(attempt), "events": events[:1000]})
     return runs
 
 
@@ -269,6 +341,7 @@ def launch(submission, kill_rank: int = 1, kill_step: int = 14, max_restarts: in
         "final_exists": os.path.exists(out),
         "final_error": final_error,
         "ckpt_files": sorted(os.listdir(ckpt_dir))[:20],
+        "ckpt_dir": ckpt_dir,
         "out": out,
     }
 

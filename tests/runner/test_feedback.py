@@ -43,6 +43,8 @@ EXPECTED = {
     "torch.cuda_not_compiled": "device.no_cuda",
     "torch.cuda_set_device_cpu_build": "device.no_cuda",
     "torch.optimizer_empty": "optimizer.no_parameters",
+    "torch.load_weights_only_object": "torch_load.weights_only",
+    "torch.load_cuda_without_gpu": "torch_load.cuda_without_gpu",
     "torch.nccl_without_gpus": "process_group.no_nccl",
     "torch.sampler_and_shuffle": "dataloader.sampler_and_shuffle",
     "torch.item_many": "tensor.item_of_many",

@@ -226,6 +226,27 @@ CLASSES: tuple[FailureClass, ...] = (
         fill=_keys,
     ),
     FailureClass(
+        "torch_load.weights_only",
+        re.compile(r"Weights only load failed(?:[\s\S]*?Unsupported global: GLOBAL (?P<name>[\w.]+))?"),
+        "torch.load refused the file: it loads with weights_only=True (the default since torch 2.6), which reads only "
+        "tensors, state_dicts and plain Python values (numbers, strings, lists, dicts), and {what}. Save only such "
+        "values in a checkpoint (a state_dict, the epoch as a number), or load a file your own code wrote with "
+        "torch.load(path, weights_only=False)",
+        types=("UnpicklingError",),
+        fill=lambda m: {
+            "what": f"the file holds an object of type {m['name']}"
+            if m["name"]
+            else "the file holds something else (an object of another type, or data torch.save did not write)"
+        },
+    ),
+    FailureClass(
+        "torch_load.cuda_without_gpu",
+        re.compile(r"Attempting to deserialize object on a CUDA device but torch\.cuda\.is_available\(\) is False"),
+        "torch.load was to put the file's tensors on a CUDA device, and this run has no GPU: map_location names a "
+        "CUDA device, or the file was saved from CUDA tensors and is loaded without map_location. Load it with "
+        'map_location="cpu" (or the device this process trains on)',
+    ),
+    FailureClass(
         "state_dict.not_a_mapping",
         re.compile(r"Expected state_dict to be dict-like, got <class '(?:[\w.]*\.)?(?P<got>\w+)'>"),
         "load_state_dict was given a {got} object, not a state dict: it takes a mapping of names to tensors, such "

@@ -140,6 +140,18 @@ TORCH: dict[str, str] = {
     "torch.cuda_not_compiled": "import torch\ntorch.ones(1).to('cuda:0')",
     "torch.cuda_set_device_cpu_build": "import torch\ntorch.cuda.set_device(0)",
     "torch.optimizer_empty": "import torch\ntorch.optim.SGD([], lr=0.1)",
+    "torch.load_weights_only_object": textwrap.dedent("""\
+        import argparse, io, torch
+        buffer = io.BytesIO()
+        torch.save({"epoch": 2, "args": argparse.Namespace(lr=0.05)}, buffer)
+        buffer.seek(0)
+        torch.load(buffer)"""),
+    "torch.load_cuda_without_gpu": textwrap.dedent("""\
+        import io, torch
+        buffer = io.BytesIO()
+        torch.save({"weight": torch.ones(2)}, buffer)
+        buffer.seek(0)
+        torch.load(buffer, map_location="cuda:0")"""),
     "torch.nccl_without_gpus": textwrap.dedent("""\
         import torch.distributed as dist
         dist.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)"""),
