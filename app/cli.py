@@ -611,6 +611,17 @@ def _recheck_gpus(settings: Settings) -> None:
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
     """Leave through ``SystemExit`` (so ``finally`` blocks run) with the status a SIGTERM'd process has."""
+    import os
+    import threading
+
+    # Python drops an exception raised while a weakref callback or __del__ runs ("Exception ignored in ..."), and
+    # the signal may land just then: the signal is sent again shortly, so one unlucky moment cannot keep us alive.
+    def again() -> None:
+        os.kill(os.getpid(), signum)
+
+    timer = threading.Timer(1.0, again)
+    timer.daemon = True  # never what keeps the process from exiting
+    timer.start()
     raise SystemExit(128 + signum)
 
 

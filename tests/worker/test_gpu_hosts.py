@@ -148,9 +148,13 @@ def test_a_host_whose_gpu_is_gone_gives_its_job_to_a_working_host(
     wait_for(lambda: b"stops taking gpu jobs" in broken_log.read_bytes(), timeout_s=60)
     row = _row(submission_id)
     assert (row.status, row.attempts) == (SubmissionStatus.queued, 0)  # given back, the try not counted
-    with session_scope() as session:  # the dashboard's source: the broken host's beat names the failed GPU
-        beats = [b.gpus for b in session.scalars(select(WorkerBeat)) if b.gpus and b.gpus.get("failed")]
-    assert beats and beats[0]["failed"] == {"0": "its device node /dev/nvidia0 is gone"}
+
+    def failed_in_beats() -> list[dict[str, object]]:
+        with session_scope() as session:  # the dashboard's source: the broken host's beat names the failed GPU
+            return [b.gpus for b in session.scalars(select(WorkerBeat)) if b.gpus and b.gpus.get("failed")]
+
+    wait_for(lambda: failed_in_beats() != [], timeout_s=60)  # its next heartbeat carries it
+    assert failed_in_beats()[0]["failed"] == {"0": "its device node /dev/nvidia0 is gone"}
     start("working", working=True)  # type: ignore[operator]
     wait_for(lambda: _row(submission_id).status is SubmissionStatus.graded, timeout_s=120)
     graded = _row(submission_id)

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from app.domain.models import AuditEntry, Course, User
 from app.domain.platform.clock import as_utc
 from app.domain.platform.csvsafe import csv_cell
+from worker.core.errors import InvalidInput
 
 ERASED = "erased user"
 MAX_ROWS = 5000  # one page or CSV: a course's whole term fits; filters narrow the rest
@@ -100,6 +101,34 @@ class Filters:
     subject_id: int | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+
+def _person_id(session: Session, email: str) -> int | None:
+    if not email.strip():
+        return None
+    found = session.scalar(select(User.id).where(func.lower(User.email) == email.strip().lower()))
+    return found if found is not None else -1  # nobody has it: an id no row has, so nothing matches
+
+
+def filters_for(
+    *, session: Session, course_id: int | None, site_wide: bool, action: str, actor: str, subject: str,
+    since: datetime | None, until: datetime | None,
+) -> Filters:  # fmt: skip
+    """Return the filters a reader typed (people by e-mail address), or raise ``InvalidInput``."""
+    if since is not None and until is not None and until <= since:
+        raise InvalidInput("'until' must come after 'since'")
+    return Filters(
+        course_id=course_id, site_wide=site_wide, action=action.strip(), actor_id=_person_id(session, actor),
+        subject_id=_person_id(session, subject), since=since, until=until,
+    )  # fmt: skip
+
+
+def course_id_of(*, session: Session, slug: str) -> int | None:
+    """Return the id of the course ``slug`` names (None for no slug, an id no row has for an unknown one)."""
+    if not slug:
+        return None
+    found = session.scalar(select(Course.id).where(Course.slug == slug))
+    return found if found is not None else -1
 
 
 @dataclass(frozen=True)

@@ -15,18 +15,16 @@ Routes commit.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import AwareDatetime
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from app.domain.audit import trail
 from app.domain.courses import lifecycle
-from app.domain.models import Course, CourseRole, User
+from app.domain.models import CourseRole
 from app.domain.privacy import erasure, export
 from app.web.deps import (
     AdminDep,
@@ -92,25 +90,6 @@ Email = Annotated[str, Query(max_length=320, description="a person's e-mail addr
 Since = Annotated[AwareDatetime | None, Query(description="from this time on (ISO 8601 with its offset)")]
 
 
-def _person_id(session: Session, email: str) -> int | None:
-    if not email.strip():
-        return None
-    found = session.scalar(select(User.id).where(func.lower(User.email) == email.strip().lower()))
-    return found if found is not None else -1  # nobody has it: an id no row has, so nothing matches
-
-
-def filters_of(
-    session: Session, *, course_id: int | None, site_wide: bool, action: str, actor: str, subject: str,
-    since: datetime | None, until: datetime | None,
-) -> trail.Filters:  # fmt: skip
-    if since is not None and until is not None and until <= since:
-        raise InvalidInput("'until' must come after 'since'")
-    return trail.Filters(
-        course_id=course_id, site_wide=site_wide, action=action.strip(), actor_id=_person_id(session, actor),
-        subject_id=_person_id(session, subject), since=since, until=until,
-    )  # fmt: skip
-
-
 def _csv(rows: list[trail.Row], name: str) -> PlainTextResponse:
     return PlainTextResponse(
         trail.entries_csv(rows),
@@ -128,7 +107,7 @@ def course_audit(
     since: Since = None, until: Since = None,
 ) -> list[AuditEntryOut]:  # fmt: skip
     """List the course's audit entries, newest first (its instructors and TAs)."""
-    found = filters_of(session, course_id=access.course.id, site_wide=False, action=action, actor=actor,
+    found = trail.filters_for(session=session, course_id=access.course.id, site_wide=False, action=action, actor=actor,
                      subject=subject, since=since, until=until)  # fmt: skip
     return [AuditEntryOut.of(r) for r in trail.entries(session=session, filters=found)]
 
@@ -139,19 +118,12 @@ def course_audit_csv(
     since: Since = None, until: Since = None,
 ) -> PlainTextResponse:  # fmt: skip
     """Return the course's audit entries as CSV (its instructors and TAs)."""
-    found = filters_of(session, course_id=access.course.id, site_wide=False, action=action, actor=actor,
+    found = trail.filters_for(session=session, course_id=access.course.id, site_wide=False, action=action, actor=actor,
                      subject=subject, since=since, until=until)  # fmt: skip
     return _csv(trail.entries(session=session, filters=found), f"{access.course.slug}-audit.csv")
 
 
 CourseSlug = Annotated[str, Query(max_length=64, description="one course's entries (its slug)")]
-
-
-def course_id_of(session: Session, slug: str) -> int | None:
-    if not slug:
-        return None
-    found = session.scalar(select(Course.id).where(Course.slug == slug))
-    return found if found is not None else -1
 
 
 @admin_router.get("/audit", responses=problem_responses(401, 403, 422))
@@ -160,7 +132,8 @@ def site_audit(
     subject: Email = "", since: Since = None, until: Since = None,
 ) -> list[AuditEntryOut]:  # fmt: skip
     """List every audit entry, newest first (admins)."""
-    found = filters_of(session, course_id=course_id_of(session, course), site_wide=True, action=action, actor=actor,
+    course_id = trail.course_id_of(session=session, slug=course)
+    found = trail.filters_for(session=session, course_id=course_id, site_wide=True, action=action, actor=actor,
                      subject=subject, since=since, until=until)  # fmt: skip
     return [AuditEntryOut.of(r) for r in trail.entries(session=session, filters=found)]
 
@@ -171,7 +144,8 @@ def site_audit_csv(
     subject: Email = "", since: Since = None, until: Since = None,
 ) -> PlainTextResponse:  # fmt: skip
     """Return every audit entry as CSV (admins)."""
-    found = filters_of(session, course_id=course_id_of(session, course), site_wide=True, action=action, actor=actor,
+    course_id = trail.course_id_of(session=session, slug=course)
+    found = trail.filters_for(session=session, course_id=course_id, site_wide=True, action=action, actor=actor,
                      subject=subject, since=since, until=until)  # fmt: skip
     return _csv(trail.entries(session=session, filters=found), "gpulab-audit.csv")
 

@@ -1,8 +1,8 @@
 """The audit trail as pages: ``/courses/{slug}/audit`` for a course's staff, ``/admin/audit`` for admins.
 
-Contract: the same entries, filters and rules as ``app.web.routes.api_lifecycle`` (whose filter helpers this
-module shares): a course's instructors and TAs read their course's (``CourseStaffDep``: a learner gets the 403 page,
-an outsider the 404 page), admins everything (``AdminDep``). Filters come as a GET form (action, actor and subject
+Contract: the same entries, filters (``trail.filters_for``) and rules as ``app.web.routes.api_lifecycle``: a
+course's instructors and TAs read their course's (``CourseStaffDep``: a learner gets the 403 page, an outsider
+the 404 page), admins everything (``AdminDep``). Filters come as a GET form (action, actor and subject
 e-mail, since and until as dates in the viewer's zone); the CSV link repeats them. A filter that cannot be read
 shows the page again (422) with the reason and no rows.
 """
@@ -19,7 +19,6 @@ from fastapi.responses import Response
 from app.domain.audit import trail
 from app.web.deps import AdminDep, CourseStaffDep, SessionDep
 from app.web.pages import FORM_CSRF, render
-from app.web.routes.api_lifecycle import course_id_of, filters_of
 from app.web.routes.course_forms import ZONES, utc_from_local
 from worker.core.errors import GpulabError
 
@@ -39,7 +38,7 @@ def _page(
     try:
         start = utc_from_local(since, tz, "since") if since else None
         end = utc_from_local(until, tz, "until") if until else None
-        found = filters_of(session, course_id=course_id, site_wide=site_wide, action=action, actor=actor,
+        found = trail.filters_for(session=session, course_id=course_id, site_wide=site_wide, action=action, actor=actor,
                            subject=subject, since=start, until=end)  # fmt: skip
         rows = trail.entries(session=session, filters=found)
         query = {"action": action, "actor": actor, "subject": subject, "course": course,
@@ -76,7 +75,7 @@ def site_audit_page(
     subject: Text = "", since: Text = "", until: Text = "", tz: Text = "UTC",
 ) -> Response:  # fmt: skip
     return _page(
-        request, session, course_id=course_id_of(session, course.strip()), site_wide=True,
+        request, session, course_id=trail.course_id_of(session=session, slug=course.strip()), site_wide=True,
         csv_path="/api/admin/audit.csv", heading="Audit trail", action=action, actor=actor, subject=subject,
         since=since, until=until, tz=tz, course=course,
     )  # fmt: skip
