@@ -554,6 +554,14 @@ CLASSES: tuple[FailureClass, ...] = (
         types=("InvalidArgumentError",),
     ),
     FailureClass(
+        "keras.save_extension",
+        re.compile(r"Invalid filepath extension for saving"),
+        "model.save (or keras.saving.save_model) was given a path that ends neither in .keras nor in .h5: Keras saves "
+        'a whole model into one file named with one of those extensions (os.path.join(folder, "model.keras"), for '
+        "example), not into a folder; model.export(path) writes a SavedModel folder instead",
+        types=("ValueError",),
+    ),
+    FailureClass(
         "submission.missing_name",
         re.compile(r"module '(?:submission|__main__)' has no attribute '(?P<name>\w+)'"),
         "your code has no `{name}`: the tests call it by that name. Define it at the top level of your file, "

@@ -329,6 +329,10 @@ TF: dict[str, str] = {
     "tf.batch_size_zero": textwrap.dedent("""\
         import tensorflow as tf
         tf.data.Dataset.range(8).batch(4 * 0)"""),
+    "tf.keras_save_folder": textwrap.dedent("""\
+        import tempfile, keras
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        m.save(tempfile.mkdtemp())  # a folder, not a .keras file"""),
 }
 
 
