@@ -1,16 +1,17 @@
 """Hidden tests for tf-mirrored-scope. They run in the judge and never import TensorFlow.
 
-`probe("observe")` reports, from the learner's process: the strategy's type and replica count, every
-model and optimizer variable (its type, how many copies, whether the learner's strategy created it),
-whether the model is compiled, the loss, and the model's output on a fixed (64, 20) batch.
+`probe("observe")` reports, from the learner's process: the strategy's type, replica count and devices (and the
+devices this grader has), how many weights the model had when the learner's module finished, every model and
+optimizer variable (its type, its copies and their devices, whether the learner's strategy created it), whether the
+model is compiled, the loss, the model's input shape and its output on a fixed (64, 20) batch.
 `probe("fit_once", labels)` runs one 2-replica fit step and reports the loss or the exception.
-These tests decide, and say why.
+These tests decide, and say why: a message names a cause only where the observation shows it, else its candidates.
 """
 
 import math
 
-import pytest
-from probes import CLASSES
+from probes import BATCH, CLASSES, FEATURES
+from runner import feedback
 
 SCOPE_FIX = (
     "Put everything that creates variables inside the scope:\n"
@@ -19,20 +20,49 @@ SCOPE_FIX = (
     "        model = ...            # build the model here\n"
     "        model.compile(...)     # and compile it here (this creates the optimizer)"
 )
+FIT = "model.fit(x, y, batch_size=8, epochs=1) on 2 replicas"
+LEAVE_DEVICES_OUT = (
+    "Leave `devices` out: `tf.distribute.MirroredStrategy()` finds every available device by itself (the GPUs on a "
+    "GPU machine, both logical CPUs on this grader)."
+)
 
 
 def _observe(probe):
-    try:
-        seen = probe("observe")
-    except Exception as exc:  # a probe only fails on the learner's objects
-        pytest.fail(f"inspecting your `strategy` and `model` raised {type(exc).__name__}: {exc}")
+    seen = probe("observe")
     if not seen["has_strategy"] or not seen["has_model"]:
         missing = [n for n in ("strategy", "model") if not seen[f"has_{n}"]]
-        pytest.fail(
+        feedback.fail(
             f"your module has no top-level {' and no '.join(missing)}; define both at the top level of the file "
             "(not only inside a function that is never called), e.g. `strategy = tf.distribute.MirroredStrategy()`."
         )
     return seen
+
+
+def _keras_model(seen) -> None:
+    """Fail, saying what `model` is instead, unless it is a Keras model."""
+    if seen["is_keras_model"]:
+        return
+    kind, name = seen["model_type"], seen["model_name"]
+    if kind == "NoneType":
+        why = "`model` is None: assign the Keras model you build to it, inside `with strategy.scope():`."
+    elif seen["model_is_class"]:
+        why = (f"`model` is the class {name} itself, not a model made from it: create one by calling the class, "
+               f"`model = {name}(...)`, inside `with strategy.scope():` (and build it there).")
+    elif kind == "function":
+        why = (f"`model` is the function {name}, not a Keras model: assign what the function returns, "
+               f"`model = {name}()` (with the parentheses), inside `with strategy.scope():`.")
+    else:
+        why = f"`model` is a {kind}, not a Keras model (keras.Sequential, keras.Model or a subclass of keras.Model)."
+    feedback.fail(why)
+
+
+def _names(items, most: int = 3) -> str:
+    shown = ", ".join(str(i) for i in items[:most])
+    return shown + (f" and {len(items) - most} more" if len(items) > most else "")
+
+
+def _missing_devices(seen) -> list[str]:
+    return [d for d in seen["strategy_devices"] or [] if d not in seen["available_devices"]]
 
 
 def _loss_name(loss):
@@ -45,9 +75,59 @@ def _loss_name(loss):
     return raw.lower().replace("_", "")
 
 
+def _outside_scope(seen, outside, weights) -> str:
+    """Why some weights were not created by the learner's strategy, from what the probe saw."""
+    n, total = len(outside), len(weights)
+    kind = outside[0]["type"]
+    example = _names([w["name"] for w in outside])
+    if seen["weights_after_import"] == 0:
+        return (
+            f"when your module had finished, `model` had no weights yet: it was given no input size, so Keras creates "
+            "its weights the first time the model is called, and that first call (the tests', after your module "
+            f"ran) is outside strategy.scope(): its {total} weights are now plain {kind} variables, not mirrored ones. "
+            f"Give the model its input size, keras.Input(shape=({FEATURES},)) or input_shape=({FEATURES},) on the "
+            "first layer (or call it once on a batch inside the scope), so that its weights are created inside "
+            "`with strategy.scope():`."
+        )
+    others = [w for w in outside if w["components"]]
+    if others:
+        owner = others[0].get("owner") or "strategy"
+        return (
+            f"{len(others)} of {total} weights ({example}) are mirrored, but by a different {owner} object than "
+            "your `strategy`: every tf.distribute.MirroredStrategy() call makes a new strategy, and each owns only "
+            "the variables made in its own scope. Make the strategy once and build and compile under its scope, "
+            "`with strategy.scope():` (not `with tf.distribute.MirroredStrategy().scope():`, and no new "
+            "`strategy = ...` after the model is built)."
+        )
+    optimizer_vars = seen["optimizer_variables"] or []
+    if optimizer_vars and all(v["in_scope"] for v in optimizer_vars):
+        return (
+            f"{n} of {total} weights ({example}) are plain {kind} variables that your MirroredStrategy did not "
+            "create, while the optimizer was created inside its scope: the model was built before `with "
+            "strategy.scope():` (or after it) and only compiled inside it. Compiling inside the scope does not "
+            "convert weights that already exist, and the first fit fails (RuntimeError 'Need to be inside \"with "
+            "strategy.scope()\"' with Adam, AssertionError with SGD). " + SCOPE_FIX
+        )
+    optimizer = "the optimizer's variables are not mirrored either" if optimizer_vars else "there is no optimizer"
+    return (
+        f"{n} of {total} weights ({example}) are plain {kind} variables that your MirroredStrategy did not create, "
+        f"and {optimizer}: nothing that creates variables ran inside the scope. Either the scope was never entered "
+        "(`strategy.scope()` on a line of its own only makes a context manager; enter it with `with "
+        "strategy.scope():` and indent the building and compiling under it), or the model was built and compiled "
+        "before or after the `with` block. " + SCOPE_FIX
+    )
+
+
 def test_strategy_mirrors_two_replicas(probe):
     seen = _observe(probe)
     kind, replicas = seen["strategy_type"], seen["replicas"]
+    if kind == "NoneType":
+        feedback.fail("`strategy` is None: create it with `strategy = tf.distribute.MirroredStrategy()`.")
+    if seen["strategy_is_class"]:
+        feedback.fail(
+            f"`strategy` is the class {seen['strategy_class']} itself, not a strategy: create one by calling it, "
+            "`strategy = tf.distribute.MirroredStrategy()` (with the parentheses)."
+        )
     assert kind in ("MirroredStrategy", "MirroredStrategyV1"), (
         f"`strategy` is a {kind}; expected a tf.distribute.MirroredStrategy. "
         + (
@@ -58,89 +138,176 @@ def test_strategy_mirrors_two_replicas(probe):
         )
         + "Create it with `tf.distribute.MirroredStrategy()`, which uses every available device."
     )
+    devices, available = seen["strategy_devices"] or [], seen["available_devices"]
     assert replicas == 2, (
-        f"`strategy.num_replicas_in_sync` is {replicas}, but this grader has 2 devices. A MirroredStrategy "
-        "with an explicit devices=['/cpu:0'] (or one GPU) mirrors over that one device only. Leave `devices` out: "
-        "`tf.distribute.MirroredStrategy()` finds every device by itself."
+        f"`strategy.num_replicas_in_sync` is {replicas}: your MirroredStrategy mirrors over {_names(devices)}, but "
+        f"this grader has 2 devices ({_names(available)}). A MirroredStrategy mirrors over exactly the devices it is "
+        "given. " + LEAVE_DEVICES_OUT
+    )
+    missing = _missing_devices(seen)
+    assert not missing, (
+        f"your MirroredStrategy mirrors over {_names(devices)}, but this grader has no {_names(missing)}: its "
+        f"devices are {_names(available)}. Given names of devices that do not exist, a MirroredStrategy still "
+        f"counts {replicas} replicas, but TensorFlow puts their copies on the devices it has, and training over "
+        "them can wait forever. " + LEAVE_DEVICES_OUT
     )
 
 
 def test_weights_created_in_scope(probe):
     seen = _observe(probe)
+    _keras_model(seen)
     weights = seen["weights"]
     if weights is None:
-        pytest.fail(
-            f"could not read model.weights: {seen['weights_error']['type']}: {seen['weights_error']['message']}. "
-            "`model` must be a Keras model (keras.Sequential or keras.Model)."
-        )
+        error = seen["weights_error"]
+        feedback.fail(feedback.raised("reading model.weights", error["type"], error["message"]))
     assert weights, (
-        "your model has no weights yet, so nothing was created in the scope. Give it an input size "
-        "(keras.Input(shape=(20,)) or input_shape=(20,) on the first layer) so Keras builds the weights at once, "
-        "inside strategy.scope()."
+        f"your model has no weights at all, even after it was called on a ({BATCH}, {FEATURES}) batch: it needs "
+        f"layers with weights, such as keras.layers.Dense({CLASSES}, activation='softmax'), created inside "
+        "`with strategy.scope():`."
     )
-    outside = [w["name"] for w in weights if not w["in_scope"]]
-    assert not outside, (
-        f"{len(outside)} of {len(weights)} weights were not created by your MirroredStrategy "
-        f"(e.g. {outside[:3]}; their type is {weights[0]['type']}). This happens when the model is built before "
-        "`with strategy.scope():` — compiling inside the scope later does not convert the weights, and the first "
-        "fit fails (RuntimeError 'Need to be inside \"with strategy.scope()\"' with Adam, AssertionError with SGD). "
-        + SCOPE_FIX
+    outside = [w for w in weights if not w["in_scope"]]
+    if outside:
+        feedback.fail(_outside_scope(seen, outside, weights))
+    not_mirrored = [w for w in weights if w["type"] != "MirroredVariable" or (w["components"] or 1) < 2]
+    if not_mirrored:
+        w = not_mirrored[0]
+        copies = w["components"] or 1
+        feedback.fail(
+            f"{len(not_mirrored)} of {len(weights)} weights are not mirrored over 2 devices: {w['name']} is a "
+            f"{w['type']} with {copies} cop{'y' if copies == 1 else 'ies'}. Under a MirroredStrategy with 2 replicas "
+            f"each weight is a MirroredVariable with one copy per device; a strategy over one device keeps one copy "
+            f"only (your `strategy` is a {seen['strategy_type']} with {seen['replicas']} replica(s)). Use "
+            "`tf.distribute.MirroredStrategy()`."
+        )
+    shared = [w for w in weights if w.get("devices") and len(set(w["devices"])) < len(w["devices"])]
+    assert not shared, (
+        f"each weight has {shared[0]['components']} copies, but not on {shared[0]['components']} different devices: "
+        f"{shared[0]['name']} has its copies on {_names(shared[0]['devices'])} (this grader's devices are "
+        f"{_names(seen['available_devices'])}). The strategy's devices must be devices this machine has. "
+        + LEAVE_DEVICES_OUT
     )
-    not_mirrored = [(w["name"], w["type"], w["components"]) for w in weights
-                    if w["type"] != "MirroredVariable" or w["components"] != seen["replicas"] or w["components"] < 2]
-    assert not not_mirrored, (
-        f"these weights are not mirrored over 2 devices (name, type, copies): {not_mirrored[:3]}. Under a "
-        "MirroredStrategy with 2 replicas each weight is a MirroredVariable with one copy per device; a "
-        "single-device strategy keeps one copy only. Use `tf.distribute.MirroredStrategy()`."
+
+
+def _not_probabilities(rows) -> str:
+    """Say how the (64, 10) output fails to be one probability distribution per row."""
+    sums = [sum(r) for r in rows]
+    bad = [i for i, s in enumerate(sums) if not math.isclose(s, 1.0, abs_tol=1e-4)]
+    negative = [v for r in rows for v in r if v < 0]
+    first = bad[0] if bad else 0
+    seen = f"row {first} of model(x) sums to {sums[first]:.3g}"
+    columns = [sum(r[j] for r in rows) for j in range(len(rows[0]))]
+    if negative:
+        return (
+            f"the outputs are not probabilities: {seen} and {len(negative)} values are negative (the smallest "
+            f"{min(negative):.3g}), which a softmax never gives: the model does not end in a softmax, so it returns "
+            f"raw scores (logits). End it in one, keras.layers.Dense({CLASSES}, activation='softmax'), so every row "
+            "is >= 0 and sums to 1. (Raw logits with a from_logits=True loss train too, but this exercise asks the "
+            "model itself to return class probabilities.)"
+        )
+    if bad and all(math.isclose(c, 1.0, abs_tol=1e-4) for c in columns):
+        return (
+            f"the outputs are not probabilities per example: {seen}, while each of the {len(columns)} columns sums to "
+            f"1 over the {len(rows)} examples of the batch: your softmax normalises over axis 0, the batch axis. "
+            "Normalise over the classes, the last axis: keras.layers.Softmax() or Softmax(axis=-1), or "
+            "activation='softmax'."
+        )
+    within = all(0 <= v <= 1 for r in rows for v in r)
+    return (
+        f"the outputs are not probabilities: {seen}"
+        + (
+            ", although every value lies between 0 and 1: each class is squashed on its own (as a sigmoid does), "
+            "not normalised against the others. "
+            if within
+            else ". "
+        )
+        + f"The model must end in a softmax over the classes, keras.layers.Dense({CLASSES}, activation='softmax'), "
+        "so every row is >= 0 and sums to 1."
     )
+
+
+def _input_problem(seen) -> str:
+    """Why the model cannot take a (64, 20) batch, from its input shape; "" when the shape does not show it."""
+    shape = seen["input_shape"]
+    if not shape or shape[1:] == [FEATURES]:
+        return ""
+    shown = "(" + ", ".join("None" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    said = (
+        f"your model takes inputs of shape {shown} (None is the batch), so it cannot take the ({BATCH}, {FEATURES}) "
+        f"batch: one example is {FEATURES} features, so the input shape must be (None, {FEATURES}). "
+    )
+    if len(shape) > 2:
+        return said + (
+            "keras.Input(shape=...) and input_shape= take the shape of ONE example, without the batch size: "
+            f"shape=({FEATURES},)."
+        )
+    hint = f" ({CLASSES} is the number of classes, the output size)" if shape[-1] == CLASSES else ""
+    return said + f"Give it keras.Input(shape=({FEATURES},)) or input_shape=({FEATURES},){hint}."
 
 
 def test_outputs_ten_class_probabilities(probe):
     seen = _observe(probe)
+    _keras_model(seen)
     if seen["output"] is None:
-        err = seen["output_error"]
-        pytest.fail(
-            f"model(x) on a (64, 20) float32 batch raised {err['type']}: {err['message']}. The model must take "
-            "20 input features."
-        )
+        error = seen["output_error"]
+        got = feedback.raised(f"model(x) on a ({BATCH}, {FEATURES}) float32 batch", error["type"], error["message"])
+        problem = _input_problem(seen)
+        if problem:
+            feedback.fail(problem, details=got.details)
+        feedback.fail(got.message + f" The model must take {FEATURES} input features.", details=got.details)
     shape = seen["output_shape"]
-    assert shape == [64, 10], (
-        f"model(x) on a (64, 20) batch returned shape {tuple(shape)}; expected (64, 10): one row per example and "
-        "one probability per class. The last layer needs 10 units: keras.layers.Dense(10, activation='softmax')."
+    assert shape == [BATCH, CLASSES], (
+        f"model(x) on a ({BATCH}, {FEATURES}) batch returned shape {tuple(shape)}; expected ({BATCH}, {CLASSES}): one "
+        "row per example and one probability per class. "
+        + (
+            f"The last layer needs {CLASSES} units: keras.layers.Dense({CLASSES}, activation='softmax')."
+            if len(shape) == 2 and shape[0] == BATCH
+            else f"The model must end in keras.layers.Dense({CLASSES}, activation='softmax') on (batch, features)."
+        )
     )
     rows = seen["output"]
-    sums = [sum(r) for r in rows]
-    negative = any(v < 0 for r in rows for v in r)
-    bad = [i for i, s in enumerate(sums) if not math.isclose(s, 1.0, abs_tol=1e-4)]
-    assert not bad and not negative, (
-        f"the outputs are not probabilities: row {bad[0] if bad else 0} sums to {sums[bad[0] if bad else 0]:.4g}"
-        + (" and some values are negative" if negative else "")
-        + ". The model must end in a softmax (Dense(10, activation='softmax')), so every row is >= 0 and sums to 1. "
-        "If you used raw logits with a from_logits=True loss, that trains too, but this exercise asks the model "
-        "itself to return class probabilities."
-    )
+    ok = all(math.isclose(sum(r), 1.0, abs_tol=1e-4) for r in rows) and not any(v < 0 for r in rows for v in r)
+    assert ok, _not_probabilities(rows)
 
 
 def test_compiled_in_scope(probe):
     seen = _observe(probe)
+    _keras_model(seen)
     assert seen["compiled"] is True and seen["optimizer"], (
         "`model` is not compiled (no optimizer): call model.compile(optimizer=..., loss=...) inside "
         "`with strategy.scope():`, right after building the model. Without compile, fit refuses to run."
     )
     variables = seen["optimizer_variables"] or []
-    outside = [v["name"] for v in variables if not v["in_scope"]]
-    assert not outside, (
-        f"your {seen['optimizer']} optimizer was created outside strategy.scope(): its variables {outside[:3]} are "
-        "not mirrored. Keras creates an optimizer's variables when the optimizer object is made — by "
-        "`compile(optimizer='adam')`, or by `keras.optimizers.Adam()` wherever you wrote it. Made outside the "
-        "scope, fit with Adam raises 'RuntimeError: Mixing different tf.distribute.Strategy objects' (SGD happens "
-        "to run, with an unmirrored step counter). Call compile inside the scope and create any optimizer "
-        "object there too."
+    outside = [v for v in variables if not v["in_scope"]]
+    if not outside:
+        return
+    others = [v for v in outside if v["components"]]
+    if others:
+        feedback.fail(
+            f"your {seen['optimizer']} optimizer's variables are mirrored, but by a different "
+            f"{others[0].get('owner') or 'strategy'} object than your `strategy`: it was created (by compile or by "
+            "hand) under the scope of another strategy object. Compile under `with strategy.scope():` of the "
+            "strategy you export, and make that strategy once."
+        )
+    weights_plain = any(not w["in_scope"] and not w["components"] for w in seen["weights"] or [])
+    feedback.fail(
+        f"your {seen['optimizer']} optimizer was created outside strategy.scope(): its variables "
+        f"{_names([v['name'] for v in outside])} are not mirrored. Keras creates an optimizer's variables when the "
+        "optimizer object is made — by `compile(optimizer='adam')`, or by `keras.optimizers.Adam()` wherever you "
+        "wrote it. Made outside the scope, fit with Adam raises 'RuntimeError: Mixing different tf.distribute.Strategy "
+        "objects' (SGD happens to run, with an unmirrored step counter). Call compile inside the scope and create any "
+        "optimizer object there too."
+        + (
+            " Your model's weights are plain variables too: if your code calls `strategy.scope()` on a line of its "
+            "own, without `with`, the scope is never entered."
+            if weights_plain
+            else ""
+        )
     )
 
 
 def test_classification_loss(probe):
     seen = _observe(probe)
+    _keras_model(seen)
     loss = seen["loss"]
     assert loss["kind"] in ("str", "object"), (
         "the model has no loss: compile it with a classification loss, e.g. "
@@ -159,29 +326,51 @@ def test_classification_loss(probe):
     )
 
 
+def _fit_blockers(seen) -> list[str]:
+    """What the other tests found that can make fit fail."""
+    found = []
+    if not (seen["compiled"] is True and seen["optimizer"]):
+        found.append("the model is not compiled: call model.compile(optimizer=..., loss=...) inside the scope")
+    weights = seen["weights"] or []
+    if any(not w["in_scope"] for w in weights):
+        found.append("the model's weights were not created by your strategy (see the weights test)")
+    if any(not v["in_scope"] for v in seen["optimizer_variables"] or []):
+        found.append("the optimizer was not created by your strategy (see the compile test)")
+    if seen["output"] is None:
+        found.append(f"the model does not take a batch of {FEATURES} features (see the output test)")
+    elif len(seen["output_shape"]) == 2 and seen["output_shape"][1] < CLASSES:
+        found.append(
+            f"the model outputs {seen['output_shape'][1]} value(s) per example, but the labels are classes 0 to "
+            f"{CLASSES - 1}: the last layer needs {CLASSES} units, keras.layers.Dense({CLASSES}, activation='softmax')"
+        )
+    return found
+
+
 def test_fit_step_on_two_replicas(probe):
     seen = _observe(probe)
+    _keras_model(seen)
+    missing = _missing_devices(seen)
+    if missing:
+        feedback.fail(
+            f"not run: your strategy mirrors over {_names(missing)}, which this grader does not have, and a fit over "
+            "devices that do not exist can wait forever (see the strategy test). " + LEAVE_DEVICES_OUT
+        )
     labels = "sparse" if "sparse" in _loss_name(seen["loss"]) else "onehot"
     result = probe("fit_once", labels)
     if not result["ok"]:
-        kind, message = result["type"], result["message"]
-        fix = f"\n{SCOPE_FIX}"  # where the scope goes, for every cause but one the scope cannot have
-        if "must call `compile()`" in message:
-            why = "The model was never compiled: call model.compile(...) inside the scope."
-        elif "label value" in message and "valid range" in message:
-            why = (f"The labels are class ids 0 to {CLASSES - 1}, but the model's output has fewer units: the last "
-                   f"layer needs one unit per class, keras.layers.Dense({CLASSES}, activation='softmax').")
-            fix = ""
-        elif "Mixing different" in message:
-            why = ("The model's weights belong to the MirroredStrategy but the optimizer does not: it was created "
-                   "(by compile or by hand) outside strategy.scope(). Compile inside the scope.")
-        elif "Need to be inside" in message or kind == "AssertionError" or "colocate_vars_with" in message:
-            why = ("This is what TensorFlow raises when the model was built outside strategy.scope() and only "
-                   "compiled inside it: the weights are plain variables but the optimizer is mirrored.")
-        else:
-            why = "A model built and compiled inside strategy.scope() fits without errors."
-        pytest.fail(
-            f"model.fit(x, y, batch_size=8, epochs=1) on 2 replicas raised {kind}: {message[:300]}\n{why}{fix}"
+        got = feedback.raised(FIT, result["type"], result["message"])
+        found = _fit_blockers(seen)
+        if found:
+            said = got.message if got.cause else f"{FIT} raised {result['type']} (TensorFlow's text: see details)."
+            feedback.fail(
+                said + "\nFix what the tests above found first; each of these can make fit fail:\n"
+                + "\n".join(f"- {f}" for f in found),
+                details=got.details,
+            )
+        feedback.fail(
+            got.message + f"\nA model built and compiled inside strategy.scope(), with {FEATURES} inputs and "
+            f"{CLASSES} softmax outputs, fits without errors.",
+            details=got.details,
         )
     loss = result["loss"]
     assert loss and all(math.isfinite(v) for v in loss), (
