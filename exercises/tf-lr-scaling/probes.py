@@ -111,7 +111,8 @@ def schedule_round_trip(submission, target_lr, warmup_steps, steps):
     import keras
     import tensorflow as tf
 
-    seen = {"config": None, "config_error": None, "rebuilt": None, "rebuilt_error": None, "optimizer_error": None}
+    seen = {"config": None, "config_error": None, "rebuilt": None, "rebuilt_error": None, "call_error": None,
+            "optimizer_error": None}
     schedule = submission.WarmupSchedule(target_lr, warmup_steps)
     try:
         config = schedule.get_config()
@@ -121,9 +122,13 @@ def schedule_round_trip(submission, target_lr, warmup_steps, steps):
         return seen
     try:
         again = type(schedule).from_config(config)
-        seen["rebuilt"] = [_number(again(tf.constant(s, dtype=tf.int64)))[0] for s in steps]
     except Exception as exc:
         seen["rebuilt_error"] = _error(exc)
+    else:
+        try:  # a failure here is the schedule's own call, not its config: reported apart
+            seen["rebuilt"] = [_number(again(tf.constant(s, dtype=tf.int64)))[0] for s in steps]
+        except Exception as exc:
+            seen["call_error"] = _error(exc)
     try:
         keras.optimizers.SGD(learning_rate=schedule).get_config()
     except Exception as exc:
@@ -146,15 +151,24 @@ def fit_lrs(submission, base_lr, base_batch, per_replica_batch, warmup_steps, n)
 
     strategy = tf.distribute.MirroredStrategy()
     seen = {"replicas": int(strategy.num_replicas_in_sync), "error": None, "lrs": [], "optimizer": None,
-            "is_sgd": False, "momentum": None, "iterations": None, "steps": None, "loss": None}
+            "is_sgd": False, "momentum": None, "iterations": None, "steps": None, "loss": None, "rate": None}
     try:
         optimizer = submission.make_optimizer(strategy, base_lr, base_batch, per_replica_batch, warmup_steps)
     except Exception as exc:
         seen["error"] = {"where": "make_optimizer", **_error(exc)}
         return seen
-    seen["optimizer"] = type(optimizer).__name__
+    seen["optimizer"] = "None" if optimizer is None else type(optimizer).__name__
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         return seen
+    # What the optimizer holds as its learning rate: the learner's WarmupSchedule, another schedule, or a number.
+    rate = getattr(optimizer, "_learning_rate", None)
+    mine = getattr(submission, "WarmupSchedule", None)
+    if isinstance(mine, type) and isinstance(rate, mine):
+        seen["rate"] = "WarmupSchedule"
+    elif isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+        seen["rate"] = type(rate).__name__
+    else:
+        seen["rate"] = "number"
     seen["is_sgd"] = isinstance(optimizer, keras.optimizers.SGD)
     seen["momentum"] = _number(getattr(optimizer, "momentum", None))[0]
     iterations = getattr(optimizer, "iterations", None)

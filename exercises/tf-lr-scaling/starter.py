@@ -1,5 +1,5 @@
 import keras
-import tensorflow as tf
+import tensorflow as tf  # noqa: F401 - for the schedule's tensor ops
 
 
 def scaled_lr(base_lr, base_batch, per_replica_batch, strategy):
