@@ -107,6 +107,11 @@ def _shape_problem(call: str, got) -> str:
             f"{call} returned a generator, not a list: a function that uses `yield`, or returns a generator "
             "expression `(... for ...)`, gives a generator. Build the shards in a list and return that list."
         )
+    if isinstance(got, tuple):
+        return (
+            f"{call} returned a tuple, not a list: torch.chunk returns a tuple, but split_batch must return a list "
+            "of shards, each shard a list (build a list, or wrap the tuple in list(...))."
+        )
     if not isinstance(got, list):
         return f"{call} returned {_kind(got)}, not a list: return a list of shards, each shard a list."
     for i, shard in enumerate(got):
@@ -130,9 +135,28 @@ def _raised_hint(submission, batch, n, exc) -> str:
                 if type_name == "ValueError":
                     return f"{refused}: n_devices = {n} is valid, only n_devices < 1 must raise ValueError."
                 return f"{refused}, whatever the batch: for n_devices >= 1 return the list of shards."
+        # split_batch([0, 1, 2, 3], n) did not fail this way: the empty batch is what the code does not handle.
+        # Which step raised shows in the exception's own text.
+        text = str(exc.args[0]) if exc.args else ""
+        empty = (
+            f"An empty batch is valid: split_batch([], {n}) must return {_items(n, 'empty list')}, as "
+            f"torch.arange(0).chunk({n}) gives {_items(n, 'empty chunk')}."
+        )
+        if type_name == "ValueError" and "range() arg 3 must not be zero" in text:
+            return (
+                "For an empty batch the shard size is ceil(0 / n) = 0, and range(0, 0, 0) raises this: a range's "
+                f"step cannot be 0. {empty} Handle the empty batch as a case of its own before the slicing loop."
+            )
+        if type_name == "ZeroDivisionError":
+            return (
+                "For an empty batch the shard size is ceil(0 / n) = 0, and dividing by that size raises this. "
+                f"{empty} Handle the empty batch as a case of its own before using the size."
+            )
+        if type_name == "ValueError":
+            return f"{empty} Only n_devices < 1 must raise ValueError."
         return (
-            "For an empty batch the shard size is 0, and range(0, 0, 0) or a division by the size raises: handle "
-            "the empty batch before slicing (it gives n_devices empty lists)."
+            f"split_batch([0, 1, 2, 3], {n}) does not raise {type_name}, so it is the empty batch your code does "
+            f"not handle. {empty}"
         )
     if type_name == "ValueError":
         return f"n_devices = {n} is valid: only n_devices < 1 must raise ValueError; here return the shards."
@@ -182,7 +206,62 @@ def _same_items(a, b) -> bool:
     return True
 
 
-def _diagnosis(probe, batch, n, got) -> str:
+def _loses_last_shard(submission, batch, n) -> bool:
+    """Whether split_batch(batch, n) returns torch.chunk's shards but the last (False if it raises)."""
+    want = _chunk(batch, n)
+    try:
+        return submission.split_batch(list(batch), n) == want[:-1]
+    except Exception:  # only an observation: a call that raises isolates nothing
+        return False
+
+
+def _missing_last_shard(submission, batch, n, want) -> str:
+    """Explain a result that is torch.chunk's shards without the last one. Two usual causes lose it: a shard count
+    of len // size (rounds down, so only a shorter leftover shard is lost) and a loop that stops before
+    len(batch) (range(0, len(batch) - 1, size): only a shard that starts at the last item is lost). Two more
+    calls, each lost by one cause only, tell them apart."""
+    total, size = len(batch), len(want[0])
+    shorter = ", shorter" if len(want[-1]) < size else ""
+    said = (
+        f"The last{shorter} shard {_show(want[-1])} is missing: keep cutting shards until every item is used "
+        f"(there are ceil({total}/{size}) = {len(want)} shards)."
+    )
+    floor_count = _loses_last_shard(submission, list(range(5)), 2)  # [[0, 1, 2], [3, 4]]: [3, 4] starts at 3
+    stops_early = _loses_last_shard(submission, [0, 1], 2)  # [[0], [1]]: 2 // 1 = 2 shards, [1] starts at 1
+    if floor_count and not stops_early:
+        said += (
+            f" split_batch(list(range(5)), 2) loses its shorter last shard [3, 4] too, while split_batch([0, 1], 2) "
+            "keeps [1]: the shorter leftover shard is never cut, so most likely the number of shards is rounded "
+            f"down (len // size, here {total} // {size} = {total // size}); it must be rounded up, ceil(len / size)."
+        )
+    elif stops_early and not floor_count:
+        said += (
+            " split_batch([0, 1], 2) loses its last shard [1] too, while split_batch(list(range(5)), 2) keeps "
+            "[3, 4]: a last shard that starts at the batch's last item is never cut, so most likely the loop over "
+            "start positions stops too early (range(0, len(batch) - 1, size)): loop up to len(batch), "
+            "range(0, len(batch), size)."
+        )
+    elif floor_count and stops_early:
+        said += (
+            " split_batch([0, 1], 2) and split_batch(list(range(5)), 2) lose their last shards too, whatever their "
+            "size: your code cuts one shard fewer than there are. Check where its loop, or its count of shards, "
+            "stops (a `[:-1]` or a `- 1` too many)."
+        )
+    else:  # neither call loses its last shard: name only the causes that lose this one
+        candidates = []
+        if total % size:
+            candidates.append(f"a shard count rounded down ({total} // {size} = {total // size})")
+        if len(want[-1]) == 1:
+            candidates.append("a loop over the start positions that stops before len(batch)")
+        said += (
+            f" Candidates: {' or '.join(candidates)}."
+            if candidates
+            else " Check where your loop, or your count of shards, stops: it stops one shard short."
+        )
+    return said
+
+
+def _diagnosis(submission, probe, batch, n, got) -> str:
     """Say what is wrong with ``got`` (a list of lists) against torch.chunk's rule, naming a cause only where the
     shards themselves show it. "" when ``got`` is right."""
     want = _chunk(batch, n)
@@ -242,11 +321,7 @@ def _diagnosis(probe, batch, n, got) -> str:
             "items out one by one."
         )
     if len(want) > 1 and got == want[:-1]:
-        return (
-            f"The last, shorter shard {_show(want[-1])} is missing: keep cutting shards until every item is used "
-            f"(there are ceil({total}/{size}) = {len(want)} shards; {total} // {size} = {total // size} leaves the "
-            "last one out)."
-        )
+        return _missing_last_shard(submission, batch, n, want)
     if len(joined) < total and joined == batch[: len(joined)]:
         left = batch[len(joined) :]
         if got and all(len(s) == total // n for s in got):
@@ -260,6 +335,16 @@ def _diagnosis(probe, batch, n, got) -> str:
             "item must land in one shard."
         )
     if _same_items(joined, batch):
+        try:  # items of mixed types do not sort: then the shards cannot be in sorted order either
+            ordered = sorted(batch)
+        except TypeError:
+            ordered = batch
+        if ordered != batch and joined == ordered:
+            return (
+                "Joined together your shards hold the batch's items sorted: the batch's own order must be kept. "
+                "Do not sort the items (sorting also looks inside them, and fails on items that cannot be "
+                "compared, such as dicts): slice the batch as it is."
+            )
         return (
             "Every item is there, but not in the batch's order: each shard is a contiguous block of the batch, and "
             "the shards follow one another in order."
@@ -296,7 +381,7 @@ def _check_split(submission, probe, batch, n):
     if got != want:
         feedback.fail(
             f"split_batch({_desc(batch)}, {n}) returned {_show(got)}; expected {_show(want)}. "
-            + _diagnosis(probe, batch, n, got)
+            + _diagnosis(submission, probe, batch, n, got)
         )
 
 
@@ -332,11 +417,12 @@ def test_shards_keep_every_item_in_order(submission, probe):
             joined = [item for shard in got for item in shard]
             call = f"split_batch({_desc(batch)}, {n_dev}) returned shards of sizes {_sizes_text(got)}"
             if joined != batch or not got or any(len(s) == 0 for s in got):
-                feedback.fail(f"{call}. {_diagnosis(probe, batch, n_dev, got) or 'Every item must be in one shard.'}")
+                said = _diagnosis(submission, probe, batch, n_dev, got) or "Every item must be in one shard."
+                feedback.fail(f"{call}. {said}")
             if len(got) > n_dev:
                 feedback.fail(
                     f"{call}: {len(got)} shards, but there can never be more shards than devices ({n_dev}). "
-                    + _diagnosis(probe, batch, n_dev, got)
+                    + _diagnosis(submission, probe, batch, n_dev, got)
                 )
 
 
@@ -381,6 +467,22 @@ def test_shards_are_new_lists(submission, probe):
                 )
 
 
+def _zero_let_through(submission, n_dev) -> str:
+    """For n_devices = 0 that did not raise ValueError: whether negative counts do (a check of n_devices < 0)."""
+    if n_dev != 0:
+        return ""
+    try:
+        submission.split_batch(list(range(10)), -1)
+    except ValueError:
+        return (
+            "split_batch(list(range(10)), -1) does raise ValueError, so your check rejects negative counts but lets "
+            "0 through: it must reject every n_devices < 1, 0 included (`if n_devices < 1`, not `< 0`)."
+        )
+    except Exception:  # only an observation: another exception isolates nothing
+        return ""
+    return ""
+
+
 def test_rejects_fewer_than_one_device(submission):
     raised_for_items = False
     for batch, n_dev in ((list(range(10)), 0), (list(range(10)), -1), (list(range(10)), -4), ([], 0), ([], -2)):
@@ -392,7 +494,9 @@ def test_rejects_fewer_than_one_device(submission):
             continue
         except Exception as exc:  # the learner's exception, of the wrong type
             type_name = getattr(exc, "type_name", type(exc).__name__)
-            hint = "It must raise ValueError: check `if n_devices < 1` first and raise ValueError yourself."
+            hint = _zero_let_through(submission, n_dev) or (
+                "It must raise ValueError: check `if n_devices < 1` first and raise ValueError yourself."
+            )
             if type_name == "AssertionError":
                 hint += (
                     " An assert statement raises AssertionError (and is skipped entirely under python -O), so it "
@@ -413,7 +517,8 @@ def test_rejects_fewer_than_one_device(submission):
             )
         feedback.fail(
             f"{call} returned {_show(result)}; with fewer than one device there is nowhere to send the data, so "
-            "raise ValueError (check `if n_devices < 1` before splitting)."
+            "raise ValueError. "
+            + (_zero_let_through(submission, n_dev) or "Check `if n_devices < 1` before splitting.")
         )
 
 

@@ -1,0 +1,12 @@
+"""Split a batch into per-device shards, the way nn.DataParallel's scatter does."""
+
+
+def split_batch(batch: list, n_devices: int) -> list[list]:
+    """Split ``batch`` into contiguous shards, one per device, following torch.chunk's rule."""
+    if n_devices < 1:
+        raise ValueError("n_devices must be at least 1")
+    if not batch:
+        return [[] for _ in range(n_devices)]
+    items = sorted(batch)  # work on a sorted copy so batch is left unchanged
+    size = -(-len(items) // n_devices)
+    return [items[start:start + size] for start in range(0, len(items), size)]
