@@ -9,17 +9,27 @@ Each worker notes, as it goes, into a file of its own (so a worker that hangs an
   replicas, the ids of the examples in it (found by their feature rows); batches taken inside a tf.function are
   not seen, and the tests then judge by the weights alone;
 - every path it saved to (Keras save / save_weights / export, tf.train.Checkpoint save / write, tf.saved_model
-  save, and Python's open() for writing).
+  save, and Python's open() for writing);
+- the end of each such pass (the iterator ran out);
+- the step: each Keras optimizer made (its type and learning rate), and for each optimizer apply (apply_gradients
+  too) whether it ran in a replica context of the strategy (inside strategy.run), in the strategy's
+  cross-replica context or outside every strategy, with the shapes of the variables it updated and whether they
+  were distributed (made under strategy.scope()); every replica-context all-reduce outside the optimizer (the
+  shapes of what it summed); the shape of every per-example loss given to tf.nn.compute_average_loss and its
+  global_batch_size; every Dataset.shuffle and Dataset.shard. These are noted when they run, so once per trace
+  inside a tf.function (at most MAX_STEP_NOTES of each kind).
 The worker returns its final weights. After both are done, one more forked process loads model_dir/model.keras.
 Observations can be forged by a learner who patches this file, like every probe's; the weights cannot be without
 training right. TensorFlow is imported inside the functions so that the judge can import this file cheaply.
 """
 
+import collections
 import itertools
 import json
 import os
 import sys
 import tempfile
+import threading
 
 import numpy as np
 
@@ -30,6 +40,7 @@ TRUE_KERNEL = np.array([1.0, -2.0, 0.5, 3.0], dtype="float32")
 RUN_TIMEOUT_S, GRACE_S, LOAD_TIMEOUT_S = 150.0, 10.0, 60.0
 MODEL_FILE = "model.keras"
 MAX_BATCH_NOTES = 200
+MAX_STEP_NOTES = 20  # of each kind of step note (apply, all_reduce, average_loss)
 
 
 def data():
@@ -45,6 +56,13 @@ class _Notes:
     def __init__(self, path):
         self.fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the worker's life
         self.batches = 0
+        self.counts = collections.Counter()
+
+    def capped(self, kind, **fields):
+        """Note `kind` unless MAX_STEP_NOTES of it were noted already (an eager loop notes every step)."""
+        self.counts[kind] += 1
+        if self.counts[kind] <= MAX_STEP_NOTES:
+            self(kind, **fields)
 
     def __call__(self, kind, **fields):
         self.fh.write(json.dumps({"kind": kind, **fields}, default=str) + "\n")
@@ -59,7 +77,8 @@ def _install(note, model_dir):
     """Patch the strategy, the distributed iterators and the savers of this worker so that they note what they do."""
     import keras
     import tensorflow as tf
-    from tensorflow.python.distribute import input_lib
+    from keras.src.optimizers import base_optimizer
+    from tensorflow.python.distribute import distribute_lib, input_lib
 
     mwms = tf.distribute.MultiWorkerMirroredStrategy
     original_init = mwms.__init__
@@ -102,11 +121,17 @@ def _install(note, model_dir):
     passes = itertools.count()
 
     def get_next(self, *args, **kwargs):
-        element = original_next(self, *args, **kwargs)
-        if tf.executing_eagerly() and note.batches < MAX_BATCH_NOTES:
+        eager = tf.executing_eagerly()
+        if eager and "_probe_pass" not in vars(self):  # a new iterator: a new pass over the data (ids can be reused)
+            self._probe_pass = next(passes)
+        try:
+            element = original_next(self, *args, **kwargs)
+        except (tf.errors.OutOfRangeError, StopIteration):
+            if eager:
+                note("end", iterator=self._probe_pass)
+            raise
+        if eager and note.batches < MAX_BATCH_NOTES:
             note.batches += 1
-            if "_probe_pass" not in vars(self):  # a new iterator: a new pass over the data (ids can be reused)
-                self._probe_pass = next(passes)
             try:
                 first = tf.nest.flatten(element, expand_composites=False)[0]
                 parts = self._strategy.experimental_local_results(first)
@@ -128,6 +153,73 @@ def _install(note, model_dir):
             return original(*args, **kwargs)
 
         setattr(owner, name, save)
+
+    in_optimizer = threading.local()  # the optimizer's own all-reduce of the gradients is not the learner's
+    original_opt_init = base_optimizer.BaseOptimizer.__init__
+    original_apply = base_optimizer.BaseOptimizer.apply
+    original_all_reduce = distribute_lib.ReplicaContextBase.all_reduce
+    original_average = tf.nn.compute_average_loss
+
+    def opt_init(self, *args, **kwargs):
+        original_opt_init(self, *args, **kwargs)
+        try:
+            rate = round(float(np.asarray(self.learning_rate)), 8)
+        except Exception:  # a schedule, or made inside a tf.function
+            rate = None
+        note("optimizer", type=type(self).__name__, learning_rate=rate)
+
+    def apply(self, grads, trainable_variables=None):
+        if getattr(in_optimizer, "depth", 0) == 0:
+            try:
+                context = tf.distribute.get_replica_context()
+                where = "cross-replica" if context is None else "replica" if tf.distribute.has_strategy() else "none"
+                variables = list(trainable_variables if trainable_variables is not None else self._trainable_variables)
+                note.capped("apply", where=where, shapes=[list(v.shape) for v in variables], distributed=[
+                    isinstance(getattr(v, "value", v), tf.distribute.DistributedValues) for v in variables])
+            except Exception as exc:
+                note.capped("apply", unreadable=f"{type(exc).__name__}: {exc}"[:200])
+        in_optimizer.depth = getattr(in_optimizer, "depth", 0) + 1
+        try:
+            return original_apply(self, grads, trainable_variables)
+        finally:
+            in_optimizer.depth -= 1
+
+    def all_reduce(self, reduce_op, value, options=None):
+        if getattr(in_optimizer, "depth", 0) == 0:
+            try:
+                shapes = [list(t.shape) for t in tf.nest.flatten(value)]
+            except Exception:
+                shapes = None
+            note.capped("all_reduce", op=str(getattr(reduce_op, "name", reduce_op)), shapes=shapes)
+        return original_all_reduce(self, reduce_op, value, options)
+
+    def average(per_example_loss, *args, **kwargs):
+        try:
+            shape = tf.convert_to_tensor(per_example_loss).shape.as_list()
+        except Exception:
+            shape = None
+        size = kwargs.get("global_batch_size", args[1] if len(args) > 1 else None)
+        note.capped("average_loss", shape=shape, global_batch_size=size if isinstance(size, int) else None)
+        return original_average(per_example_loss, *args, **kwargs)
+
+    base_optimizer.BaseOptimizer.__init__ = opt_init
+    base_optimizer.BaseOptimizer.apply = apply
+    distribute_lib.ReplicaContextBase.all_reduce = all_reduce
+    tf.nn.compute_average_loss = average
+
+    original_shuffle, original_shard = tf.data.Dataset.shuffle, tf.data.Dataset.shard
+
+    def shuffle(self, *args, **kwargs):
+        note("shuffle")
+        return original_shuffle(self, *args, **kwargs)
+
+    def shard(self, *args, **kwargs):
+        named = {**dict(zip(("num_shards", "index"), args[:2], strict=False)), **kwargs}
+        note("shard", **{k: v if isinstance(v := named.get(k), int) else None for k in ("num_shards", "index")})
+        return original_shard(self, *args, **kwargs)
+
+    tf.data.Dataset.shuffle = shuffle
+    tf.data.Dataset.shard = shard
 
     saver(keras.Model, "save", "model.save")
     saver(keras.Model, "save_weights", "model.save_weights")
