@@ -11,7 +11,8 @@ def test_example_scaled_lr(submission):
 def test_example_warmup(submission):
     got = [submission.warmup_lr(step, 0.4, 4) for step in range(6)]
     want = [0.1, 0.2, 0.3, 0.4, 0.4, 0.4]
-    assert all(math.isclose(g, w) for g, w in zip(got, want)), f"warmup_lr(0..5, 0.4, 4) gave {got}, expected {want}"
+    ok = all(math.isclose(g, w) for g, w in zip(got, want, strict=True))
+    assert ok, f"warmup_lr(0..5, 0.4, 4) gave {got}, expected {want}"
 
 
 def test_example_set_lr(probe):
