@@ -46,3 +46,20 @@ def test_the_beat_carries_each_warm_kind_with_its_hits_and_misses(database: str)
     finally:
         close_shared()
     assert not [k for k in warm_status() if k["kind"] == "judge"]  # a closed pool keeps nothing warm
+
+
+def test_a_pool_module_another_thread_is_still_importing_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The beat runs while the prewarm thread imports the docker pool module: sys.modules holds it half-made.
+    import sys
+    import types
+
+    from worker.grading.sandbox import close_warm_pools
+
+    monkeypatch.setitem(sys.modules, "worker.grading.sandbox.docker_warm", types.ModuleType("half-made"))
+    pool = shared_pool(("python",), 1)
+    try:
+        assert pool.acquire(JUDGE_KEY) is not None
+        assert [k["kind"] for k in warm_status()] == ["judge"]  # the whole module's kinds, none of the half-made's
+    finally:
+        close_warm_pools()
+    assert warm_status() == []

@@ -35,9 +35,9 @@ def close_warm_pools() -> None:
     import sys
 
     for name in ("worker.grading.sandbox.warm", "worker.grading.sandbox.docker_warm"):
-        module = sys.modules.get(name)
-        if module is not None:
-            module.close_shared()
+        close = getattr(sys.modules.get(name), "close_shared", None)  # None while another thread imports it
+        if close is not None:
+            close()
 
 
 def warm_status() -> list[dict[str, Any]]:
@@ -51,9 +51,10 @@ def warm_status() -> list[dict[str, Any]]:
 
     found: list[dict[str, Any]] = []
     for name in ("worker.grading.sandbox.warm", "worker.grading.sandbox.docker_warm"):
-        module = sys.modules.get(name)
-        if module is not None:
-            found.extend(module.shared_status())
+        # Another thread may be importing it right now: a half-initialised module has no status to give yet.
+        status = getattr(sys.modules.get(name), "shared_status", None)
+        if status is not None:
+            found.extend(status())
     return found
 
 
