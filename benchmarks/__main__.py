@@ -554,7 +554,7 @@ def main(argv: list[str]) -> int:
                 for kind in kinds if "throughput" in phases else ():
                     print(f"[{mode}] throughput {kind}", flush=True)
                     server.drain()
-                    results[mode][f"throughput_{kind}"] = throughput(server, exercises()[kind], jobs)
+                    results[mode][f"throughput_{kind}"] = throughput(server, exercises().get(kind, kind), jobs)
                 for phase, think in (("api", STRESS_THINK_S), ("api_paced", PACED_THINK_S)):
                     if phase not in phases:
                         continue

@@ -115,6 +115,7 @@ def main() -> None:
     parser.add_argument("--exercise", default="torch-dataparallel")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--bank", type=Path, default=REPO / "exercises", help="the folder holding the exercise")
     args = parser.parse_args()
 
     from app.settings import get_settings
@@ -123,7 +124,7 @@ def main() -> None:
     from worker.grading.sandbox import get_sandbox
     from worker.grading.sandbox.warm import RuntimeKey
 
-    folder = REPO / "exercises" / args.exercise
+    folder = args.bank / args.exercise
     spec = load_exercise(folder)
     code = (folder / "solution.py").read_text()
     settings = get_settings()
