@@ -69,6 +69,23 @@ def _shown(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _indices(value) -> list | None:
+    """device_ids as GPU indices (ints, or torch.device('cuda', i)), or None when it is not such a list."""
+    if not isinstance(value, (list, tuple, range)):
+        return None
+    out = []
+    for v in value:
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, int):
+            out.append(v)
+        elif isinstance(v, torch.device) and v.type == "cuda" and v.index is not None:
+            out.append(v.index)
+        else:
+            return None
+    return out
+
+
 def _recording(cls, label: str):
     """Wrap cls.__init__ so that each call is appended to BUILT; return a function that undoes it."""
     original = cls.__dict__["__init__"]
@@ -82,8 +99,10 @@ def _recording(cls, label: str):
                 if name in bound.arguments:
                     entry["args"][name] = _shown(bound.arguments[name])
                     entry["arg_types"][name] = type(bound.arguments[name]).__name__
+            entry["ids"] = _indices(bound.arguments.get("device_ids"))
         except TypeError:
             pass
+        entry["gpus"] = torch.cuda.device_count()
         BUILT.append(entry)
         try:
             original(self, *args, **kwargs)
@@ -119,6 +138,18 @@ def built(submission) -> list:
     return list(BUILT)
 
 
+def _own_forward(cls) -> str | None:
+    """The subclass of nn.DataParallel whose own forward replaces DataParallel's, or None."""
+    if not issubclass(cls, nn.DataParallel):
+        return None
+    for c in cls.__mro__:
+        if c is nn.DataParallel:
+            return None
+        if "forward" in c.__dict__:
+            return c.__qualname__
+    return None
+
+
 def _describe(result, model) -> dict:
     cls = type(result)  # type(), not result.__class__, which an object can fake
     claimed = getattr(result, "__class__", cls)
@@ -136,6 +167,7 @@ def _describe(result, model) -> dict:
         except Exception as exc:  # absent or broken attribute: report it
             value = f"<{type(exc).__name__}>"
         attrs[name] = value if isinstance(value, (int, str, list, tuple, type(None))) else repr(value)
+    inner = getattr(result, "module", None) if isinstance(result, nn.Module) else None
     return {
         "type": f"{cls.__module__}.{cls.__qualname__}",
         "name": cls.__qualname__,
@@ -154,6 +186,13 @@ def _describe(result, model) -> dict:
         "not_training": not_training,
         "model_param_devices": {n: str(p.device) for n, p in model.named_parameters()},
         "built": list(BUILT),
+        "inner_type": None if inner is None else f"{type(inner).__module__}.{type(inner).__qualname__}",
+        # A DataParallel subclass with a forward of its own (DataParallel.forward scatters the batch).
+        "own_forward": _own_forward(cls),
+        # The model that was given, as make_parallel left it: its layers' types and its parameters' and
+        # buffers' values (moved back to the CPU); the tests compare them with a fresh Net(seed).
+        "model_layers": {n: type(m).__qualname__ for n, m in model.named_modules() if n},
+        "model_values": {n: t.detach().cpu().clone() for n, t in [*model.named_parameters(), *model.named_buffers()]},
     }
 
 
@@ -179,8 +218,9 @@ def inspect(submission, seed: int = 0) -> dict:
     model = Net(seed)
     _reset_moves()
     result = _make(submission, model)
+    moves = _moves()  # before _describe, whose copies to the CPU are no moves of the learner's
     seen = _describe(result, model)
-    seen["moves"] = _moves()
+    seen["moves"] = moves
     return seen
 
 

@@ -64,6 +64,22 @@ def _fail_make_parallel(probe, exc):
                 "visible GPU.",
                 details=got.details,
             )
+        ids, gpus = dp_failed[-1].get("ids"), dp_failed[-1].get("gpus")
+        missing = [i for i in ids or [] if isinstance(gpus, int) and not 0 <= i < gpus]
+        if missing and gpus:
+            got = feedback.explain(type_name, message)
+            names = " and ".join(f"GPU {i}" for i in missing[:4])
+            visible = ", ".join(f"cuda:{i}" for i in range(gpus))
+            start_at_one = ids == list(range(1, len(ids) + 1))
+            feedback.fail(
+                f"make_parallel called {call}{where}, and DataParallel's constructor raised {type_name}: "
+                f"device_ids names {names}, but torch.cuda.device_count() is {gpus} here, so the GPUs are "
+                f"{visible}"
+                + (" (CUDA numbers GPUs from 0, not from 1)" if start_at_one else "")
+                + ". Build the list from what is visible, list(range(torch.cuda.device_count())), or leave "
+                "device_ids out: the default is every visible GPU.",
+                details=got.details,
+            )
         got = feedback.raised(f"{call} in make_parallel", type_name, message)
         feedback.fail(f"{got.message[:-1]}{where}.", details=got.details)
     got = feedback.raised("make_parallel(Net())", type_name, message)
@@ -209,8 +225,22 @@ def test_returns_a_dataparallel(probe):
     seen = _probe(probe, "inspect")
     built_dp = any(b["class"] == "DataParallel" for b in seen.get("built", []))
     if _is_dp(seen):
-        if seen["contains_model"]:
+        if seen["wraps_model"]:
             return
+        if seen["contains_model"]:
+            inner = seen.get("inner_type") or "module"
+            compiled = inner.endswith("OptimizedModule")
+            feedback.fail(
+                f"make_parallel returned an nn.DataParallel whose module is a {inner} that holds the model it was "
+                "given, not that model itself"
+                + (
+                    ": torch.compile(model) returns a new module (an OptimizedModule) around your model. "
+                    "Compiling is not part of this task"
+                    if compiled
+                    else ""
+                )
+                + ". Wrap the given model directly, nn.DataParallel(model), so that its .module is that model."
+            )
         feedback.fail(
             "make_parallel returned an nn.DataParallel that does not hold the model it was given: the module "
             "inside it is another object (a copy, such as copy.deepcopy(model), or a new model). Training it "
@@ -344,6 +374,12 @@ def test_batch_split_across_both_gpus(probe):
         said += f" Your DataParallel has device_ids={d['device_ids']}: one GPU."
     elif isinstance(d.get("dim"), int) and d["dim"] != 0:
         said += f" Your DataParallel splits along dim={d['dim']}, not along the rows (dim 0, the default)."
+    elif d.get("own_forward"):
+        said += (
+            f" Your class {d['own_forward']} defines its own forward in place of DataParallel's, and "
+            "nn.DataParallel.forward is what scatters the batch, replicates the model and gathers the outputs: "
+            "end yours with return super().forward(*inputs, **kwargs), or do not override forward."
+        )
     feedback.fail(said)
 
 
@@ -384,3 +420,82 @@ def test_gradients_reach_the_model_on_cuda0(probe):
                 "DataParallel sums the replicas' gradients into the model you were given, so wrap that model with "
                 "its weights, dtype and training mode unchanged."
             )
+
+
+def test_model_otherwise_unchanged(probe):
+    seen = _probe(probe, "inspect")
+    given = Net(0)
+    want_layers = {n: type(m).__qualname__ for n, m in given.named_modules() if n}
+    got_layers = seen.get("model_layers", {})
+    swapped = [n for n in want_layers if got_layers.get(n) != want_layers[n]]
+    if swapped:
+        changes = ", ".join(
+            f"{n} is now a {got_layers[n]}, not the {want_layers[n]} it was given"
+            if n in got_layers
+            else f"{n} ({want_layers[n]}) is gone"
+            for n in swapped[:3]
+        )
+        sync = ""
+        if any(got_layers.get(n) == "SyncBatchNorm" for n in swapped):
+            sync = (
+                " SyncBatchNorm shares batch statistics only across the processes of a process group "
+                "(DistributedDataParallel, one process per GPU); in one process, with no process group, it "
+                "normalises like the BatchNorm it replaced."
+            )
+        feedback.fail(
+            f"make_parallel changed the model's layers: {changes}.{sync} make_parallel should move the model and "
+            "wrap it, and keep its layers as they were."
+        )
+    values = seen.get("model_values", {})
+    kinds = sorted(
+        {str(t.dtype).removeprefix("torch.") for n, t in values.items() if n in dict(given.named_parameters())}
+    )
+    if kinds and kinds != ["float32"]:
+        feedback.fail(
+            f"after make_parallel the model's parameters are {' and '.join(kinds)}, not float32 as it was given: "
+            "make_parallel changed the model's dtype (.half(), .to(torch.float16), ...). Only move the model, "
+            "keep its dtype."
+        )
+    if _eval_mode(seen):
+        feedback.fail(f"{_eval_mode(seen)}.")
+    want = dict([*given.named_parameters(), *given.named_buffers()])
+    changed = {}
+    for name, expected in want.items():
+        got = values.get(name)
+        if got is None or tuple(got.shape) != tuple(expected.shape):
+            changed[name] = None
+        elif not torch.equal(got.float(), expected.detach().float()):
+            changed[name] = float((got.float() - expected.detach().float()).abs().max())
+    if not changed:
+        return
+    params = [n for n in changed if n in dict(given.named_parameters())]
+    counted = [n for n in changed if n.endswith("num_batches_tracked")]
+    stats = [n for n in changed if n not in params and n not in counted]
+    said = []
+    if params:
+        by = [v for n, v in changed.items() if n in params and v is not None]
+        said.append(
+            f"make_parallel changed the values of {', '.join(params[:4])}"
+            + (f" (by up to {max(by):.2g})" if by else "")
+            + ": the weights must stay the ones the model was given. Re-initialising layers (nn.init..., "
+            "reset_parameters()), an optimizer step or loading other weights would each do that; make_parallel "
+            "should only move the model."
+        )
+    if counted:
+        name = counted[0]
+        runs = int(values[name].item()) if values.get(name) is not None and values[name].numel() == 1 else None
+        if runs:
+            updated = f", and those passes updated {', '.join(stats[:2])}" if stats else ""
+            said.append(
+                f"{name} is {runs}, not 0: BatchNorm counts the forward passes it runs in training mode, so "
+                f"make_parallel ran the model in training mode {runs} time{'s' if runs != 1 else ''}{updated} "
+                "(torch.no_grad() does not stop BatchNorm from updating its running statistics). Run no forward "
+                "pass in make_parallel: it should only move and wrap the model."
+            )
+            stats = []
+    if stats:
+        said.append(
+            f"make_parallel changed the buffers {', '.join(stats[:3])} (BatchNorm's running statistics): the model "
+            "must keep the buffers it was given. make_parallel should only move the model."
+        )
+    feedback.fail(" ".join(said))
