@@ -9,7 +9,11 @@ that cannot be forged without training correctly), each rank's own:
 - for the first batches: the model's outputs and the gradient that reached them (what the loss asked for);
 - the parameters as they were at the last DDP forward (the trained weights before anything after training);
 - every DistributedSampler made: num_replicas, rank, seed, shuffle, how often it was iterated, its epoch then;
+- over every pass through a shuffling DistributedSampler: how many passes, and how many different shuffles
+  (seed + epoch, what it seeds its permutation with) they drew;
 - how many nn.DataParallel forwards ran, how many optimizer steps and at which learning rate;
+- how many optimizer steps found no gradient on any parameter they update (every .grad None or zero), and how
+  many were taken by an optimizer that holds none of the DDP model's parameters;
 - what train returned when it was not a dict of tensors;
 - the rank's collectives in order (DDP's start-up broadcast, DDP's gradient all-reduce in each backward, the
   learner's own torch.distributed calls), streamed to a file as they happen, so a rank that hangs or is killed
@@ -29,7 +33,7 @@ import torch._dynamo  # warms the subject before it forks per-test children: ran
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data import DistributedSampler
 
 torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
@@ -79,6 +83,11 @@ def _fresh() -> dict:
         "dp_forwards": 0,
         "steps": 0,  # optimizer steps (any optimizer)
         "lr": -1.0,  # the learning rate of the last step's first parameter group
+        "empty_steps": 0,  # steps whose parameters all had no gradient (None or zero)
+        "foreign_steps": 0,  # steps of an optimizer holding none of the DDP model's parameters
+        "ddp_params": set(),  # ids of the parameters of the modules DDP wrapped
+        "shuffled": 0,  # passes through a shuffling DistributedSampler
+        "keys": set(),  # the seed + epoch of those passes
         "log": None,  # this rank's event file descriptor
         "events": 0,
     }
@@ -155,6 +164,8 @@ def _ddp_init(original):
     def init(self, *args, **kwargs):
         _event("W")  # DDP's start-up broadcast of rank 0's weights
         original(self, *args, **kwargs)
+        with contextlib.suppress(Exception):  # a module whose parameters cannot be read: none recorded
+            _seen["ddp_params"].update(id(p) for p in self.module.parameters())
 
     init._gpulab_probe = True
     return init
@@ -186,6 +197,11 @@ def _sampler_iter(original):
                 if entry[1] == 0:
                     entry[2] = int(getattr(self, "epoch", -1))
                 entry[1] += 1
+        with contextlib.suppress(Exception):  # a sampler whose seed or epoch is not a number: not counted
+            if self.shuffle:
+                _seen["shuffled"] += 1
+                if len(_seen["keys"]) < MAX_EVENTS:
+                    _seen["keys"].add(int(self.seed) + int(self.epoch))
         return original(self)
 
     iterate._gpulab_probe = True
@@ -216,12 +232,22 @@ def _instrument() -> None:
             setattr(dist, name, _collective(name, getattr(dist, name)))
 
 
+def _before_step(optimizer, args, kwargs) -> None:
+    with contextlib.suppress(Exception):  # an optimizer without param_groups: nothing recorded
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if not any(p.grad is not None and bool(p.grad.detach().abs().sum() > 0) for p in params):
+            _seen["empty_steps"] += 1
+        if _seen["ddp_params"] and not any(id(p) in _seen["ddp_params"] for p in params):
+            _seen["foreign_steps"] += 1
+
+
 def _after_step(optimizer, args, kwargs) -> None:
     _seen["steps"] += 1
     with contextlib.suppress(Exception):  # an optimizer without a numeric lr: none recorded
         _seen["lr"] = float(optimizer.param_groups[0]["lr"])
 
 
+register_optimizer_step_pre_hook(_before_step)
 register_optimizer_step_post_hook(_after_step)
 
 # Before the learner's module is imported, so `from torch.distributed import all_reduce` gets the wrapped one too.
@@ -253,6 +279,10 @@ def _observations() -> dict:
         PREFIX + "dp_forwards": torch.tensor(_seen["dp_forwards"]),
         PREFIX + "steps": torch.tensor(_seen["steps"]),
         PREFIX + "lr": torch.tensor(_seen["lr"], dtype=torch.float64),
+        PREFIX + "empty_steps": torch.tensor(_seen["empty_steps"]),
+        PREFIX + "foreign_steps": torch.tensor(_seen["foreign_steps"]),
+        PREFIX + "shuffled": torch.tensor(_seen["shuffled"]),
+        PREFIX + "shuffles": torch.tensor(len(_seen["keys"])),
         PREFIX + "backend": _text(_seen["backend"]),
         PREFIX + "fit.sizes": torch.tensor([len(e[1]) for e in fit] or [0]),
         PREFIX + "fit.rows": torch.cat([e[0] for e in fit]) if fit else torch.zeros(0, 4),

@@ -5,6 +5,7 @@ results. Each test checks one part of the contract; a failing test names a cause
 (probes.py lists the observations), and otherwise says what it saw and names the candidates as candidates.
 """
 
+import re
 import statistics
 
 import pytest
@@ -134,11 +135,28 @@ def _diverged(runs) -> str:
     )
 
 
+_NO_MODULE = re.compile(r"'(\w+)' object has no attribute 'module'")
+
+
+def _module_hint(runs) -> str:
+    """What to say when a rank read `.module` from something that is not a wrapper; "" otherwise."""
+    for r in runs:
+        e = r["error"] or {}
+        found = _NO_MODULE.search(str(e.get("message", ""))) if e.get("type") == "AttributeError" else None
+        if found:
+            return (
+                f"`.module` exists only on a wrapper (DistributedDataParallel, DataParallel), where it is the model "
+                f"you wrapped; a {found[1]} has none. Return the state_dict() of the model you wrapped, or "
+                "ddp_model.module.state_dict()."
+            )
+    return ""
+
+
 def _ok_ranks(probe):
     runs = _ranks(probe)
     if any(r["timed_out"] or r["error"] or r["destroyed"] is None for r in runs):
         told = feedback.ranks(runs, what="train", timeout_s=TIMEOUT_S)
-        extra = _diverged(runs)
+        extra = " ".join(s for s in (_module_hint(runs), _diverged(runs)) if s)
         feedback.fail(told.message + (" " + extra if extra else ""), details=told.details)
     for r in runs:
         returned = _returned(r)
@@ -190,6 +208,13 @@ def _mse(w, b) -> float:
 
 def _no_ddp(r) -> str:
     dp = int(_obs(r, "dp_forwards"))
+    if "W" in _events(r) and not dp:
+        return (
+            f"rank {r['rank']} made a DistributedDataParallel model but never called it (0 forward passes through "
+            "it), so DDP all-reduced no gradients and nothing synchronised its training with the other rank. Call "
+            "the wrapped model in the training loop, `ddp_model(xb)`, not the plain model it wraps (the optimizer "
+            "may keep the same parameters: DDP shares them with the model it wraps)."
+        )
     said = f"rank {r['rank']} called no DistributedDataParallel model (0 forward passes through one)"
     if dp:
         said += (
@@ -331,6 +356,31 @@ def test_data_sharded_across_ranks(probe):
     )
 
 
+def test_uses_distributed_sampler(probe):
+    for r in _ok_ranks(probe):
+        rank = r["rank"]
+        made = _samplers(r)
+        if not made:
+            pytest.fail(
+                f"Rank {rank} made no DistributedSampler, so its batches did not come from one. The task asks you to "
+                "load the data through a DistributedSampler: give the DataLoader sampler=DistributedSampler(dataset, "
+                "num_replicas=world_size, rank=rank), which picks each rank's share of the one dataset (and, when it "
+                "shuffles, a new order every epoch through set_epoch), instead of splitting the data yourself."
+            )
+        if not any(s[4] > 0 for s in made):
+            pytest.fail(
+                f"Rank {rank} made a DistributedSampler but never drew indices from it, so its batches did not come "
+                "from it. Pass it to the DataLoader: DataLoader(dataset, batch_size=8, sampler=sampler)."
+            )
+        passes, shuffles = int(_obs(r, "shuffled")), int(_obs(r, "shuffles"))
+        if passes > 1 and shuffles == 1:
+            pytest.fail(
+                f"Rank {rank}'s DistributedSampler shuffles, but all {passes} passes over it drew the same order: it "
+                "seeds its shuffle with seed + epoch, and the epoch never changed, so every epoch repeated the first "
+                "epoch's order and split. Call sampler.set_epoch(epoch) at the start of every epoch, on every rank."
+            )
+
+
 def test_replicas_end_identical(probe):
     runs = _ok_ranks(probe)
     (w0, b0), (w1, b1) = (_weights(r) for r in runs)
@@ -460,11 +510,26 @@ def test_model_learned(probe):
                 f"{seen} Rank {rank} ran {backwards} backward passes but never called optimizer.step(), so the "
                 "weights never changed: call it after every backward."
             )
+        foreign, empty = int(_obs(r, "foreign_steps")), int(_obs(r, "empty_steps"))
+        if foreign == steps:
+            pytest.fail(
+                f"{seen} Rank {rank}'s optimizer holds none of the parameters of the model DDP wraps, so its {steps} "
+                "steps never changed the model that trained. Make the optimizer over ddp_model.parameters() (or the "
+                "wrapped model's own parameters(): DDP shares them)."
+            )
+        if empty == steps:
+            pytest.fail(
+                f"{seen} In all {steps} of rank {rank}'s optimizer steps, every parameter it updates had no gradient "
+                "(.grad None or zero), so the steps changed nothing. optimizer.step() must come after loss.backward(), "
+                "which fills .grad; the order in every step is zero_grad(), forward, backward(), step() (a step before "
+                "backward, or a zero_grad() between backward and step, finds no gradient to apply)."
+            )
         rate = f" at learning rate {lr:g}" if lr >= 0 else ""
         pytest.fail(
             f"{seen} Rank {rank} took {steps} optimizer steps{rate} over {backwards} backward passes; the prompt's "
-            f"recipe (SGD lr=0.1, batches of 8, 20 epochs) takes {RECIPE_STEPS}. The loss and the clearing of the "
-            "gradients looked right, so the candidates are too few steps or too small a learning rate."
+            f"recipe (SGD lr=0.1, batches of 8, 20 epochs) takes {RECIPE_STEPS}. The loss, the clearing of the "
+            "gradients and the steps' gradients looked right, so the candidates are too few steps or too small a "
+            "learning rate."
         )
 
 
