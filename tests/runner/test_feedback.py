@@ -82,6 +82,7 @@ EXPECTED = {
     "tf.model_on_per_replica": "keras.per_replica_input",
     "tf.batch_size_zero": "tf.batch_size_not_positive",
     "tf.keras_save_folder": "keras.save_extension",
+    "torch.module_of_plain_model": "wrapper.module_elsewhere",
 }
 
 

@@ -209,6 +209,14 @@ CLASSES: tuple[FailureClass, ...] = (
         types=("AttributeError",),
     ),
     FailureClass(
+        "wrapper.module_elsewhere",
+        re.compile(r"'(?P<owner>\w+)' object has no attribute 'module'"),
+        "your code read .module of a {owner} object, which has none: .module is what a wrapper "
+        "(DistributedDataParallel or DataParallel) holds, the model it wraps; a model that was never wrapped is "
+        "already the model itself",
+        types=("AttributeError",),
+    ),
+    FailureClass(
         "state_dict.module_prefix",
         re.compile(r'Unexpected key\(s\) in state_dict: "module\.'),
         'load_state_dict was given keys that start with "module.": that is the state_dict of a '

@@ -54,6 +54,7 @@ raise SystemExit("no rank raised")
 """
 
 TORCH: dict[str, str] = {
+    "torch.module_of_plain_model": "import torch\ntorch.nn.Linear(2, 2).module",
     "torch.dtype_matmul": "import torch\ntorch.ones(2, 2) @ torch.ones(2, 2, dtype=torch.bfloat16)",
     "torch.dtype_linear": "import torch\ntorch.nn.Linear(3, 2)(torch.ones(4, 3, dtype=torch.float64))",
     "torch.shape_matmul": "import torch\ntorch.nn.Linear(8, 2)(torch.ones(4, 3))",
