@@ -1,5 +1,5 @@
-import keras
-import tensorflow as tf
+import keras  # noqa: F401 - keras.losses and keras.metrics
+import tensorflow as tf  # noqa: F401 - tf.function, tf.distribute
 
 
 def update_metrics(model, metrics, x, y):

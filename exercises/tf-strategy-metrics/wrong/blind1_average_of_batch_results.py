@@ -1,0 +1,28 @@
+import keras
+import tensorflow as tf
+
+
+def update_metrics(model, metrics, x, y):
+    logits = model(x, training=False)
+    per_example_loss = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    metrics["accuracy"].update_state(y, logits)
+    metrics["loss"].update_state(per_example_loss)
+
+
+def evaluate(strategy, model, metrics, dist_dataset):
+    @tf.function
+    def step(x, y):
+        strategy.run(update_metrics, args=(model, metrics, x, y))
+
+    accuracies = []
+    losses = []
+    for x, y in dist_dataset:
+        metrics["accuracy"].reset_state()
+        metrics["loss"].reset_state()
+        step(x, y)
+        accuracies.append(float(metrics["accuracy"].result()))
+        losses.append(float(metrics["loss"].result()))
+    return {
+        "accuracy": sum(accuracies) / len(accuracies),
+        "loss": sum(losses) / len(losses),
+    }

@@ -1,0 +1,26 @@
+import keras
+import tensorflow as tf
+
+
+def update_metrics(model, metrics, x, y):
+    logits = model(x, training=False)
+    y_one_hot = tf.one_hot(tf.cast(y, tf.int32), depth=3)
+    per_example_loss = keras.losses.categorical_crossentropy(y_one_hot, logits, from_logits=True)
+    metrics["accuracy"].update_state(y_one_hot, logits)
+    metrics["loss"].update_state(per_example_loss)
+
+
+def evaluate(strategy, model, metrics, dist_dataset):
+    for metric in metrics.values():
+        metric.reset_state()
+
+    @tf.function
+    def step(x, y):
+        strategy.run(update_metrics, args=(model, metrics, x, y))
+
+    for x, y in dist_dataset:
+        step(x, y)
+    return {
+        "accuracy": float(metrics["accuracy"].result()),
+        "loss": float(metrics["loss"].result()),
+    }
