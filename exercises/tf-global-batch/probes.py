@@ -66,8 +66,12 @@ def global_size(submission, per_replica_batch, replicas, callable_count=False, i
         as_int = int(value)
     except Exception:
         as_int = None
-    return {"type": type(value).__name__, "value": as_int, "repr": repr(value)[:200],
-            "replicas": int(strategy.num_replicas_in_sync)}
+    return {
+        "type": type(value).__name__,
+        "value": as_int,
+        "repr": repr(value)[:200],
+        "replicas": int(strategy.num_replicas_in_sync),
+    }
 
 
 def _shape(t):
@@ -84,8 +88,13 @@ def batches(submission, n, per_replica_batch, replicas):
     x, y = data(n)
     strategy = _strategy(replicas)
     ds = submission.make_dataset(x, y, per_replica_batch, strategy)
-    seen = {"type": type(ds).__name__, "is_dataset": isinstance(ds, tf.data.Dataset), "batches": [],
-            "truncated": False, "element": None}
+    seen = {
+        "type": type(ds).__name__,
+        "is_dataset": isinstance(ds, tf.data.Dataset),
+        "batches": [],
+        "truncated": False,
+        "element": None,
+    }
     if not seen["is_dataset"]:
         return seen
     seen["element"] = repr(ds.element_spec)[:300]
@@ -97,8 +106,9 @@ def batches(submission, n, per_replica_batch, replicas):
             seen["batches"].append({"bad_element": type(element).__name__})
             break
         fx, fy = element
-        seen["batches"].append({"x": np.asarray(fx).tolist(), "y": np.asarray(fy).tolist(),
-                                "x_shape": _shape(fx), "y_shape": _shape(fy)})
+        seen["batches"].append(
+            {"x": np.asarray(fx).tolist(), "y": np.asarray(fy).tolist(), "x_shape": _shape(fx), "y_shape": _shape(fy)}
+        )
     return seen
 
 
@@ -110,19 +120,27 @@ def replica_shapes(submission, n, per_replica_batch):
     x, y = data(n)
     strategy = tf.distribute.MirroredStrategy()
     ds = submission.make_dataset(x, y, per_replica_batch, strategy)
-    seen = {"type": type(ds).__name__, "is_dataset": isinstance(ds, tf.data.Dataset), "steps": [],
-            "bad_element": None}
+    seen = {
+        "type": type(ds).__name__,
+        "is_dataset": isinstance(ds, tf.data.Dataset),
+        "steps": [],
+        "bad_element": None,
+        "truncated": False,
+    }
     if not seen["is_dataset"]:
         return seen
     for i, element in enumerate(strategy.experimental_distribute_dataset(ds)):
         if i >= MAX_BATCHES:
+            seen["truncated"] = True
             break
         if not isinstance(element, (tuple, list)) or len(element) != 2:
             seen["bad_element"] = type(element).__name__
             break
         fx, fy = element
-        seen["steps"].append({
-            "x": [_shape(t) for t in strategy.experimental_local_results(fx)],
-            "y": [_shape(t) for t in strategy.experimental_local_results(fy)],
-        })
+        seen["steps"].append(
+            {
+                "x": [_shape(t) for t in strategy.experimental_local_results(fx)],
+                "y": [_shape(t) for t in strategy.experimental_local_results(fy)],
+            }
+        )
     return seen

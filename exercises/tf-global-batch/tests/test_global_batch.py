@@ -7,17 +7,24 @@ batch comes back with the shape of its features and of its labels, so a dataset 
 whole array as one element, labels first) is told apart from a wrong batch size.
 """
 
+import re
 from typing import NoReturn
 
 from probes import data
 from runner import feedback
 
-FIX = ("The global batch is what one step takes across all replicas: "
-       "per_replica_batch * strategy.num_replicas_in_sync.")
+FIX = "The global batch is what one step takes across all replicas: per_replica_batch * strategy.num_replicas_in_sync."
 FEATURES = 4  # columns of probes.data's features
-SEVERAL = ("Every element of the dataset already held several examples when it was batched. Candidates: the "
-           "dataset was made with Dataset.from_tensors((features, labels)), which makes ONE element of the whole "
-           "arrays (from_tensor_slices((features, labels)) makes one element per example), or it was batched twice.")
+TWO_CANDIDATES = (
+    "Candidates: a hard-coded 2 (do not hard-code 2), or a count of the devices of the machine the code runs on "
+    "(this grader has 2 logical devices, so tf.config.list_logical_devices() or a MirroredStrategy() built inside "
+    "your function counts 2). Read strategy.num_replicas_in_sync of the strategy passed in."
+)
+SEVERAL = (
+    "Every element of the dataset already held several examples when it was batched. Candidates: the "
+    "dataset was made with Dataset.from_tensors((features, labels)), which makes ONE element of the whole "
+    "arrays (from_tensor_slices((features, labels)) makes one element per example), or it was batched twice."
+)
 
 
 def _describe(replicas):
@@ -55,6 +62,8 @@ def _fail_raised(what, exc, hint="") -> NoReturn:
     """Fail with what the learner's code raised (worded by runner.feedback, the raw text as details) and a hint."""
     type_name = getattr(exc, "type_name", type(exc).__name__)
     message = str(exc.args[0]) if exc.args else ""
+    # TensorFlow wraps an op's error in the op's internal names: keep only its own sentence.
+    message = re.sub(r"\s*\[Op:\w+\].*$", "", re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message), flags=re.S)
     told = feedback.raised(what, type_name, message)
     line = getattr(exc, "line", None)
     text = told.message[:-1] if told.message.endswith(".") else told.message
@@ -65,16 +74,41 @@ def _fail_raised(what, exc, hint="") -> NoReturn:
 def _raised_hint(exc, per_replica, k):
     """What the text of an exception from make_dataset / global_batch_size tells, worded as candidates."""
     text = str(exc.args[0]) if exc.args else ""
+    stand_in = re.search(r"'StandInStrategy' object has no attribute '(\w+)'", text)
+    if stand_in and stand_in[1] != "num_replicas_in_sync":
+        return (
+            f"That strategy stands in for a machine with {_replicas(k)}: as the prompt says, it has nothing but "
+            f"num_replicas_in_sync, and your code asked it for {stand_in[1]}. Read only "
+            "strategy.num_replicas_in_sync: it is the replica count on every machine."
+        )
+    if re.search(r"batch_size: Tensor conversion requested dtype int64 for Tensor with dtype int32", text):
+        return (
+            "Dataset.batch was given an int32 TensorFlow tensor as its batch size; it takes a Python int (or an "
+            "int64 tensor). The batch size your code computed is a tensor (TensorFlow operations such as tf.multiply "
+            "return tensors): compute it as a Python int, per_replica_batch * strategy.num_replicas_in_sync."
+        )
+    if "Cannot batch tensors with different shapes" in text:
+        return (
+            "Dataset.batch was given elements of different shapes. Every example here has the same shape, so "
+            "the elements it batched were already batches (the last one smaller): the dataset was batched twice. "
+            "Batch the examples once, by the global batch size. " + FIX
+        )
     if "has no attribute 'num_replicas_in_sync'" in text:
-        return ("Something that is no strategy stood where the strategy belongs: the test passed the strategy as "
-                "the last argument. Check the order of the arguments wherever your code passes it on: "
-                "global_batch_size(per_replica_batch, strategy).")
+        return (
+            "Something that is no strategy stood where the strategy belongs: the test passed the strategy as "
+            "the last argument. Check the order of the arguments wherever your code passes it on: "
+            "global_batch_size(per_replica_batch, strategy)."
+        )
     if "'int' object is not callable" in text:
-        return ("A number was called like a function. One candidate: strategy.num_replicas_in_sync() with "
-                "parentheses; it is a number (an attribute), not a method.")
+        return (
+            "A number was called like a function. One candidate: strategy.num_replicas_in_sync() with "
+            "parentheses; it is a number (an attribute), not a method."
+        )
     if "Batch size must be greater than zero" in text:
-        return (f"Here it should be {per_replica} x {k} = {per_replica * k}: per_replica_batch * "
-                "strategy.num_replicas_in_sync of the strategy passed in.")
+        return (
+            f"Here it should be {per_replica} x {k} = {per_replica * k}: per_replica_batch * "
+            "strategy.num_replicas_in_sync of the strategy passed in."
+        )
     return ""
 
 
@@ -100,19 +134,26 @@ def _batches(probe, n, per_replica, replicas):
         _fail_raised(what, exc, _raised_hint(exc, per_replica, _count(replicas)))
     _expect(seen["is_dataset"], _not_a_dataset(what, seen["type"]))
     bad = [b for b in seen["batches"] if "bad_element" in b]
-    _expect(not bad, (
-        f"{what} yields {bad[0]['bad_element'] if bad else ''} elements; each element must be a (features, labels) "
-        "pair: build it from_tensor_slices((features, labels))."
-    ))
-    _expect(not seen["truncated"], (
-        f"{what} yields more than 500 batches for {n} examples; it looks endless (a .repeat()?). Every example "
-        "must appear exactly once."
-    ))
+    _expect(
+        not bad,
+        (
+            f"{what} yields {bad[0]['bad_element'] if bad else ''} elements; each element must be a (features, labels) "
+            "pair: build it from_tensor_slices((features, labels))."
+        ),
+    )
+    _expect(
+        not seen["truncated"],
+        (
+            f"{what} yields more than 500 batches for {n} examples; it looks endless (a .repeat()?). Every example "
+            "must appear exactly once."
+        ),
+    )
     for b in seen["batches"]:
         x_shape, y_shape = b["x_shape"] or [], b["y_shape"] or []
         if len(x_shape) > 2:
-            feedback.fail(f"{what}: a batch's features have shape {_shape(x_shape)}, not (examples, {FEATURES}). "
-                          + SEVERAL)
+            feedback.fail(
+                f"{what}: a batch's features have shape {_shape(x_shape)}, not (examples, {FEATURES}). " + SEVERAL
+            )
         if len(x_shape) + len(y_shape) < 3:
             feedback.fail(
                 f"{what}: an element's parts have shapes {_shape(x_shape)} and {_shape(y_shape)}, a single example: "
@@ -131,26 +172,42 @@ def _sizes_problem(what, sizes, n, per_replica, k):
     want = _expected_sizes(n, size)
     if sizes == want:
         return ""
-    head = (f"{what} gave batch sizes {_show(sizes)}; expected {_show(want)}: {per_replica} per replica x "
-            f"{_replicas(k)} = {size} per batch, and the last {n % size} examples in a smaller final batch.")
-    if sizes == want[:-1]:
-        return (head + f" The full batches are right, but the last {n % size} examples are missing: the final, "
-                "smaller batch was dropped (drop_remainder=True does that). Keep it: every example must appear "
-                "exactly once.")
+    rest = f", and the last {n % size} examples in a smaller final batch" if n % size else ""
+    head = (
+        f"{what} gave batch sizes {_show(sizes)}; expected {_show(want)}: {per_replica} per replica x "
+        f"{_replicas(k)} = {size} per batch{rest}."
+    )
+    if n % size and sizes == want[:-1]:
+        return (
+            head + f" The full batches are right, but the last {n % size} examples are missing: the final, "
+            "smaller batch was dropped (drop_remainder=True does that). Keep it: every example must appear "
+            "exactly once."
+        )
     if k != 1 and sizes == _expected_sizes(n, per_replica):
-        return (head + f" Every batch holds per_replica_batch = {per_replica} examples, one replica's share: the "
-                "strategy splits each batch between its replicas, so batch by the global size. " + FIX)
+        return (
+            head + f" Every batch holds per_replica_batch = {per_replica} examples, one replica's share: the "
+            "strategy splits each batch between its replicas, so batch by the global size. " + FIX
+        )
     if k != 2 and sizes == _expected_sizes(n, per_replica * 2):
-        return (head + f" Those are batches of {per_replica} x 2 for a strategy with {_replicas(k)}: the 2 did not "
-                "come from this strategy. Read strategy.num_replicas_in_sync of the strategy passed in; do not "
-                "hard-code 2.")
+        return (
+            head + f" Those are batches of {per_replica} x 2 for a strategy with {_replicas(k)}: the 2 did not "
+            "come from this strategy. " + TWO_CANDIDATES
+        )
+    if k > 1 and per_replica // k > 0 and sizes == _expected_sizes(n, per_replica // k):
+        return (
+            head + f" Those are batches of {per_replica} // {k} = {per_replica // k}: per_replica_batch divided "
+            "by the replica count. per_replica_batch is what EACH replica gets, so multiply. " + FIX
+        )
     if sizes and all(s == size for s in sizes) and sum(sizes) > n:
-        return (head + f" Every batch is full: {len(sizes)} x {size} = {sum(sizes)} examples for {n}, so some "
-                "examples came more than once (a .repeat() that fills up the last batch does that). Every example "
-                "must appear exactly once: the last batch is simply smaller.")
+        return (
+            head + f" Every batch is full: {len(sizes)} x {size} = {sum(sizes)} examples for {n}, so some "
+            "examples came more than once (a .repeat() that fills up the last batch does that). Every example "
+            "must appear exactly once: the last batch is simply smaller."
+        )
     if sum(sizes) != n:
-        return (head + f" They hold {sum(sizes)} examples in all, for {n}: every example must appear exactly once. "
-                + FIX)
+        return (
+            head + f" They hold {sum(sizes)} examples in all, for {n}: every example must appear exactly once. " + FIX
+        )
     return head + " " + FIX
 
 
@@ -169,23 +226,44 @@ def test_global_batch_size(probe):
                 except Exception:
                     again = None
                 if again is not None and again["value"] == per_replica * k:
-                    hint = (f"Given a stand-in strategy whose num_replicas_in_sync can also be called, it returned the "
-                            f"right {per_replica * k}: your code calls strategy.num_replicas_in_sync(). It is a "
-                            "number (an attribute), not a method: write strategy.num_replicas_in_sync, without "
-                            "parentheses.")
+                    hint = (
+                        f"Given a stand-in strategy whose num_replicas_in_sync can also be called, it returned the "
+                        f"right {per_replica * k}: your code calls strategy.num_replicas_in_sync(). It is a "
+                        "number (an attribute), not a method: write strategy.num_replicas_in_sync, without "
+                        "parentheses."
+                    )
             _fail_raised(what, exc, hint)
         seen.append((what, per_replica, k, got))
-    wrong = [(what, p, k, got) for what, p, k, got in seen
-             if got["value"] != p * k or got["type"] not in ("int", "int64", "int32")]
+    wrong = [
+        (what, p, k, got)
+        for what, p, k, got in seen
+        if got["value"] != p * k or got["type"] not in ("int", "int64", "int32")
+    ]
     if not wrong:
         return
     told = "; ".join(f"{what} returned {got['repr']} (expected {p * k})" for what, p, k, got in wrong)
     if all(got["value"] == p * k for _, p, k, got in wrong):
-        feedback.fail(f"{told}: the number is right, but its type is {wrong[0][3]['type']}; return a Python int "
-                      "(per_replica_batch * strategy.num_replicas_in_sync is one when both are ints).")
+        type_name = wrong[0][3]["type"]
+        kind = (
+            "a TensorFlow tensor (TensorFlow operations such as tf.multiply return tensors)"
+            if "Tensor" in type_name
+            else type_name
+        )
+        feedback.fail(
+            f"{told}: the number is right, but its type is {kind}; return a Python int "
+            "(per_replica_batch * strategy.num_replicas_in_sync is one when both are ints)."
+        )
     if all(got["value"] == p * 2 for _, p, _, got in seen):
-        feedback.fail(f"{told}. It returned per_replica_batch x 2 for every strategy: read the count from the "
-                      "strategy; do not hard-code 2. " + FIX)
+        feedback.fail(
+            f"{told}. It returned per_replica_batch x 2 for every strategy (they have 2, 1, 4 and 8 "
+            "replicas): the 2 did not come from the strategy passed in. " + TWO_CANDIDATES + " " + FIX
+        )
+    if all(got["value"] == p // k for _, p, k, got in seen):
+        feedback.fail(
+            f"{told}. It returned per_replica_batch divided by the replica count for every strategy. "
+            "per_replica_batch is what EACH replica gets; the global batch is that many times the number "
+            "of replicas, so multiply. " + FIX
+        )
     if all(got["value"] == 0 for *_, got in seen):
         feedback.fail(
             f"{told}. It returned 0 for every strategy, while the strategies passed in have 2, 1, 4 and 8 replicas "
@@ -206,8 +284,10 @@ def test_global_batch_size(probe):
                 "Outside every scope that is the default strategy, with 1 replica. Use the argument: "
                 "strategy.num_replicas_in_sync."
             )
-        feedback.fail(f"{told}. It returned per_replica_batch unchanged for every strategy (1, 2, 4 and 8 replicas): "
-                      "the result does not depend on the replica count. " + FIX)
+        feedback.fail(
+            f"{told}. It returned per_replica_batch unchanged for every strategy (1, 2, 4 and 8 replicas): "
+            "the result does not depend on the replica count. " + FIX
+        )
     feedback.fail(f"{told}. " + FIX)
 
 
@@ -237,39 +317,58 @@ def test_keeps_every_example_in_order(probe):
                 "element must be (features_batch, labels_batch): put the features first (from_tensor_slices("
                 "(features, labels)), or Dataset.zip((features_ds, labels_ds)))."
             )
-        _expect(len(x_shape) == 2 and x_shape[1] == FEATURES and len(y_shape) == 1 and y_shape[0] == x_shape[0], (
-            f"{what} yields a batch with parts of shapes {_shape(x_shape)} and {_shape(y_shape)}; expected "
-            f"(examples, {FEATURES}) features and (examples,) labels, one row and one label per example."
-        ))
+        _expect(
+            len(x_shape) == 2 and x_shape[1] == FEATURES and len(y_shape) == 1 and y_shape[0] == x_shape[0],
+            (
+                f"{what} yields a batch with parts of shapes {_shape(x_shape)} and {_shape(y_shape)}; expected "
+                f"(examples, {FEATURES}) features and (examples,) labels, one row and one label per example."
+            ),
+        )
     rows = [row for b in got for row in b["x"]]
     labels = [label for b in got for label in b["y"]]
     ids = [round(r[0]) for r in rows]
     if len(rows) < n and ids == list(range(len(rows))):
-        feedback.fail(f"{what} yields {len(rows)} examples in all; expected all {n}, each once. The first "
-                      f"{len(rows)} are there, in order: the last {n - len(rows)}, the final partial batch, were "
-                      "dropped (drop_remainder=True does that). Keep them.")
+        feedback.fail(
+            f"{what} yields {len(rows)} examples in all; expected all {n}, each once. The first "
+            f"{len(rows)} are there, in order: the last {n - len(rows)}, the final partial batch, were "
+            "dropped (drop_remainder=True does that). Keep them."
+        )
     if len(rows) > n:
-        feedback.fail(f"{what} yields {len(rows)} examples in all; expected all {n}, each once: some examples come "
-                      "more than once. Do not repeat the data here; the caller decides how many epochs to run.")
+        feedback.fail(
+            f"{what} yields {len(rows)} examples in all; expected all {n}, each once: some examples come "
+            "more than once. Do not repeat the data here; the caller decides how many epochs to run."
+        )
     missing = sorted(set(range(n)) - set(ids))
-    _expect(not missing, (
-        f"{what} yields {len(rows)} examples in all; expected all {n}, each once. Missing: examples "
-        f"{_show(missing, 12)}."
-    ))
-    _expect(ids == list(range(n)), (
-        f"{what} yields the examples in the order {_show(ids, 12)}; expected 0, 1, 2, ... as given. Keep the "
-        "order: shuffling is the caller's choice (it would shuffle before calling make_dataset, or with its own "
-        "seed)."
-    ))
-    _expect(labels == y.tolist(), (
-        f"{what}: the labels no longer match their features (first labels {labels[:10]}, expected "
-        f"{y.tolist()[:10]}). Slice features and labels together: from_tensor_slices((features, labels))."
-    ))
+    _expect(
+        not missing,
+        (
+            f"{what} yields {len(rows)} examples in all; expected all {n}, each once. Missing: examples "
+            f"{_show(missing, 12)}."
+        ),
+    )
+    _expect(
+        ids == list(range(n)),
+        (
+            f"{what} yields the examples in the order {_show(ids, 12)}; expected 0, 1, 2, ... as given. Keep the "
+            "order: shuffling is the caller's choice (it would shuffle before calling make_dataset, or with its own "
+            "seed)."
+        ),
+    )
+    _expect(
+        labels == y.tolist(),
+        (
+            f"{what}: the labels no longer match their features (first labels {labels[:10]}, expected "
+            f"{y.tolist()[:10]}). Slice features and labels together: from_tensor_slices((features, labels))."
+        ),
+    )
     for got_row, want_row in zip(rows, x.tolist(), strict=True):
-        _expect(all(abs(a - b) < 1e-6 for a, b in zip(got_row, want_row, strict=True)), (
-            f"{what} changed feature values (got {[round(v, 4) for v in got_row]}, expected "
-            f"{[round(v, 4) for v in want_row]}); batch them, do not transform them."
-        ))
+        _expect(
+            all(abs(a - b) < 1e-6 for a, b in zip(got_row, want_row, strict=True)),
+            (
+                f"{what} changed feature values (got {[round(v, 4) for v in got_row]}, expected "
+                f"{[round(v, 4) for v in want_row]}); batch them, do not transform them."
+            ),
+        )
 
 
 def test_each_replica_gets_per_replica_batch(probe):
@@ -281,10 +380,20 @@ def test_each_replica_gets_per_replica_batch(probe):
     except Exception as exc:  # the learner's exception, told as feedback
         _fail_raised(f"{what} with a 2-replica MirroredStrategy", exc, _raised_hint(exc, per_replica, 2))
     _expect(seen["is_dataset"], _not_a_dataset(made, seen["type"]))
-    _expect(seen["bad_element"] is None, (
-        f"{what} yields {seen['bad_element']} elements; each element must be a (features, labels) pair: build it "
-        "from_tensor_slices((features, labels))."
-    ))
+    _expect(
+        seen["bad_element"] is None,
+        (
+            f"{what} yields {seen['bad_element']} elements; each element must be a (features, labels) pair: build it "
+            "from_tensor_slices((features, labels))."
+        ),
+    )
+    _expect(
+        not seen.get("truncated"),
+        (
+            f"{what} gave more than 500 steps for {n} examples; it looks endless (a .repeat()?). Every example must "
+            "appear exactly once."
+        ),
+    )
     shapes = [step["x"] for step in seen["steps"]]
     for step in seen["steps"]:
         if all(len(s or []) == 1 for s in step["x"]) and all(len(s or []) == 2 for s in step["y"]):
@@ -294,8 +403,7 @@ def test_each_replica_gets_per_replica_batch(probe):
                 "(features_batch, labels_batch)."
             )
         if any(len(s or []) > 2 for s in step["x"]):
-            feedback.fail(f"{what} gave per-replica feature shapes {step['x']}, not (examples, {FEATURES}). "
-                          + SEVERAL)
+            feedback.fail(f"{what} gave per-replica feature shapes {step['x']}, not (examples, {FEATURES}). " + SEVERAL)
     want = [[[per_replica, FEATURES], [per_replica, FEATURES]]] * (n // (2 * per_replica))
     if shapes == want:
         return
@@ -307,10 +415,20 @@ def test_each_replica_gets_per_replica_batch(probe):
             f"replicas. Batch by the global size, {per_replica} x 2 = {2 * per_replica}, so that each replica gets "
             f"{per_replica}. " + FIX
         )
+    head = (
+        f"{what} gave per-replica feature shapes {shapes[:4]}{' ...' if len(shapes) > 4 else ''} in "
+        f"{len(shapes)} steps; expected {want[0]} in each of {len(want)} steps."
+    )
+    given = [sum((s or [0])[0] or 0 for s in step) for step in shapes]
+    problem = _sizes_problem(made, given, n, per_replica, 2)
+    if problem:
+        feedback.fail(
+            f"{head} experimental_distribute_dataset splits each batch between the replicas, so the batches "
+            f"of your dataset held {_show(given)} examples. {problem}"
+        )
     feedback.fail(
-        f"{what} gave per-replica feature shapes {shapes[:4]}; expected {want[0]} for each of {len(want)} steps. "
-        "experimental_distribute_dataset splits every batch you give it between the replicas, so batch by the "
-        "global size for each replica to get per_replica_batch examples. " + FIX
+        f"{head} Your batches held the right numbers of examples, but each replica's features should be "
+        f"(examples, {FEATURES}): one row of {FEATURES} features per example."
     )
 
 
@@ -321,23 +439,100 @@ def _call_mine(submission, name):
         _fail_raised(f"{name}()", exc)
 
 
+def _number(got):
+    """(value, kind) of what a my_* function returned: its number (None if it has none) and what it is when it is no
+    plain int ("" for an int, a NumPy integer included). NumPy values reach the test as 0-d arrays, TensorFlow
+    tensors as TensorData (both have .shape, .dtype and .tolist())."""
+    if isinstance(got, bool):
+        return None, "a bool"
+    if isinstance(got, int):
+        return got, ""
+    if isinstance(got, float):
+        return got, "a float"
+    shape, dtype = getattr(got, "shape", None), str(getattr(got, "dtype", ""))
+    if shape is not None and tuple(shape) == () and hasattr(got, "tolist"):
+        value = got.tolist()
+        framework = getattr(got, "framework", "numpy")
+        if framework == "numpy" and dtype.startswith(("int", "uint")):
+            return int(value), ""
+        library = "NumPy" if framework == "numpy" else "TensorFlow" if framework == "tensorflow" else framework
+        kind = f"a {library} {dtype} " + ("tensor" if framework == "tensorflow" else "number")
+        return (value if isinstance(value, (int, float)) and not isinstance(value, bool) else None), kind
+    return None, f"a {type(got).__name__}"
+
+
+def _check_count(name, got, want, explain, hints):
+    """Fail unless `got` is the int `want`: "name() returned ...; explain" plus the hints that apply to its value."""
+    value, kind = _number(got)
+    shown = repr(value) if value is not None else repr(got)[:80]
+    if value == want and not kind:
+        return
+    if value == want:
+        feedback.fail(
+            f"{name}() returned {shown}, {kind}: the number is right, but return a Python int. "
+            "np.ceil and the / operator give floats, and TensorFlow operations give tensors; math.ceil(...) "
+            "and -(-a // b) give an int."
+        )
+    feedback.fail(
+        f"{name}() returned {shown}{f' ({kind})' if kind else ''}; {explain}"
+        + "".join(f" {hint}" for match, hint in hints if value is not None and value == match)
+    )
+
+
 def test_my_run(submission, params):
     n, gpus, per_replica = params["examples"], params["gpus"], params["batch_per_replica"]
     want_batch = per_replica * gpus
     want_steps = -(-n // want_batch)
-    run = (f"your run (the numbers in your prompt; other learners have others) has {n} examples on {gpus} GPUs "
-           f"with {per_replica} per replica")
+    run = (
+        f"your run (the numbers in your prompt; other learners have others) has {n} examples on {gpus} GPUs "
+        f"with {per_replica} per replica"
+    )
+    grader = (
+        "Candidates: a hard-coded 2, or a count of the machine the code runs on (this grader has 2 logical "
+        "devices, so a MirroredStrategy() built here has 2 replicas). Your run's GPUs are the number in your "
+        "prompt, not this machine's."
+    )
     got = _call_mine(submission, "my_global_batch")
-    _expect(got == want_batch, (
-        f"my_global_batch() returned {got!r}; {run}, so one step takes {per_replica} x {gpus} = {want_batch} examples."
-        + (" That is one replica's share, not the global batch." if got == per_replica else "")
-    ))
+    _check_count(
+        "my_global_batch",
+        got,
+        want_batch,
+        f"{run}, so one step takes {per_replica} x {gpus} = {want_batch} examples.",
+        [
+            (per_replica, "That is one replica's share, not the global batch."),
+            (
+                per_replica * 2 if gpus != 2 else None,
+                f"That is {per_replica} x 2, and your run has {gpus} GPUs: the 2 did not come from your run. " + grader,
+            ),
+        ],
+    )
     got = _call_mine(submission, "my_steps_per_epoch")
-    _expect(got == want_steps, (
-        f"my_steps_per_epoch() returned {got!r}; {run}: batches of {want_batch}, every example once and the last "
-        f"batch smaller, so ceil({n} / {want_batch}) = {want_steps} steps."
-        + (f" {n} // {want_batch} leaves out the last, partial batch of {n % want_batch} examples: make_dataset "
-           "keeps it, and it is a step too." if got == n // want_batch else "")
-        + (f" {got} is the count for batches of {per_replica}, one replica's share: a step takes the global batch."
-           if got in (n // per_replica, -(-n // per_replica)) else "")
-    ))
+    _check_count(
+        "my_steps_per_epoch",
+        got,
+        want_steps,
+        f"{run}: batches of {want_batch}, every example once and the last batch smaller, so "
+        f"ceil({n} / {want_batch}) = {want_steps} steps.",
+        [
+            (
+                n // want_batch,
+                f"{n} // {want_batch} leaves out the last, partial batch of {n % want_batch} "
+                "examples: make_dataset keeps it, and it is a step too.",
+            ),
+            (
+                n // per_replica,
+                f"{n // per_replica} is the count for batches of {per_replica}, one "
+                "replica's share: a step takes the global batch.",
+            ),
+            (
+                -(-n // per_replica),
+                f"{-(-n // per_replica)} is the count for batches of {per_replica}, one "
+                "replica's share: a step takes the global batch.",
+            ),
+            (
+                -(-n // (per_replica * 2)) if gpus != 2 else None,
+                f"That is the count for batches of {per_replica} x 2 = {per_replica * 2}, and your run has "
+                f"{gpus} GPUs: the 2 did not come from your run. " + grader,
+            ),
+        ],
+    )
