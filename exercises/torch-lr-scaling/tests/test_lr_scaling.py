@@ -37,6 +37,26 @@ def _all_close(got, want):
     return all(_close(g, w) for g, w in zip(got, want, strict=True))
 
 
+def _precision_hint(got, want):
+    """Name a loss of precision that gives every value observed: rounding to whole decimals, or float32 arithmetic.
+    "" when neither fits (or the values are right)."""
+    if not all(_is_num(g) for g in got) or _all_close(got, want):
+        return ""
+    for digits in range(11):
+        if _all_close(got, [round(w, digits) for w in want]):
+            return (
+                f"every value equals the right one rounded to {digits} decimals: return the value unrounded (the "
+                "tests allow for floating-point rounding, so a value like 0.20000000000000004 is fine)"
+            )
+    if all(math.isclose(g, w, rel_tol=1e-6) for g, w in zip(got, want, strict=True)):
+        return (
+            "every value agrees with the right one to about 7 significant digits but no further, the precision "
+            "of float32 (likely candidate: the arithmetic ran on float32 torch tensors, torch's default dtype): "
+            "compute with Python floats, which are float64"
+        )
+    return ""
+
+
 def _kind(value):
     """What a non-number is, for people (never its repr: it may hold an address)."""
     if value is None:
@@ -109,8 +129,11 @@ def _must_raise(submission, name, args, wrong, rule):
             return
         if _type_name(exc) == "AssertionError":
             _fail_raised(what, exc, f"Expected ValueError: {wrong}. {ASSERT_HINT}")
-        _fail_raised(what, exc, f"Expected ValueError: {wrong}; check the arguments and raise ValueError before "
-                                "computing anything.")
+        _fail_raised(
+            what,
+            exc,
+            f"Expected ValueError: {wrong}; check the arguments and raise ValueError before computing anything.",
+        )
     feedback.fail(f"{what} returned {_num(got)}; expected ValueError: {wrong}. {rule}")
 
 
@@ -118,19 +141,29 @@ def _must_raise(submission, name, args, wrong, rule):
 
 # Known mistakes: (formula, what it is). Named only when it gives every value a test observed.
 SCALE_MISTAKES = [
-    (lambda lr, bb, pd, w: lr * w,
-     "that is base_lr * world_size: it ignores how the per-GPU batch compares with the base batch"),
-    (lambda lr, bb, pd, w: lr * pd / bb,
-     "that scales by the per-GPU batch only; the optimizer step averages over the global batch, "
-     "per_device_batch * world_size"),
-    (lambda lr, bb, pd, w: lr * (pd * w // bb),
-     "that is base_lr times global_batch / base_batch rounded down to a whole number: the factor can be "
-     "fractional, so use true division `/`, not `//` (144 // 256 is 0)"),
-    (lambda lr, bb, pd, w: lr * bb / (pd * w),
-     "that is base_lr * base_batch / global_batch: the ratio is upside down (a bigger global batch must give a "
-     "bigger learning rate)"),
-    (lambda lr, bb, pd, w: lr * math.sqrt(pd * w / bb),
-     "that is base_lr * sqrt(global_batch / base_batch), the square-root rule; this task asks for the linear rule"),
+    (
+        lambda lr, bb, pd, w: lr * w,
+        "that is base_lr * world_size: it ignores how the per-GPU batch compares with the base batch",
+    ),
+    (
+        lambda lr, bb, pd, w: lr * pd / bb,
+        "that scales by the per-GPU batch only; the optimizer step averages over the global batch, "
+        "per_device_batch * world_size",
+    ),
+    (
+        lambda lr, bb, pd, w: lr * (pd * w // bb),
+        "that is base_lr times global_batch / base_batch rounded down to a whole number: the factor can be "
+        "fractional, so use true division `/`, not `//` (144 // 256 is 0)",
+    ),
+    (
+        lambda lr, bb, pd, w: lr * bb / (pd * w),
+        "that is base_lr * base_batch / global_batch: the ratio is upside down (a bigger global batch must give a "
+        "bigger learning rate)",
+    ),
+    (
+        lambda lr, bb, pd, w: lr * math.sqrt(pd * w / bb),
+        "that is base_lr * sqrt(global_batch / base_batch), the square-root rule; this task asks for the linear rule",
+    ),
 ]
 VALID = "These arguments are valid: base_lr is positive and every batch size and the world size at least 1."
 
@@ -148,7 +181,8 @@ def _check_scaled(submission, cases):
         return
     i = wrong[0]
     named = [
-        hint for formula, hint in SCALE_MISTAKES
+        hint
+        for formula, hint in SCALE_MISTAKES
         if not _close(formula(*cases[i]), wants[i]) and _all_close(got, [formula(*c) for c in cases])
     ]
     if len(named) == 1:
@@ -156,7 +190,7 @@ def _check_scaled(submission, cases):
     elif named:
         hint = "every value fits each of these mistakes: " + "; or ".join(named)
     else:
-        hint = f"expected {SCALE_RULE}"
+        hint = _precision_hint(got, wants) or f"expected {SCALE_RULE}"
     base_lr, base_batch, per_device, world = cases[i]
     feedback.fail(
         f"scaled_lr(base_lr={base_lr}, base_batch={base_batch}, per_device_batch={per_device}, world_size={world}) "
@@ -167,10 +201,10 @@ def _check_scaled(submission, cases):
 
 # (base_lr, base_batch, per_device_batch, world_size)
 SCALED = [
-    (0.1, 256, 32, 8),   # global 256 = base: unchanged
-    (0.1, 256, 64, 8),   # global 512: twice
-    (0.1, 256, 64, 2),   # global 128: half, although 2 GPUs
-    (0.4, 32, 32, 1),    # one device at the base batch
+    (0.1, 256, 32, 8),  # global 256 = base: unchanged
+    (0.1, 256, 64, 8),  # global 512: twice
+    (0.1, 256, 64, 2),  # global 128: half, although 2 GPUs
+    (0.4, 32, 32, 1),  # one device at the base batch
     (0.1, 256, 256, 4),  # each GPU keeps the base batch: 4x
     (0.05, 100, 30, 5),  # global 150: 1.5x
 ]
@@ -209,8 +243,10 @@ def test_scaled_lr_rejects_bad_input(submission):
         got = _number(submission, "scaled_lr", args, smallest)
         want = _scale_want(*args)
         if not _close(got, want):
-            feedback.fail(f"{_call_text('scaled_lr', args)} returned {_num(got, want)}, expected {_num(want, got)}; "
-                          f"expected {SCALE_RULE}.")
+            feedback.fail(
+                f"{_call_text('scaled_lr', args)} returned {_num(got, want)}, expected {_num(want, got)}; "
+                f"expected {SCALE_RULE}."
+            )
 
 
 # ---------------------------------------------------------------------------------------------- warmup_lr
@@ -225,23 +261,41 @@ def _ramp_hint(got, steps, target, k):
     """Name what the values of warmup_lr(step, target, k) show, where one cause gives them all."""
     at_k = [g for g, s in zip(got, steps, strict=True) if s == k]
     if at_k and _close(at_k[0], target * (k + 1) / k):
-        return (f"at step {k} = warmup_steps it returned target_lr * ({k} + 1) / {k} = {_num(at_k[0])}, above "
-                "target_lr: the ramp was still used at step warmup_steps (for example `step <= warmup_steps` where "
-                "`step < warmup_steps` belongs). The warm-up covers steps 0 ... warmup_steps - 1; from step "
-                "warmup_steps on, return target_lr")
+        return (
+            f"at step {k} = warmup_steps it returned target_lr * ({k} + 1) / {k} = {_num(at_k[0])}, above "
+            "target_lr: the ramp was still used at step warmup_steps (for example `step <= warmup_steps` where "
+            "`step < warmup_steps` belongs). The warm-up covers steps 0 ... warmup_steps - 1; from step "
+            "warmup_steps on, return target_lr"
+        )
     if all(_close(g, target * min(s, k) / k) for g, s in zip(got, steps, strict=True)):
-        return ("that is target_lr * step / warmup_steps: off by one, step 0 would train with learning rate 0 and "
-                "the ramp reaches target_lr one step late. Use (step + 1) / warmup_steps")
+        return (
+            "that is target_lr * step / warmup_steps: off by one, step 0 would train with learning rate 0 and "
+            "the ramp reaches target_lr one step late. Use (step + 1) / warmup_steps"
+        )
     if all(_close(g, target * ((s + 1) // k) if s < k else target) for g, s in zip(got, steps, strict=True)):
-        return ("that is the ramp rounded down to whole multiples of target_lr: (step + 1) // warmup_steps is "
-                "integer division; use /")
+        return (
+            "that is the ramp rounded down to whole multiples of target_lr: (step + 1) // warmup_steps is "
+            "integer division; use /"
+        )
     over = [(s, g) for g, s in zip(got, steps, strict=True) if g > target * (1 + 1e-9)]
     if over:
-        return (f"at step {over[0][0]} it rose above target_lr, to {_num(over[0][1])}: the learning rate never "
-                "exceeds target_lr, and from step warmup_steps on it is target_lr")
+        return (
+            f"at step {over[0][0]} it rose above target_lr, to {_num(over[0][1])}: the learning rate never "
+            "exceeds target_lr, and from step warmup_steps on it is target_lr"
+        )
+    if all(_close(g, target * min(s + 1, k + 1) / (k + 1)) for g, s in zip(got, steps, strict=True)):
+        return (
+            f"that is target_lr * (step + 1) / (warmup_steps + 1): the ramp divides by warmup_steps + 1, so step "
+            f"warmup_steps - 1 = {k - 1} gets {_num(target * k / (k + 1))} instead of target_lr and the rate jumps "
+            "at step warmup_steps. Divide by warmup_steps itself: the + 1 on the 0-based step already makes step "
+            "warmup_steps - 1 reach target_lr"
+        )
     if all(_close(g, _warm(s, target, k)) for g, s in zip(got, steps, strict=True) if s < k):
         return "after the warm-up (step >= warmup_steps) the learning rate stays at target_lr"
-    return "expected target_lr * (step + 1) / warmup_steps during the warm-up, then target_lr"
+    return (
+        _precision_hint(got, [_warm(s, target, k) for s in steps])
+        or "expected target_lr * (step + 1) / warmup_steps during the warm-up, then target_lr"
+    )
 
 
 def test_warmup_ramps_linearly(submission):
@@ -261,8 +315,12 @@ NO_WARMUP = "warmup_steps=0 means no warm-up: every step uses target_lr"
 EDGES = [
     (0.2, 0, [0, 7], NO_WARMUP),
     (0.3, 1, [0, 1, 50], "with warmup_steps=1 the first step (step 0) already uses target_lr"),
-    (1.0, 10, [8, 9, 10], "the last warm-up step, warmup_steps - 1 = 9, already reaches target_lr, and the rate "
-                          "stays there"),
+    (
+        1.0,
+        10,
+        [8, 9, 10],
+        "the last warm-up step, warmup_steps - 1 = 9, already reaches target_lr, and the rate stays there",
+    ),
 ]
 
 
@@ -284,8 +342,10 @@ def test_warmup_edge_cases(submission):
                 feedback.fail(f"{what} returned {_kind(got[-1])}; return the learning rate as a Python float.")
         want = [_warm(s, target, k) for s in steps]
         if not all(_close(g, w) for g, w in zip(got, want, strict=True)):
-            feedback.fail(f"warmup_lr(step, target_lr={target}, warmup_steps={k}) at steps {steps} gave "
-                          f"{_nums(got, want)}, expected {_nums(want, got)}: {rule}.")
+            feedback.fail(
+                f"warmup_lr(step, target_lr={target}, warmup_steps={k}) at steps {steps} gave "
+                f"{_nums(got, want)}, expected {_nums(want, got)}: {rule}."
+            )
     contract = "Raise ValueError for a negative step or a negative warmup_steps."
     for args, wrong in [((-1, 0.1, 4), "step = -1 is negative"), ((0, 0.1, -2), "warmup_steps = -2 is negative")]:
         _must_raise(submission, "warmup_lr", args, wrong, contract)
@@ -300,14 +360,20 @@ PUT = "Write group['lr'] = lr into every dict of optimizer.param_groups itself."
 def _unchanged_hint(seen):
     """Why no group changed, from what set_lr did change."""
     if "lr" in seen["new_attributes"]:
-        return ("set_lr set an attribute optimizer.lr, which the optimizer never reads: it reads the lr of each "
-                f"parameter group. {PUT}")
+        return (
+            "set_lr set an attribute optimizer.lr, which the optimizer never reads: it reads the lr of each "
+            f"parameter group. {PUT}"
+        )
     if _is_num(seen["defaults_lr"]) and not _close(seen["defaults_lr"], OLD[0]):
-        return ("set_lr changed optimizer.defaults['lr'], which only fills in groups added later; the existing "
-                f"groups keep their own lr. {PUT}")
-    return ("Candidates: the new lr was written to copies of the groups (optimizer.state_dict() returns copies; "
-            "`group = {**group, 'lr': lr}` in a loop builds a new dict and leaves the group alone), or not written "
-            f"at all. {PUT}")
+        return (
+            "set_lr changed optimizer.defaults['lr'], which only fills in groups added later; the existing "
+            f"groups keep their own lr. {PUT}"
+        )
+    return (
+        "Candidates: the new lr was written to copies of the groups (optimizer.state_dict() returns copies; "
+        "`group = {**group, 'lr': lr}` in a loop builds a new dict and leaves the group alone), or not written "
+        f"at all. {PUT}"
+    )
 
 
 def test_set_lr_every_param_group(probe):
@@ -318,20 +384,26 @@ def test_set_lr_every_param_group(probe):
     except Exception as exc:  # the learner's exception, told as feedback
         hint = ""
         if _type_name(exc) == "TypeError" and "'list' object is not callable" in str(exc):
-            hint = ("A list was called like a function: optimizer.param_groups is a list, not a method like "
-                    "model.parameters(), so write it without parentheses.")
+            hint = (
+                "A list was called like a function: optimizer.param_groups is a list, not a method like "
+                "model.parameters(), so write it without parentheses."
+            )
         _fail_raised(what, exc, hint)
     lrs = seen["lrs"]
     if not (len(lrs) == 2 and all(_close(v, lr) for v in lrs)):
         if len(lrs) != 2:
-            hint = (f"set_lr left {len(lrs)} groups in optimizer.param_groups; it changes the lr of the groups that "
-                    "are there and adds or removes none.")
+            hint = (
+                f"set_lr left {len(lrs)} groups in optimizer.param_groups; it changes the lr of the groups that "
+                "are there and adds or removes none."
+            )
         elif not all(_is_num(v) for v in lrs):
             kinds = " and ".join(_num(v) if _is_num(v) else f"a {v}" for v in lrs)
             hint = f"the groups' lr values are {kinds}; store the number lr itself in each group."
         elif _close(lrs[0], lr) and _close(lrs[1], OLD[1]):
-            hint = ("only the first group (optimizer.param_groups[0]) got the new lr; the second kept its own. "
-                    "Optimizers can have several groups: set every one.")
+            hint = (
+                "only the first group (optimizer.param_groups[0]) got the new lr; the second kept its own. "
+                "Optimizers can have several groups: set every one."
+            )
         elif all(_close(v, o) for v, o in zip(lrs, OLD, strict=True)):
             hint = "neither group's lr changed. " + _unchanged_hint(seen)
         elif all(_close(v, o * lr) for v, o in zip(lrs, OLD, strict=True)):
@@ -339,13 +411,15 @@ def test_set_lr_every_param_group(probe):
                 " The key 'initial_lr' appeared in the groups: a torch.optim.lr_scheduler was created on the "
                 "optimizer, and a LambdaLR's lambda returns a factor that multiplies each group's initial lr, not a "
                 "learning rate."
-                if "initial_lr" in seen["new_keys"] else
-                " Candidates: group['lr'] *= lr, or a scheduler whose factor is lr."
+                if "initial_lr" in seen["new_keys"]
+                else " Candidates: group['lr'] *= lr, or a scheduler whose factor is lr."
             )
             hint = f"each group's old lr was multiplied by {lr} instead of replaced by it.{scheduler} {PUT}"
         else:
-            hint = ("The learning rate lives in each dict of optimizer.param_groups (group['lr']), and optimizers can "
-                    "have several groups: set every one.")
+            hint = (
+                "The learning rate lives in each dict of optimizer.param_groups (group['lr']), and optimizers can "
+                "have several groups: set every one."
+            )
         shown = "[" + ", ".join(_num(v) if _is_num(v) else f"a {v}" for v in lrs) + "]"
         feedback.fail(f"after {what}, the groups have lr {shown}; expected [{lr}, {lr}]: {hint}")
     if seen["step_error"]:
@@ -363,8 +437,10 @@ def test_set_lr_every_param_group(probe):
             f"nothing else the step reads.{also}"
         )
     if seen["returned_optimizer"]:
-        feedback.fail(f"set_lr returned the optimizer ({seen['returned']}); it changes the optimizer's groups in place "
-                      "and returns None, as its signature says (-> None).")
+        feedback.fail(
+            f"set_lr returned the optimizer ({seen['returned']}); it changes the optimizer's groups in place "
+            "and returns None, as its signature says (-> None)."
+        )
     if seen["returned"] != "NoneType":
         feedback.fail(f"set_lr returned a {seen['returned']}; it changes the optimizer in place and returns None.")
 
@@ -396,25 +472,59 @@ def _my_lr_hint(submission, got, steps, params, target):
             if not _all_close(own_warm, [_warm(s, own, warmup) for s in steps]):
                 parts.append(f"your warmup_lr(step, {_num(own)}, {warmup}) does not follow the warm-up rule")
             if parts:
-                return (" These are the values of your own warmup_lr(step, scaled_lr(...), warmup_steps) for your "
-                        f"run's numbers, and {' and '.join(parts)}: fix that (its own test says how), and my_lr "
-                        "follows.")
+                return (
+                    " These are the values of your own warmup_lr(step, scaled_lr(...), warmup_steps) for your "
+                    f"run's numbers, and {' and '.join(parts)}: fix that (its own test says how), and my_lr "
+                    "follows."
+                )
     final = got[-1]  # step 10 * warmup_steps: after the warm-up
     if _all_close(got, [target] * len(got)):
-        return (f" It returns the target from step 0 on: there is no warm-up (candidates: warmup_lr not applied, or a "
-                f"warm-up length of 0 or 1 instead of your run's {warmup} steps).")
+        also = (
+            ", or a ramp that starts at base_lr, which equals the target in your run" if _close(base_lr, target) else ""
+        )
+        return (
+            f" It returns the target from step 0 on: there is no warm-up (candidates: warmup_lr not applied, or a "
+            f"warm-up length of 0 or 1 instead of your run's {warmup} steps{also})."
+        )
+    if _all_close(got, [_warm(s + 1, target, warmup) for s in steps]):
+        return (
+            " Every value is the one of the step after it: my_lr(step) returns what step + 1 should get (for "
+            "example warmup_lr(step + 1, ...)). step is already 0-based, and the warm-up's (step + 1) is in "
+            "warmup_lr itself: pass step unchanged."
+        )
+    if not _close(base_lr, target) and _all_close(got, [base_lr + _warm(s, target - base_lr, warmup) for s in steps]):
+        return (
+            f" The values are a ramp that starts at base_lr ({base_lr}) and ends at the target: base_lr + (target - "
+            "base_lr) * (step + 1) / warmup_steps. This task's warm-up starts from the target alone, "
+            f"target_lr * (step + 1) / warmup_steps, so step 0 gets {_num(target / warmup)}: use "
+            "warmup_lr(step, target, warmup_steps)."
+        )
+    alone = base_lr * per_device / base_batch  # the target of a global batch of one GPU's samples
+    if not _close(alone, target) and _all_close(got, [_warm(s, alone, warmup) for s in steps]):
+        return (
+            f" The warm-up has the right shape but reaches {_num(alone, target)}, the target for a global batch of "
+            f"{per_device} (one GPU's samples, as if world_size were 1); your run trains on {world} GPUs. "
+            "Candidates: the world size taken from the running process (the tests run one process without a "
+            "process group) instead of your prompt's number, or the global batch left out. my_lr describes the "
+            "run in your prompt."
+        )
     if _close(final, target) and target / 1e6 < got[0] <= target:
         length = round(target / got[0])
         if length >= 1 and length != warmup and _all_close(got, [_warm(s, target, length) for s in steps]):
-            return (f" The values fit a warm-up over {length} steps to the right target; your run warms up over "
-                    f"{warmup} steps (the number in your prompt).")
+            return (
+                f" The values fit a warm-up over {length} steps to the right target; your run warms up over "
+                f"{warmup} steps (the number in your prompt)."
+            )
     if _close(final, base_lr) and not _close(base_lr, target):
         return " After the warm-up it returns base_lr itself: scale it with scaled_lr first."
     if _is_num(final) and final > 0 and _all_close(got, [_warm(s, final, warmup) for s in steps]):
-        return (f" The warm-up has the right shape but reaches {_num(final, target)} instead of {_num(target, final)}: "
-                "the target must be scaled_lr with your run's numbers, in the order scaled_lr(base_lr, base_batch, "
-                "per_device_batch, world_size).")
-    return ""
+        return (
+            f" The warm-up has the right shape but reaches {_num(final, target)} instead of {_num(target, final)}: "
+            "the target must be scaled_lr with your run's numbers, in the order scaled_lr(base_lr, base_batch, "
+            "per_device_batch, world_size)."
+        )
+    precision = _precision_hint(got, [_warm(s, target, warmup) for s in steps])
+    return f" Looking at the values: {precision}." if precision else ""
 
 
 def test_my_run_schedule(submission, params):
