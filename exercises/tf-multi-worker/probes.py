@@ -9,7 +9,8 @@ Each worker notes, as it goes, into a file of its own (so a worker that hangs an
   replicas, the ids of the examples in it (found by their feature rows); batches taken inside a tf.function are
   not seen, and the tests then judge by the weights alone;
 - every path it saved to (Keras save / save_weights / export, tf.train.Checkpoint save / write, tf.saved_model
-  save, and Python's open() for writing);
+  save, and Python's open() for writing), and its deletions (shutil.rmtree, os.remove, os.rmdir): every one of
+  model_dir, of something in it or of a folder that holds it, the first MAX_STEP_NOTES of other paths;
 - the end of each such pass (the iterator ran out);
 - the step: each Keras optimizer made (its type and learning rate), and for each optimizer apply (apply_gradients
   too) whether it ran in a replica context of the strategy (inside strategy.run), in the strategy's
@@ -40,7 +41,9 @@ TRUE_KERNEL = np.array([1.0, -2.0, 0.5, 3.0], dtype="float32")
 RUN_TIMEOUT_S, GRACE_S, LOAD_TIMEOUT_S = 150.0, 10.0, 60.0
 MODEL_FILE = "model.keras"
 MAX_BATCH_NOTES = 200
-MAX_STEP_NOTES = 20  # of each kind of step note (apply, all_reduce, average_loss)
+# audit event: the call it stands for
+DELETES = {"shutil.rmtree": "shutil.rmtree", "os.remove": "os.remove (or os.unlink)", "os.rmdir": "os.rmdir"}
+MAX_STEP_NOTES = 20  # of each kind of step note (apply, all_reduce, average_loss), and of other deletions
 
 
 def data():
@@ -174,8 +177,14 @@ def _install(note, model_dir):
                 context = tf.distribute.get_replica_context()
                 where = "cross-replica" if context is None else "replica" if tf.distribute.has_strategy() else "none"
                 variables = list(trainable_variables if trainable_variables is not None else self._trainable_variables)
-                note.capped("apply", where=where, shapes=[list(v.shape) for v in variables], distributed=[
-                    isinstance(getattr(v, "value", v), tf.distribute.DistributedValues) for v in variables])
+                note.capped(
+                    "apply",
+                    where=where,
+                    shapes=[list(v.shape) for v in variables],
+                    distributed=[
+                        isinstance(getattr(v, "value", v), tf.distribute.DistributedValues) for v in variables
+                    ],
+                )
             except Exception as exc:
                 note.capped("apply", unreadable=f"{type(exc).__name__}: {exc}"[:200])
         in_optimizer.depth = getattr(in_optimizer, "depth", 0) + 1
@@ -232,9 +241,21 @@ def _install(note, model_dir):
     inside = os.path.realpath(model_dir) + os.sep
     writing = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
+    top = os.path.realpath(model_dir)
+
     def audit(event, args):
         # Python-level writes into model_dir (TensorFlow's own writes go through its C++ file system: the savers
         # above see those). open() gives a mode string, os.open flags.
+        if event in DELETES and isinstance(args[0], (str, bytes, os.PathLike)) and (len(args) < 2 or args[1] is None):
+            # A deletion (an absolute path or one relative to the working folder: shutil.rmtree's own removals
+            # inside the tree, relative to a folder's descriptor, are left out): every one of model_dir, of
+            # something in it or of a folder that holds it, the first MAX_STEP_NOTES of any other path.
+            path = os.path.realpath(os.fsdecode(args[0]))
+            if path == top or path.startswith(inside) or inside.startswith(path.rstrip(os.sep) + os.sep):
+                note("delete", api=DELETES[event], path=path)
+            else:  # elsewhere (a temporary folder of its own): the first few
+                note.capped("delete", api=DELETES[event], path=path)
+            return
         if event != "open" or not isinstance(args[0], (str, bytes)):
             return
         mode, flags = args[1], args[2]

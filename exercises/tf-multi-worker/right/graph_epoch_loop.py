@@ -24,9 +24,7 @@ def build_model() -> keras.Model:
 
 def train_worker(workers, index, model_dir):
     """A whole epoch inside one tf.function, a Keras loss object without reduction, and the chief-only save."""
-    os.environ["TF_CONFIG"] = json.dumps(
-        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
-    )
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     is_chief = strategy.cluster_resolver.task_id == 0
     global_batch = PER_REPLICA_BATCH * strategy.num_replicas_in_sync
