@@ -3,7 +3,9 @@ over gloo (runner.vdev.ddp), measure each rank's communication (runner.vdev.comm
 dtypes per optimizer step), and observe what the learner's wrappers did:
 
 - ``wrappers``: for each DistributedDataParallel the rank made, its ``find_unused_parameters``,
-  ``gradient_as_bucket_view``, ``static_graph`` and ``bucket_bytes_cap`` (bytes) as DDP holds them;
+  ``gradient_as_bucket_view``, ``static_graph`` and ``bucket_bytes_cap`` (bytes) as DDP holds them, and the
+  communication hooks registered on it (``hooks``: how many; ``torch_hooks``: how many of them are torch's own,
+  defined in a ``torch.`` module; ``none_states``: how many were registered with state None);
 - ``grads``: at each optimizer step (a global step pre-hook), how many parameters have a ``.grad``, in how many
   distinct storages, and how many bytes of them sit in a storage of their own (a ``.grad`` that is not a view into
   one of DDP's flat buckets: gradients that share a storage are views into one bucket); and ``norm``, the L2 norm
@@ -98,13 +100,42 @@ def _watch() -> tuple[list, list]:
     return wrappers, grads
 
 
+_WRAPPER_FIELDS = 7
+
+
+def _hooks(wrapper) -> list[int]:
+    """Return how many comm hooks the wrapper holds, how many are torch's own, how many got state None.
+
+    runner.vdev.comm registers a dispatcher at the first forward (DDP's own all-reduce through its Python twin,
+    torch's allreduce_hook, so that its bytes are counted) and a hook the learner registers later replaces the
+    dispatcher's target: look through it, and leave the measuring twin out.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hooks = []
+    for hook, state in getattr(wrapper, "_comm_hooks", []):
+        if getattr(hook, "__name__", "") == "_dispatch_hook" and hasattr(state, "hook"):
+            if state.hook is default_hooks.allreduce_hook:
+                continue
+            hook, state = state.hook, state.state
+        hooks.append((hook, state))
+    own = sum(str(getattr(hook, "__module__", "") or "").startswith("torch.") for hook, _ in hooks)
+    return [len(hooks), own, sum(state is None for _, state in hooks)]
+
+
 def _observed(wrappers: list, grads: list) -> dict[str, torch.Tensor]:
     rows = [
-        [int(w.find_unused_parameters), int(w.gradient_as_bucket_view), int(w.static_graph), int(w.bucket_bytes_cap)]
+        [
+            int(w.find_unused_parameters),
+            int(w.gradient_as_bucket_view),
+            int(w.static_graph),
+            int(w.bucket_bytes_cap),
+            *_hooks(w),
+        ]
         for w in wrappers
     ]
     return {
-        _PREFIX + "wrappers": torch.tensor(rows, dtype=torch.int64).reshape(-1, 4),
+        _PREFIX + "wrappers": torch.tensor(rows, dtype=torch.int64).reshape(-1, _WRAPPER_FIELDS),
         _PREFIX + "grads": torch.tensor([g[:3] for g in grads], dtype=torch.int64).reshape(-1, 3),
         _PREFIX + "grad_norms": torch.tensor([g[3] for g in grads], dtype=torch.float64),
     }
@@ -131,8 +162,8 @@ def _plain(rank_result) -> dict:
     result["observed"] = {
         "wrappers": [
             {"find_unused_parameters": bool(a), "gradient_as_bucket_view": bool(b), "static_graph": bool(c),
-             "bucket_bytes_cap": int(d)}
-            for a, b, c, d in rows("wrappers", 4)
+             "bucket_bytes_cap": int(d), "hooks": int(e), "torch_hooks": int(f), "none_states": int(g)}
+            for a, b, c, d, e, f, g in rows("wrappers", _WRAPPER_FIELDS)
         ],
         "grads": [
             {"grads": a, "storages": b, "own_bytes": c, "norm": n}
@@ -146,7 +177,7 @@ def _warm() -> None:
     """Import what DDP's first forward and the optimizer import lazily, before the ranks fork (they then start in
     ~0.1 s instead of paying seconds each). Done here, not at import: the judge imports this file too, for the
     data and the models, and never forks ranks."""
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: F401
 
     torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
