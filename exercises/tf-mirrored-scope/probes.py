@@ -25,7 +25,7 @@ def _error(exc: BaseException) -> dict:
     frames = [i for i, line in enumerate(lines) if line.lstrip().startswith("File ")]
     if "(most recent call last)" in text and frames:
         # A graph execution error lists TensorFlow's own call stack; the cause is the first line after it.
-        cause = next((line.strip() for line in lines[frames[-1] + 1:] if line.strip() and not line[0].isspace()), "")
+        cause = next((line.strip() for line in lines[frames[-1] + 1 :] if line.strip() and not line[0].isspace()), "")
         text = f"{lines[0].strip()} {cause}".strip()
     return {"type": type(exc).__name__, "message": text[:600]}
 
@@ -65,8 +65,11 @@ def _describe_loss(loss) -> dict:
         return {"kind": "none"}
     if isinstance(loss, str):
         return {"kind": "str", "name": loss}
-    info = {"kind": "object", "class": type(loss).__name__, "name": str(getattr(loss, "name", "")
-                                                                         or getattr(loss, "__name__", ""))}
+    info = {
+        "kind": "object",
+        "class": type(loss).__name__,
+        "name": str(getattr(loss, "name", "") or getattr(loss, "__name__", "")),
+    }
     try:
         config = loss.get_config()
         info["from_logits"] = bool(config.get("from_logits", False))

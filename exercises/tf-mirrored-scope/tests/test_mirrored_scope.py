@@ -46,14 +46,48 @@ def _keras_model(seen) -> None:
     if kind == "NoneType":
         why = "`model` is None: assign the Keras model you build to it, inside `with strategy.scope():`."
     elif seen["model_is_class"]:
-        why = (f"`model` is the class {name} itself, not a model made from it: create one by calling the class, "
-               f"`model = {name}(...)`, inside `with strategy.scope():` (and build it there).")
+        why = (
+            f"`model` is the class {name} itself, not a model made from it: create one by calling the class, "
+            f"`model = {name}(...)`, inside `with strategy.scope():` (and build it there)."
+        )
     elif kind == "function":
-        why = (f"`model` is the function {name}, not a Keras model: assign what the function returns, "
-               f"`model = {name}()` (with the parentheses), inside `with strategy.scope():`.")
+        why = (
+            f"`model` is the function {name}, not a Keras model: assign what the function returns, "
+            f"`model = {name}()` (with the parentheses), inside `with strategy.scope():`."
+        )
     else:
         why = f"`model` is a {kind}, not a Keras model (keras.Sequential, keras.Model or a subclass of keras.Model)."
     feedback.fail(why)
+
+
+DEFAULT_STRATEGY = "_DefaultDistributionStrategy"
+
+
+def _strategy_kind(seen) -> str:
+    """What `strategy` is, in words a learner knows (TensorFlow's default strategy has a private class name)."""
+    if seen["strategy_type"] == DEFAULT_STRATEGY:
+        return (
+            "TensorFlow's default strategy, which tf.distribute.get_strategy() returns outside any scope and "
+            "which distributes nothing"
+        )
+    return f"a {seen['strategy_type']}"
+
+
+def _strategy_object(seen) -> None:
+    """Fail when `strategy` is no strategy object, so no variable can have been created by it."""
+    if seen["strategy_type"] == "NoneType":
+        feedback.fail(
+            "`strategy` is None, so no variable of your model was created by it: create it with "
+            "`strategy = tf.distribute.MirroredStrategy()` and build and compile under `with strategy.scope():`."
+        )
+    if seen["strategy_is_class"]:
+        name = seen["strategy_class"]
+        feedback.fail(
+            f"`strategy` is the class {name} itself, not a strategy object, so no variable of your model was "
+            f"created by it: each call `{name}()` (or `strategy()`) makes a new strategy, and the one whose scope your "
+            f"code entered is not the object `strategy` holds. Make one, `strategy = tf.distribute.{name}()`, and "
+            "build and compile under `with strategy.scope():`."
+        )
 
 
 def _names(items, most: int = 3) -> str:
@@ -129,10 +163,9 @@ def test_strategy_mirrors_two_replicas(probe):
             "`strategy = tf.distribute.MirroredStrategy()` (with the parentheses)."
         )
     assert kind in ("MirroredStrategy", "MirroredStrategyV1"), (
-        f"`strategy` is a {kind}; expected a tf.distribute.MirroredStrategy. "
+        f"`strategy` is {_strategy_kind(seen)}; expected a tf.distribute.MirroredStrategy. "
         + (
-            "OneDeviceStrategy places everything on a single device: nothing is copied and nothing is "
-            "synchronised. "
+            "OneDeviceStrategy places everything on a single device: nothing is copied and nothing is synchronised. "
             if kind == "OneDeviceStrategy"
             else ""
         )
@@ -156,6 +189,7 @@ def test_strategy_mirrors_two_replicas(probe):
 def test_weights_created_in_scope(probe):
     seen = _observe(probe)
     _keras_model(seen)
+    _strategy_object(seen)
     weights = seen["weights"]
     if weights is None:
         error = seen["weights_error"]
@@ -176,7 +210,7 @@ def test_weights_created_in_scope(probe):
             f"{len(not_mirrored)} of {len(weights)} weights are not mirrored over 2 devices: {w['name']} is a "
             f"{w['type']} with {copies} cop{'y' if copies == 1 else 'ies'}. Under a MirroredStrategy with 2 replicas "
             f"each weight is a MirroredVariable with one copy per device; a strategy over one device keeps one copy "
-            f"only (your `strategy` is a {seen['strategy_type']} with {seen['replicas']} replica(s)). Use "
+            f"only (your `strategy` is {_strategy_kind(seen)}, with {seen['replicas']} replica(s)). Use "
             "`tf.distribute.MirroredStrategy()`."
         )
     shared = [w for w in weights if w.get("devices") and len(set(w["devices"])) < len(w["devices"])]
@@ -264,9 +298,15 @@ def test_outputs_ten_class_probabilities(probe):
             else f"The model must end in keras.layers.Dense({CLASSES}, activation='softmax') on (batch, features)."
         )
     )
+    assert _probabilities(seen), _not_probabilities(seen["output"])
+
+
+def _probabilities(seen) -> bool:
+    """Whether model(x) returned one probability distribution per row (False when it returned nothing)."""
     rows = seen["output"]
-    ok = all(math.isclose(sum(r), 1.0, abs_tol=1e-4) for r in rows) and not any(v < 0 for r in rows for v in r)
-    assert ok, _not_probabilities(rows)
+    if not rows or seen["output_shape"] != [BATCH, CLASSES]:
+        return False
+    return all(math.isclose(sum(r), 1.0, abs_tol=1e-4) for r in rows) and not any(v < 0 for r in rows for v in r)
 
 
 def test_compiled_in_scope(probe):
@@ -280,6 +320,7 @@ def test_compiled_in_scope(probe):
     outside = [v for v in variables if not v["in_scope"]]
     if not outside:
         return
+    _strategy_object(seen)
     others = [v for v in outside if v["components"]]
     if others:
         feedback.fail(
@@ -293,15 +334,17 @@ def test_compiled_in_scope(probe):
         f"your {seen['optimizer']} optimizer was created outside strategy.scope(): its variables "
         f"{_names([v['name'] for v in outside])} are not mirrored. Keras creates an optimizer's variables when the "
         "optimizer object is made — by `compile(optimizer='adam')`, or by `keras.optimizers.Adam()` wherever you "
-        "wrote it. Made outside the scope, fit with Adam raises 'RuntimeError: Mixing different tf.distribute.Strategy "
-        "objects' (SGD happens to run, with an unmirrored step counter). Call compile inside the scope and create any "
-        "optimizer object there too."
+        "wrote it (also as a function's default argument: Python evaluates a default once, when `def` runs, not "
+        "when the function is called inside the scope). "
         + (
-            " Your model's weights are plain variables too: if your code calls `strategy.scope()` on a line of its "
-            "own, without `with`, the scope is never entered."
+            "Your model's weights are plain variables too: if your code calls `strategy.scope()` on a line of its "
+            "own, without `with`, the scope is never entered. "
             if weights_plain
-            else ""
+            else "With the model built in the scope and the optimizer made outside it, fit with Adam raises "
+            "'RuntimeError: Mixing different tf.distribute.Strategy objects' (SGD happens to run, with an unmirrored "
+            "step counter). "
         )
+        + "Call compile inside the scope and create any optimizer object there too."
     )
 
 
@@ -320,9 +363,17 @@ def test_classification_loss(probe):
         "'sparse_categorical_crossentropy' for integer labels (0..9) or 'categorical_crossentropy' for one-hot "
         "labels. (Binary cross-entropy and mean squared error are for other kinds of targets.)"
     )
-    assert loss.get("from_logits") is not True, (
-        f"the loss {shown!r} has from_logits=True, but the model already applies softmax: the loss would apply "
-        "softmax a second time. Leave from_logits at False when the model outputs probabilities."
+    if loss.get("from_logits") is not True:
+        return
+    if _probabilities(seen):
+        feedback.fail(
+            f"the loss {shown!r} has from_logits=True, but the model already applies softmax: the loss would apply "
+            "softmax a second time. Leave from_logits at False when the model outputs probabilities."
+        )
+    feedback.fail(
+        f"the loss {shown!r} has from_logits=True, which fits a model that returns raw scores (logits), as yours "
+        "does (see the output test); but this exercise asks the model itself to end in a softmax, and then the loss "
+        "must leave from_logits at False (the default), or it would apply softmax a second time."
     )
 
 
@@ -336,6 +387,9 @@ def _fit_blockers(seen) -> list[str]:
         found.append("the model's weights were not created by your strategy (see the weights test)")
     if any(not v["in_scope"] for v in seen["optimizer_variables"] or []):
         found.append("the optimizer was not created by your strategy (see the compile test)")
+    name = _loss_name(seen["loss"])
+    if seen["compiled"] is True and not ("categorical" in name and "crossentropy" in name):
+        found.append("the loss is not a categorical cross-entropy (see the loss test)")
     if seen["output"] is None:
         found.append(f"the model does not take a batch of {FEATURES} features (see the output test)")
     elif len(seen["output_shape"]) == 2 and seen["output_shape"][1] < CLASSES:
@@ -363,7 +417,8 @@ def test_fit_step_on_two_replicas(probe):
         if found:
             said = got.message if got.cause else f"{FIT} raised {result['type']} (TensorFlow's text: see details)."
             feedback.fail(
-                said + "\nFix what the tests above found first; each of these can make fit fail:\n"
+                said
+                + "\nFix what the tests above found first; each of these can make fit fail:\n"
                 + "\n".join(f"- {f}" for f in found),
                 details=got.details,
             )

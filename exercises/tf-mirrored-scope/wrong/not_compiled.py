@@ -3,9 +3,11 @@ import tensorflow as tf
 strategy = tf.distribute.MirroredStrategy()
 
 with strategy.scope():
-    model = tf.keras.Sequential([
-        tf.keras.Input(shape=(20,)),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = tf.keras.Sequential(
+        [
+            tf.keras.Input(shape=(20,)),
+            tf.keras.layers.Dense(64, activation="relu"),
+            tf.keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
 # Mistake: never compiled.

@@ -7,9 +7,11 @@ optimizer = keras.optimizers.SGD(learning_rate=0.01)
 strategy = tf.distribute.MirroredStrategy()
 
 with strategy.scope():
-    model = keras.Sequential([
-        keras.Input(shape=(20,)),
-        keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(10, activation="softmax"),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(20,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
     model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
