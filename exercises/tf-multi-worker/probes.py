@@ -12,9 +12,10 @@ Each worker notes, as it goes, into a file of its own (so a worker that hangs an
   save, and Python's open() for writing), and its deletions (shutil.rmtree, os.remove, os.rmdir): every one of
   model_dir, of something in it or of a folder that holds it, the first MAX_STEP_NOTES of other paths;
 - the end of each such pass (the iterator ran out);
-- the step: each Keras optimizer made (its type and learning rate), and for each optimizer apply (apply_gradients
-  too) whether it ran in a replica context of the strategy (inside strategy.run), in the strategy's
-  cross-replica context or outside every strategy, with the shapes of the variables it updated and whether they
+- the step: each Keras optimizer made (its type, its learning rate, whether a strategy's scope was open), and
+  for each optimizer apply (apply_gradients too) whether it ran in a replica context of the strategy (inside
+  strategy.run), in the strategy's cross-replica context or outside every strategy, with the shapes of the variables
+  it updated and whether they
   were distributed (made under strategy.scope()); every replica-context all-reduce outside the optimizer (the
   shapes of what it summed); the shape of every per-example loss given to tf.nn.compute_average_loss and its
   global_batch_size; every Dataset.shuffle and Dataset.shard. These are noted when they run, so once per trace
@@ -169,7 +170,7 @@ def _install(note, model_dir):
             rate = round(float(np.asarray(self.learning_rate)), 8)
         except Exception:  # a schedule, or made inside a tf.function
             rate = None
-        note("optimizer", type=type(self).__name__, learning_rate=rate)
+        note("optimizer", type=type(self).__name__, learning_rate=rate, in_scope=bool(tf.distribute.has_strategy()))
 
     def apply(self, grads, trainable_variables=None):
         if getattr(in_optimizer, "depth", 0) == 0:

@@ -66,6 +66,9 @@ def _inner_line(message):
     return named[-1].group(1).strip().rstrip(" :{")[:300] if named else ""
 
 
+AUTOGRAPH_NAME = re.compile(r"\b(?:\w+\.<locals>\.)+tf__")
+
+
 def _told(what, type_name, message):
     """`what` raised this: runner.feedback's sentence (the raw text kept as details), with the error line of a
     tf.function's report and TensorFlow's op prefix left out of the sentence."""
@@ -75,6 +78,7 @@ def _told(what, type_name, message):
     text = _inner_line(message)
     if text is None:
         text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(message)).split(" goo.gle/")[0].strip()
+    text = AUTOGRAPH_NAME.sub("", text)  # step_fn(), not autograph's outer_factory.<locals>...tf__step_fn()
     said = feedback.raised(what, type_name, text)
     return feedback.Explained(said.message, got.details or feedback.clean_details(f"{type_name}: {message}"))
 
@@ -163,6 +167,11 @@ def _config_problem(seen, index):
 
 
 def _error_hint(message):
+    if re.search(r"takes 1 positional argument but 2 were given", message) and "step" in message:
+        return (
+            "If that function is the one you give strategy.run: strategy.run(fn, args=...) calls fn(*args), so "
+            "args=(batch) (no comma: the batch itself) passes an (x, y) batch as two arguments; write args=(batch,)."
+        )
     if "Collective ops must be configured at program startup" in message:
         return (
             "TensorFlow raises this when MultiWorkerMirroredStrategy is created after another TensorFlow "
@@ -234,7 +243,11 @@ def _finished(seen):
         for i, e in _removals(seen, range(WORKERS))[:1]
     ]
     text = " ".join([*said, *[h for h in hints if h], *problems[:1], *([plain] if plain else []), *gone])
-    feedback.fail(text[:1].upper() + text[1:], details="\n".join(f"worker {i}: {e.details}" for i, e in errors.items()))
+    head = text.split(" ", 1)[0]
+    feedback.fail(
+        text if "_" in head else text[:1].upper() + text[1:],
+        details="\n".join(f"worker {i}: {e.details}" for i, e in errors.items()),
+    )
 
 
 def _weights(w):
@@ -688,6 +701,26 @@ def test_trains_like_one_device_on_the_global_batch(probe):
             )
         )
     feedback.fail(said + why)
+
+
+def test_optimizer_made_in_scope(probe):
+    seen = _run(probe)
+    made = [_events(seen, i, "optimizer") for i in range(WORKERS)]
+    if not all(made):
+        _finished(seen)
+    for index, optimizers in enumerate(made):
+        _expect(
+            optimizers, f"worker {index} never made a Keras optimizer: make SGD(LEARNING_RATE) inside strategy.scope()."
+        )
+        outside = [e for e in optimizers if e.get("in_scope") is False]
+        _expect(
+            not outside,
+            (
+                f"worker {index} made its optimizer ({outside[0]['type'] if outside else ''}) outside "
+                "`with strategy.scope():`. Step 2 of the task asks for the model and the SGD(LEARNING_RATE) optimizer "
+                "both to be made inside the strategy's scope."
+            ),
+        )
 
 
 def test_gradients_applied_inside_strategy_run(probe):
