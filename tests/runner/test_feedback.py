@@ -123,6 +123,26 @@ def test_an_unknown_exception_is_the_learners_own_first_line() -> None:
     assert feedback.raised("train(0, 2)", "KeyError", "'x'").message == "train(0, 2) raised KeyError: 'x'."
 
 
+def test_tensorflows_graph_wrappers_never_reach_the_sentence() -> None:
+    wrapped = (
+        "{{function_node __wrapped__Reshape_device_/job:localhost/replica:0/task:0/device:CPU:0}} Input to reshape is "
+        "a tensor with 12 values, but the requested shape has 10 [Op:Reshape] name: "
+    )
+    got = feedback.explain("InvalidArgumentError", wrapped)
+    assert got.message == (
+        "Your code raised InvalidArgumentError: Input to reshape is a tensor with 12 values, but the requested shape "
+        "has 10."
+    )
+    assert "[Op:Reshape]" in got.details  # the framework's own text stays behind the disclosure
+    renamed = "outer_factory.<locals>.inner_factory.<locals>.tf__step_fn() takes 1 positional argument but 2 were given"
+    told = feedback.raised("train_worker", "TypeError", renamed)
+    assert told.message == "train_worker raised TypeError: step_fn() takes 1 positional argument but 2 were given."
+    node = "Incompatible shapes: [4] vs. [2] for '{{node add}} = AddV2[T=DT_FLOAT](x, y)' with input shapes: [4], [2]."
+    assert "{{node" not in feedback.first_line(node)
+    assert feedback.internals(renamed) and feedback.internals(wrapped)
+    assert feedback.internals(feedback.explain("InvalidArgumentError", wrapped).message) == []
+
+
 def test_ranks_name_the_rank_that_failed_first_and_the_others_as_consequences() -> None:
     left = RECORDED["torch.peer_left"]
     runs = [

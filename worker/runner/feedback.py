@@ -8,7 +8,8 @@ Contract:
   autograd and Keras mistakes, recorded from real torch 2.13 and TensorFlow 2.21 failures in
   ``tests/runner/failures/``) gets that class's sentence; any other gets ``Your code raised Type: first line``.
   A sentence names a cause only where the framework's text proves it, and says "one of" where several causes
-  give the same text.
+  give the same text. TensorFlow's graph wrappers and autograph's renamed functions never reach a sentence
+  (``framework_text``; exercises whose tests word TensorFlow's text themselves use it too).
 - ``raised(what, type_name, message)`` is the same for a test that reports where the exception happened
   ("train(0, 2) raised ..."); ``ranks(runs)`` explains a multi-rank run whose ranks failed, naming the rank whose
   failure came first (the others only stopped because it did).
@@ -66,9 +67,29 @@ def clean_details(text: str) -> str:
     return text if len(text) <= MAX_DETAILS else text[: MAX_DETAILS - 14].rstrip() + "\n... (trimmed)"
 
 
+# TensorFlow wraps an op's error in its graph's names ({{function_node __inference_...}}, for '{{node ...}}',
+# [Op:Name] name: ..., a goo.gle link) and autograph renames a learner's function (outer_factory.<locals>...tf__step):
+# none of it is the learner's, so it never reaches the sentence (it stays in the details).
+_TF_WRAPPERS = (
+    (re.compile(r"\{\{function_node [^}]*\}\}\s*"), ""),
+    (re.compile(r" for '\{\{node [^']*'"), ""),
+    (re.compile(r"\s*\[Op:\w+\](?:\s*name:\s*\S*)?"), ""),
+    (re.compile(r"\s*(?:For more information, see |See )?(?:https?://)?goo\.gle/\S*"), ""),
+    (re.compile(r"\b(?:\w+\.<locals>\.)+tf__|\btf__(?=\w+\()"), ""),
+)
+
+
+def framework_text(text: str) -> str:
+    """Return ``text`` without TensorFlow's graph wrappers and autograph's renaming (``_TF_WRAPPERS``)."""
+    for pattern, replacement in _TF_WRAPPERS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
 def first_line(text: str) -> str:
-    """Return the first non-empty line of ``text`` without terminal codes (Keras puts its point on line 3)."""
-    for line in _ANSI.sub("", text).splitlines():
+    """Return the first non-empty line of ``text`` without terminal codes (Keras puts its point on line 3) or
+    TensorFlow's graph wrappers."""
+    for line in framework_text(_ANSI.sub("", text)).splitlines():
         line = line.strip()
         if line and not line.startswith("Exception encountered when calling"):
             return line
@@ -704,6 +725,7 @@ INTERNALS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("raw bytes", re.compile(r"\bb'(?:\\x[0-9a-f]{2}){2}|\bb\"(?:\\x[0-9a-f]{2}){2}")),
     ("terminal codes", re.compile(r"\x1b\[|\[1m|\[0m")),
     ("an unchecked None", re.compile(r"'NoneType' object")),
+    ("TensorFlow's graph names", re.compile(r"\{\{function_node |\{\{node |\[Op:\w+\]|<locals>\.tf__|\btf__\w+\(")),
     ("a harness name", re.compile(r"\b(?:SubmissionProxy|RemoteFunction|LearnerException|LookupError: )")),
 )
 

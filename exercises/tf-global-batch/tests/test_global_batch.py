@@ -62,8 +62,7 @@ def _fail_raised(what, exc, hint="") -> NoReturn:
     """Fail with what the learner's code raised (worded by runner.feedback, the raw text as details) and a hint."""
     type_name = getattr(exc, "type_name", type(exc).__name__)
     message = str(exc.args[0]) if exc.args else ""
-    # TensorFlow wraps an op's error in the op's internal names: keep only its own sentence.
-    message = re.sub(r"\s*\[Op:\w+\].*$", "", re.sub(r"\{\{function_node [^}]*\}\}\s*", "", message), flags=re.S)
+    message = feedback.framework_text(message)  # TensorFlow's op names are not the learner's
     told = feedback.raised(what, type_name, message)
     line = getattr(exc, "line", None)
     text = told.message[:-1] if told.message.endswith(".") else told.message

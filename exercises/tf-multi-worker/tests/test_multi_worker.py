@@ -66,9 +66,6 @@ def _inner_line(message):
     return named[-1].group(1).strip().rstrip(" :{")[:300] if named else ""
 
 
-AUTOGRAPH_NAME = re.compile(r"\b(?:\w+\.<locals>\.)+tf__")
-
-
 def _told(what, type_name, message):
     """`what` raised this: runner.feedback's sentence (the raw text kept as details), with the error line of a
     tf.function's report and TensorFlow's op prefix left out of the sentence."""
@@ -77,8 +74,8 @@ def _told(what, type_name, message):
         return got
     text = _inner_line(message)
     if text is None:
-        text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(message)).split(" goo.gle/")[0].strip()
-    text = AUTOGRAPH_NAME.sub("", text)  # step_fn(), not autograph's outer_factory.<locals>...tf__step_fn()
+        text = str(message)
+    text = feedback.framework_text(text).strip()  # step_fn(), not autograph's outer_factory.<locals>...tf__step_fn()
     said = feedback.raised(what, type_name, text)
     return feedback.Explained(said.message, got.details or feedback.clean_details(f"{type_name}: {message}"))
 

@@ -95,13 +95,6 @@ def _inner(type_name, message):
     return type_name, message
 
 
-def _tidy(text):
-    """TensorFlow's text without its graph internals ({{node ...}} names, [Op:...] tags)."""
-    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)
-    text = re.sub(r" for '\{\{node [^']*'", "", text)
-    return re.sub(r"\s*\[Op:\w+\](?:\s*name:\s*\S*)?", "", text).strip()
-
-
 def _fail_raised(what, type_name, message, hint=""):
     """Fail with what the learner's code raised, in words; the framework's own text behind a disclosure."""
     type_name, message = _inner(type_name, message)
@@ -121,7 +114,7 @@ def _fail_raised(what, type_name, message, hint=""):
             f"each batch to strategy.run.{hint}",
             details=details,
         )
-    told = feedback.raised(what, type_name, _tidy(message))
+    told = feedback.raised(what, type_name, feedback.framework_text(message).strip())
     feedback.fail(told.message + hint, details=told.details or details)
 
 
