@@ -75,6 +75,16 @@ CHECKPOINTS = {
 }
 
 
+def _storage(value) -> int:
+    """The address of a tensor's memory (0 for anything else): a tensor made by .detach() has the input's."""
+    if not isinstance(value, torch.Tensor):
+        return 0
+    try:
+        return value.untyped_storage().data_ptr()
+    except Exception:  # a tensor without ordinary storage
+        return 0
+
+
 def unwrap(submission, checkpoint):
     """Unwrap a named checkpoint; report the result and what happened to the input dict and its tensors."""
     state = CHECKPOINTS[checkpoint]()
@@ -83,6 +93,7 @@ def unwrap(submission, checkpoint):
     result = submission.unwrap_state_dict(state)
     is_dict = isinstance(result, dict)
     originals = {id(v): k for k, v in before}
+    storages = {_storage(v): k for k, v in before if _storage(v)}
     return {
         "type": type(result).__name__,
         "is_dict": is_dict,
@@ -90,6 +101,11 @@ def unwrap(submission, checkpoint):
         "keys": list(result.keys()) if is_dict else None,
         # For each returned key: the input key whose very tensor object it carries (None: a new object).
         "same_tensor_as": [originals.get(id(v)) for v in result.values()] if is_dict else None,
+        # For each returned value that is a new object: the input key whose tensor's memory it shares (.detach(),
+        # .data and views share it; .clone() and copy.deepcopy do not), else None.
+        "shares_storage_with": [None if id(v) in originals else storages.get(_storage(v)) for v in result.values()]
+        if is_dict
+        else None,
         "returned_input": result is state,
         "input_keys_after": list(state.keys()),
         "input_tensors_same_objects": all(state.get(k) is v for k, v in before),

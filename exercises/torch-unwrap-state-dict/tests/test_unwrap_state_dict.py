@@ -44,8 +44,20 @@ RENAMES = (
         lambda k: k.replace(PREFIX, "", 1),
     ),
     (
+        "everything up to and including a 'module.' inside the name was cut, although the name does not start "
+        "with it: a test such as `'module.' in key` also matches 'submodule.', and key.split('module.', 1)[1] (or "
+        "partition) then drops the start of the name",
+        lambda k: k.split(PREFIX, 1)[1] if PREFIX in k and not k.startswith(PREFIX) else None,
+    ),
+    (
         "its first 7 characters were cut although it does not start with 'module.' (dot included)",
-        lambda k: k[len(PREFIX) :],
+        lambda k: k[len(PREFIX) :] if not k.startswith("module") else None,
+    ),
+    (
+        "its first 7 characters were cut although it starts with 'module' but not with 'module.' (the dot is part "
+        "of the prefix): one of these: a startswith('module') test without the dot matched it; or key[7:] was "
+        "applied without any startswith test",
+        lambda k: k[len(PREFIX) :] if k.startswith("module") and not k.startswith(PREFIX) else None,
     ),
     ("'module' was removed without its dot", lambda k: k.removeprefix("module")),
     (
@@ -320,21 +332,47 @@ def test_strips_only_one_prefix(probe):
         feedback.fail(f"the result for DataParallel(Outer()).state_dict() does not load into Outer(): {problem}.")
 
 
+def _first_key_decides(probe) -> str | None:
+    """The sentence for a submission that treats every key as its first key is (None: not what it does)."""
+    results = {}
+    for name, build in (("mixed", mixed), ("mixed_plain_first", mixed_plain_first)):
+        keys = list(build())
+        try:
+            seen = probe("unwrap", name)
+        except Exception:
+            return None
+        if not seen["is_dict"]:
+            return None
+        results[name] = (keys, seen["keys"])
+    (prefixed_first, got_prefixed), (plain_first, got_plain) = results["mixed"], results["mixed_plain_first"]
+    if got_plain != plain_first:  # with a plain key first, nothing was stripped: the decision came from it
+        return None
+    right = [k.removeprefix(PREFIX) for k in prefixed_first]
+    if got_prefixed == right:
+        what = "stripped 'module.' correctly"
+    elif got_prefixed == [k[len(PREFIX) :] for k in prefixed_first]:
+        what = f"cut 7 characters off every key, 'b' included: you returned {_quote(got_prefixed)}"
+    else:
+        return None
+    return (
+        f"for keys {_quote(prefixed_first)} (a prefixed key first) you {what}, but for the same keys with 'b' "
+        f"first, {_quote(plain_first)}, you returned them unchanged, 'module.' kept on 'module.a' and 'module.c'. "
+        f"Expected {_quote(right)} both times. Your code decides from the first key what to do with all of them; "
+        "whether a key loses its 'module.' must depend on that key alone (one dict may hold keys with and without "
+        "the prefix)."
+    )
+
+
 def test_mixed_keys_each_on_its_own(probe):
+    first_key = _first_key_decides(probe)
+    if first_key:
+        feedback.fail(first_key)
     for name, build in (("mixed", mixed), ("mixed_plain_first", mixed_plain_first)):
         state = build()
         input_keys = list(state)
         seen = _unwrap(probe, name, f"{{{', '.join(f'{k!r}: ...' for k in input_keys)}}}")
-        got = seen["keys"]
-        want = [k.removeprefix(PREFIX) for k in input_keys]
-        if name == "mixed_plain_first" and got != want and got == input_keys:
-            feedback.fail(
-                f"for keys {_quote(list(mixed()))} you stripped 'module.' correctly, but for the same keys with "
-                f"'b' first, {_quote(input_keys)}, you returned {_quote(got)}, 'module.' kept on 'module.a' and "
-                f"'module.c'; expected {_quote(want)}. Whether a key loses its 'module.' must depend on that key "
-                "alone, not on the first key (or any other)."
-            )
         _fail_keys(f"for a dict with keys {_quote(input_keys)}", input_keys, seen)
+        want = [k.removeprefix(PREFIX) for k in input_keys]
         result = seen["result"]
         for old, new in zip(input_keys, want, strict=True):
             problem = _value_problem(result[new], state[old], state)
@@ -374,8 +412,9 @@ def test_input_not_mutated(probe):
             )
 
 
-def _what_became(old: torch.Tensor, new) -> str:
-    """Describe the value that stands where ``old`` should be (a new object)."""
+def _what_became(old: torch.Tensor, new, shares_memory: bool = False) -> str:
+    """Describe the value that stands where ``old`` should be (a new object); ``shares_memory``: the probe saw it
+    share the input tensor's memory."""
     if not isinstance(new, torch.Tensor):
         return f"a {type(new).__name__}, not a tensor"
     old_dtype, new_dtype = str(old.dtype).removeprefix("torch."), str(new.dtype).removeprefix("torch.")
@@ -385,6 +424,12 @@ def _what_became(old: torch.Tensor, new) -> str:
         )
     if tuple(new.shape) != tuple(old.shape):
         return f"a tensor of shape {tuple(new.shape)} instead of the input's {tuple(old.shape)}"
+    if torch.equal(new, old) and shares_memory:
+        return (
+            "a new tensor object that shares the input tensor's memory (.detach(), .data and views such as "
+            "value[:] or value.view(...) make one; state_dict() values are already detached) instead of the "
+            "input's tensor object"
+        )
     if torch.equal(new, old):
         return (
             "a new tensor with the same values, a copy (copy.deepcopy, .clone() and torch.tensor(...) make one) "
@@ -412,6 +457,7 @@ def test_tensors_preserved(probe):
             )
     kept = set(o for o in origins if o is not None)
     fate = _fates(input_keys, seen)
+    sharing = dict(zip(keys, seen["shares_storage_with"], strict=True))
     for old in input_keys:
         if old in kept:
             continue
@@ -419,7 +465,8 @@ def test_tensors_preserved(probe):
         if new is None:
             continue  # a key problem: the key tests say what became of it
         feedback.fail(
-            f"the value under {new!r} (was {old!r}) is {_what_became(state[old], got[new])}. Rule 3: every value "
+            f"the value under {new!r} (was {old!r}) is {_what_became(state[old], got[new], sharing.get(new) == old)}. "
+            "Rule 3: every value "
             "is the very tensor object of the input; only the keys change, so put the input's values into the "
-            "new dict as they are (no copying, converting or re-creating)."
+            "new dict as they are (no copying, detaching, converting or re-creating)."
         )
