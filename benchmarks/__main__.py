@@ -200,11 +200,10 @@ class Server(Served):
         if self.warm:
             # The server starts its warm templates in the background (app/jobs/prewarm.py): measuring while
             # frameworks import on the same cores would charge that one-off start-up to the first samples.
-            deadline = time.monotonic() + 300
-            ready = "warming container pairs" if self.sandbox == "docker" else "prewarmed"
-            while ready not in (self.data / "serve.log").read_text(errors="replace"):
+            deadline = time.monotonic() + 600
+            while "prewarmed" not in (self.data / "serve.log").read_text(errors="replace"):
                 if time.monotonic() > deadline:
-                    raise RuntimeError("the warm templates did not come up within 300 s")
+                    raise RuntimeError("the warm templates did not come up within 600 s")
                 time.sleep(0.5)
         return self
 

@@ -7,14 +7,15 @@ their first job (which may then take the memory of an idle kind: ``worker.gradin
 
 With the ``docker`` sandbox and warm pools it has the worker's pool of container pairs
 (``worker/grading/sandbox/docker_warm.py``) make ``size`` pairs for each job shape of the published code exercises,
-in its own background threads (none on GPU workers, whose jobs run cold with their GPUs). When the ``local`` sandbox
-has warm pools, a daemon thread reads the current versions of the published code exercises, derives the template
-keys their jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its judge's) and starts the
-pool's templates for them, one of each key first, then the other slots (``WarmPool.prewarm``), so no learner waits
-for a framework import and no template start competes with gradings later (round-robin uses every slot soon anyway:
-starting them lazily would only move the same memory and CPU to a worse moment). Nothing else changes: a template
-that fails to start is only logged (the first job that needs it starts it again), and an exercise published later
-gets its templates on first use, as without prewarming.
+in the same demand order, one of each shape first, a few at a time in its own background threads (none on GPU
+workers, whose jobs run cold with their GPUs); it logs "prewarmed" once they are all up (or failed). When the
+``local`` sandbox has warm pools, a daemon thread reads the current versions of the published code exercises,
+derives the template keys their jobs will ask for (``WarmPool.keys_for``: each subject's runtime key and its
+judge's) and starts the pool's templates for them, one of each key first, then the other slots
+(``WarmPool.prewarm``), so no learner waits for a framework import and no template start competes with gradings
+later (round-robin uses every slot soon anyway: starting them lazily would only move the same memory and CPU to a
+worse moment). Nothing else changes: a template that fails to start is only logged (the first job that needs it
+starts it again), and an exercise published later gets its templates on first use, as without prewarming.
 
 A worker may start before its database holds the bank: in ``docker-compose.yml`` the grading host and the API
 start together, and the API runs ``db upgrade`` and ``exercises sync`` first, so a worker that looked once found
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 WARMED = (SandboxKind.local, SandboxKind.docker)
 PATIENCE_S = 900.0  # how long a worker waits for the bank to appear before it stops looking
 RETRY_MAX_S = 30.0
+PAIRS_POLL_S = 0.5
 
 
 def published_specs() -> list[ExerciseSpec]:
@@ -67,6 +69,10 @@ def prewarm(settings: Settings) -> int:
             return 0
         shapes = sandbox.prewarm(published_specs())
         log.info("warming container pairs for %d job shape(s), %d of each", shapes, sandbox.pool.size)
+        while sandbox.pool.prewarming():  # this is the prewarm's own thread: waiting costs nobody
+            time.sleep(PAIRS_POLL_S)
+        ready = sum(kind["warm"] for kind in sandbox.pool.status())
+        log.info("prewarmed %d container pair shape(s): %d pair(s) ready", shapes, ready)
         return shapes
     pool = shared_pool(runtimes, settings.grading_workers, budget=warm_budget(settings), idle_s=settings.warm_idle_s)
     from worker.grading.sandbox.gpus import parse_gpu_ids

@@ -173,6 +173,39 @@ def test_pairs_of_an_idle_shape_are_removed_and_their_memory_given_back(warm: Wa
     assert budget.used_mb == 0
 
 
+def test_prewarm_makes_one_pair_of_every_shape_in_demand_order_before_a_second(
+    warm: WarmDockerSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import worker.grading.sandbox.docker_warm as docker_warm
+
+    monkeypatch.setattr(docker_warm, "PREWARM_PARALLEL", 1)  # one at a time: the order is the order they started
+    budget = MemoryBudget(10_000)
+    pool = WarmContainers(client=warm._new_client, specs=warm.container_specs, size=2, budget=budget)
+    made: list[Shape] = []
+    real_make = pool._make
+
+    def recording_make(shape: Shape) -> docker_warm.Pair:
+        made.append(shape)
+        return real_make(shape)
+
+    monkeypatch.setattr(pool, "_make", recording_make)
+    first, second, third = (Shape.of_spec(warm.image, _spec(timeout_s=t)) for t in (21, 22, 23))
+    try:
+        pool.prewarm([first, second, third])
+        assert pool.prewarming()
+        deadline = time.monotonic() + 240
+        while pool.prewarming():
+            assert time.monotonic() < deadline, f"still warming after 240 s: {made}"
+            time.sleep(0.2)
+        assert made == [first, second, third, first, second, third]
+        assert all(pool.ready_count(shape) == 2 for shape in (first, second, third))
+        pool.prewarm([third, first])  # all there already: nothing more is made
+        assert not pool.prewarming() and len(made) == 6
+    finally:
+        pool.close()
+    assert budget.used_mb == 0
+
+
 def test_gpu_workers_and_unwarmed_runtimes_run_cold(tmp_path: Path) -> None:
     docker = {"sandbox": "docker", "mode": "dev", "data_dir": tmp_path}
     assert isinstance(get_sandbox(Settings(**docker, warm_pools="python")), WarmDockerSandbox)  # type: ignore[arg-type]

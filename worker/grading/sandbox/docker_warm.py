@@ -19,14 +19,14 @@ Contract:
   rules (``docker.settle``): the judge's exit or the clock, both killed, inspected and force-removed. The
   judge's ``result.json`` comes back to the job folder's ``out/`` (a plain file of at most
   ``MAX_RESULT_BYTES``, never a link) and the pair's folder is deleted.
-- ``WarmContainers`` keeps ``size`` ready pairs per shape it was asked to warm (``prewarm``) or has seen a job
-  of, as far as the process's memory budget allows (``budget.py``: a pair holds ``pair_cost_mb``); pairs of a
-  shape no job asked for in ``idle_s`` are removed (its next job runs cold and brings them back); a pair
-  taken is replaced in the background once its job is over (so the replacement's framework import does not
-  compete with that job for the cores). A pair that died, whose image is not the one the job
-  would use, or older than ``MAX_AGE_S`` is removed, never used. One pool per worker process
-  (``shared_containers``), closed at exit; a worker killed outright leaves its pairs to ``reap_stale`` (their
-  ``gpulab.deadline`` label is their age limit).
+- ``WarmContainers`` keeps ``size`` ready pairs per shape it was asked to warm (``prewarm``: in the order given, the
+  caller's demand order, one of every shape before a second of any, ``PREWARM_PARALLEL`` warming up at once) or has
+  seen a job of, as far as the process's memory budget allows (``budget.py``: a pair holds ``pair_cost_mb``); pairs
+  of a shape no job asked for in ``idle_s`` are removed (its next job runs cold and brings them back); a pair taken
+  is replaced in the background once its job is over (so the replacement's framework import does not compete with
+  that job for the cores). A pair that died, whose image is not the one the job would use, or older than
+  ``MAX_AGE_S`` is removed, never used. One pool per worker process (``shared_containers``), closed at exit; a
+  worker killed outright leaves its pairs to ``reap_stale`` (their ``gpulab.deadline`` label is their age limit).
 - Nothing crosses from one job to the next: a pair serves one job and is removed, like a cold pair. GPU
   workers do not use the pool: a waiting pair would hold its GPUs (their jobs run cold, with exactly their
   GPUs).
@@ -35,6 +35,7 @@ Contract:
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import dataclasses
 import json
@@ -92,6 +93,10 @@ LABEL_WARM = "gpulab.warm"
 # Which pool made a pair: "<pid>:<uuid>". Closing removes every container of its own label, pairs still being made
 # included, and a test can find the pairs of one server process by its pid.
 LABEL_OWNER = "gpulab.warm.owner"
+# Pairs a prewarm warms up at once: each is two framework imports, so about one per two cores keeps the node
+# busy without making every kind share the cores until all are up together; the kinds learners need first (the
+# order prewarm is given) are up first.
+PREWARM_PARALLEL = max(2, (os.cpu_count() or 2) // 2)
 CLOSE_REMOVERS = 8  # containers removed at once when a pool closes: a graceful stop has seconds, not minutes
 SHARED_PARTS = ("out", "ipc")  # bound on their own: written by the judge, and ipc/ shared by both roles
 
@@ -232,6 +237,8 @@ class WarmContainers:
         self._pairs: dict[Shape, list[Pair]] = {}
         self._filling: dict[Shape, int] = {}
         self._threads: list[threading.Thread] = []
+        self._queued: collections.deque[Shape] = collections.deque()  # prewarm's pairs not started yet, in order
+        self._prewarm_runners = 0
         self._closed = False
         self.owner = f"{os.getpid()}:{uuid.uuid4().hex}"  # LABEL_OWNER of every container this pool makes
         self.served = 0  # jobs that ran in a warm pair
@@ -243,9 +250,54 @@ class WarmContainers:
     # --- making pairs ------------------------------------------------------------------------------------
 
     def prewarm(self, shapes: Iterable[Shape]) -> None:
-        """Have ``size`` pairs of each shape made, in the background."""
-        for shape in shapes:
-            self._top_up(shape)
+        """Have ``size`` pairs of each shape made in the background, in the order given (the caller's demand
+        order): one of every shape before a second of any, ``PREWARM_PARALLEL`` warming up at once."""
+        order = list(dict.fromkeys(shapes))
+        with self._lock:
+            if self._closed:
+                return
+            for turn in range(self.size):
+                for shape in order:
+                    self._last_used.setdefault(shape, time.monotonic())
+                    have = len(self._pairs.setdefault(shape, [])) + self._filling.get(shape, 0)
+                    if have > turn:
+                        continue
+                    if not self._reserve(shape):
+                        if not have:
+                            self._stats.setdefault(shape, KindStats()).cold = "budget"
+                        continue
+                    self._filling[shape] = self._filling.get(shape, 0) + 1
+                    self._queued.append(shape)
+            runners = max(0, min(PREWARM_PARALLEL, len(self._queued)) - self._prewarm_runners)
+            self._prewarm_runners += runners
+        for _ in range(runners):
+            self._spawn(self._run_prewarm)
+
+    def _run_prewarm(self) -> None:
+        """Make the pairs a prewarm queued, one after another (``PREWARM_PARALLEL`` of these run at once)."""
+        while True:
+            with self._lock:
+                if not self._queued:
+                    self._prewarm_runners -= 1
+                    return
+                shape = self._queued.popleft()
+                if self._closed:  # closing: what was reserved for the queued pairs goes back unmade
+                    self._filling[shape] -= 1
+                    self._release(shape)
+                    continue
+            self._fill(shape)
+
+    def prewarming(self) -> bool:
+        """Say whether pairs a prewarm asked for are still queued or warming up."""
+        with self._lock:
+            return bool(self._queued) or self._prewarm_runners > 0
+
+    def _spawn(self, target: Callable[..., None], *args: Any) -> None:
+        """Run ``target`` in a tracked daemon thread (``close`` waits for them)."""
+        thread = threading.Thread(target=target, args=args, name="gpulab-warm-pair", daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
 
     def _top_up(self, shape: Shape, *, evict: bool = False) -> None:
         """Have pairs of ``shape`` made up to ``size``; ``evict``: a job waits, idle shapes may give memory back."""
@@ -265,10 +317,7 @@ class WarmContainers:
             self._top_up(shape)
             return
         for _ in range(missing):
-            thread = threading.Thread(target=self._fill, args=(shape,), name="gpulab-warm-pair", daemon=True)
-            with self._lock:
-                self._threads = [t for t in self._threads if t.is_alive()] + [thread]
-            thread.start()
+            self._spawn(self._fill, shape)
 
     def _evict_for(self, shape: Shape) -> bool:
         """Remove the waiting pairs of the least recently used other shape idle for ``EVICT_IDLE_S``; say if any."""
