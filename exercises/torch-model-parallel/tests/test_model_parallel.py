@@ -52,6 +52,23 @@ def _undone_split(moves, device: str) -> bool:
     return any(what.startswith("module") and dst.startswith("cuda") and dst != device for what, _, dst in moves)
 
 
+def _join_hint(shape, rows: int, chunks: int) -> str:
+    """What a wrong output shape says about how micro-batch outputs were joined ('' when it says nothing)."""
+    if chunks > 1 and shape and len(shape) == 2 and shape[1] == 4 * chunks and shape[0] * chunks == rows:
+        return (
+            f" Your forward ran the last layer {chunks} times, once per micro-batch, and the {chunks} outputs of "
+            f"shape [{shape[0]}, 4] came back side by side, [{shape[0]}, {shape[1]}]: they were joined along dim 1, "
+            "the class dimension. Join them along the batch dimension, torch.cat(outputs, dim=0), so that the rows "
+            "come back as one batch, in order."
+        )
+    if chunks > 1:
+        return (
+            f" Your forward ran the last layer {chunks} times, once per micro-batch: join the micro-batches' outputs "
+            "along the batch dimension, torch.cat(outputs, dim=0), so that the rows come back as one batch, in order."
+        )
+    return ""
+
+
 def _reference_output(rows=ROWS, seed=0):
     x, _ = data(rows)
     with torch.no_grad():
@@ -273,12 +290,7 @@ def test_output_matches_one_device(probe):
         pytest.fail(f"pipe(x) returned a {out['type']}, expected the model's output tensor.")
     if out["shape"] != [ROWS, 4]:
         chunks = sum(1 for c in seen["calls"] if c[0] == "in" and c[1] == LAYERS - 1)
-        hint = (
-            f" Your forward ran the last layer {chunks} times, once per micro-batch: join the micro-batches' outputs "
-            "along the batch dimension, torch.cat(outputs, dim=0), so that the rows come back as one batch, in order."
-            if chunks > 1
-            else ""
-        )
+        hint = _join_hint(out["shape"], ROWS, chunks)
         pytest.fail(f"pipe(x) for {ROWS} rows returned shape {out['shape']}; expected [{ROWS}, 4].{hint}")
     diff = float((out["values"] - _reference_output()).abs().max())
     if not diff < 1e-5:
@@ -299,6 +311,16 @@ def _train_failure(probe, seen) -> feedback.Explained:
             f"{TRAIN_CALL} failed, and so does the forward pass alone: {alone.message}", got.details
         )
     trail, loss_calls = seen.get("trail") or [], seen.get("loss_calls") or []
+    if "empty parameter list" in err["message"] and seen.get("in_pipe") == []:
+        return feedback.Explained(
+            f"{TRAIN_CALL} failed as it built the optimizer: it got an empty parameter list, and the module "
+            "split_model returned has no parameters registered, so pipe.parameters() is empty. pipe.parameters() "
+            "finds only the layers held as its submodules, assigned as attributes (self.first = model[:4]) or in an "
+            "nn.ModuleList or nn.Sequential; stages kept in a plain Python list or dict are not registered. Register "
+            "the stages in split_model, so that torch.optim.SGD(pipe.parameters(), lr=lr) gets them.",
+            got.details,
+            got.cause,
+        )
     if MIXED in err["message"] and trail and trail[-1][0] == "in":
         _, layer, device = trail[-1]
         weights = seen["model_param_devices"].get(f"{layer}.weight")
@@ -328,9 +350,20 @@ def _train_failure(probe, seen) -> feedback.Explained:
                 got.cause,
             )
         if call["output_shape"] != [TRAIN_ROWS, 4]:
+            shape = call["output_shape"]
+            chunks = sum(1 for c in forward["calls"] if c[0] == "in" and c[1] == LAYERS - 1)
+            side_by_side = "along dim 1" in _join_hint((forward.get("output") or {}).get("shape"), ROWS, chunks)
+            hint = (
+                f" pipe(x) for a batch of {ROWS} rows shows why: your forward ran the last layer once per "
+                "micro-batch and joined the outputs along dim 1, the class dimension. Join them along the batch "
+                "dimension, torch.cat(outputs, dim=0)."
+                if side_by_side
+                else ""
+            )
             return feedback.Explained(
-                f"{got.message} cross_entropy got an output of shape {call['output_shape']}, where pipe(x) for the "
-                f"{TRAIN_ROWS} rows of x should return [{TRAIN_ROWS}, 4].",
+                f"{TRAIN_CALL} failed in cross_entropy: it got an output of shape {shape} and {TRAIN_ROWS} targets, "
+                f"where pipe(x) for the {TRAIN_ROWS} rows of x should return [{TRAIN_ROWS}, 4], one row of class "
+                f"scores per target.{hint}",
                 got.details,
                 got.cause,
             )
@@ -426,6 +459,16 @@ def _training_problem(seen, losses: list[float], want: list[float], drift: float
             f"cross_entropy with reduction='sum', which adds up the {TRAIN_ROWS} rows' losses instead of averaging "
             f"them, so the loss and its gradients are {TRAIN_ROWS} times larger and SGD at lr={LR} overshoots. Use "
             "the default, mean reduction."
+        )
+    late = len(want) > 1 and all(abs(a - b) < 1e-4 for a, b in zip(losses[:-1], want[1:], strict=False))
+    if late and drift < 1e-4:
+        return (
+            f"your training itself matches the same model trained on one device (the weights end up the same), but "
+            f"the losses you returned, {rounded}, are each one step late: your first, {losses[0]:.4f}, is the "
+            f"one-device loss of step 2 ({want[1]:.4f}), not of step 1 ({want[0]:.4f}). You recorded a loss "
+            "computed after optimizer.step(), from a second forward pass on the updated weights, instead of the "
+            "loss of the step's own forward, the one backward() used. Return loss.item() of that loss; one forward "
+            "per step is enough."
         )
     if abs(losses[0] - want[0]) > 1e-4:
         ratio = losses[0] / want[0] if want[0] else 0.0
