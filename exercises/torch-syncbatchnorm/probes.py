@@ -52,15 +52,16 @@ class Unit(nn.Module):
 
 class Layout(nn.Module):
     """A BatchNorm1d and a BatchNorm3d at the top level, and each kind again inside a Sequential, a custom block,
-    a ModuleList and a ModuleDict: which kinds, and which containers, does a conversion reach?"""
+    a ModuleList and a ModuleDict: which kinds, and which containers, does a conversion reach? Three of them have
+    their own eps or momentum (momentum=None: a cumulative average), which the conversion must keep."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.norm1 = nn.BatchNorm1d(2)
+        self.norm1 = nn.BatchNorm1d(2, eps=1e-3, momentum=0.3)
         self.norm3 = nn.BatchNorm3d(2)
-        self.seq = nn.Sequential(nn.Identity(), nn.BatchNorm3d(2))
+        self.seq = nn.Sequential(nn.Identity(), nn.BatchNorm3d(2, eps=0.01))
         self.unit = Unit(nn.BatchNorm1d(2))
-        self.stages = nn.ModuleList([Unit(nn.BatchNorm2d(2))])
+        self.stages = nn.ModuleList([Unit(nn.BatchNorm2d(2, momentum=None))])
         self.heads = nn.ModuleDict({"out": nn.Sequential(nn.BatchNorm1d(2))})
 
 
@@ -167,7 +168,18 @@ def convert(submission) -> dict:
 def convert_layout(submission) -> dict:
     """Call convert_bn(make_layout()); return the result's module types (every kind, in every container)."""
     out = submission.convert_bn(make_layout())
-    return {"returned": _name(out), "types": _types(out), "dotted": _dotted(out)}
+    return {"returned": _name(out), "types": _types(out), "dotted": _dotted(out), "settings": settings(out)}
+
+
+def settings(module) -> dict:
+    """For every BatchNorm-like layer (SyncBatchNorm included): its eps, momentum, affine and track_running_stats."""
+    if not isinstance(module, nn.Module):
+        return {}
+    return {
+        name: {key: getattr(m, key) for key in ("eps", "momentum", "affine", "track_running_stats")}
+        for name, m in module.named_modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+    }
 
 
 def convert_modes(submission) -> dict:
@@ -250,7 +262,19 @@ def _learner_line(exc: BaseException, submission) -> int | None:
 def prepare(submission) -> dict:
     """Call prepare(make_net(), wrap) with a recording wrap; report what the model looked like when wrapped, which
     object wrap got (the model prepare was given? what convert_bn returned?), what prepare returned, and an
-    exception as data (with whether it came out of a DistributedDataParallel the code built itself)."""
+    exception as data (with whether it came out of a DistributedDataParallel the code built itself). Under "bare",
+    the same for prepare(bn, wrap) with bn a bare BatchNorm1d, where convert_bn's result is a new object."""
+    seen = _prepare(submission, make_net())
+    bare = _prepare(submission, make_bn())
+    seen["bare"] = {
+        key: bare[key]
+        for key in ("error", "calls", "wrapped_type", "wrapped_given", "convert_calls", "wrapped_converted",
+                    "converted_types")
+    }
+    return seen
+
+
+def _prepare(submission, given: nn.Module) -> dict:
     calls = []
     converted = []
 
@@ -259,7 +283,6 @@ def prepare(submission) -> dict:
         calls.append({"model": model, "types": _types(model), "wrapper": w})
         return w
 
-    given = make_net()
     convert_bn = getattr(submission, "convert_bn", None)
 
     def spy(*args, **kwargs):
@@ -286,6 +309,8 @@ def prepare(submission) -> dict:
         "wrapped_given": calls != [] and wrapped is given,
         "convert_calls": len(converted),
         "wrapped_converted": calls != [] and any(wrapped is c for c in converted),
+        "wrapped_type": _name(wrapped) if calls else None,
+        "converted_types": [_name(c) for c in converted],
         "returned": _name(out),
         "returned_wrapper": bool(calls) and out is calls[-1]["wrapper"],
         "returned_wrapped_model": bool(calls) and out is wrapped,

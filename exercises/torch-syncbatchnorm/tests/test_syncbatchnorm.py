@@ -196,6 +196,27 @@ def test_other_layers_unchanged(probe):
         )
 
 
+def test_keeps_layer_settings(probe):
+    seen = _converted(probe, "convert_layout")
+    got = seen.get("settings") or {}
+    changed = []
+    for name, m in make_layout().named_modules():
+        if not isinstance(m, nn.modules.batchnorm._BatchNorm) or name not in got:
+            continue  # a layer gone missing: the conversion tests say what became of it
+        want = {key: getattr(m, key) for key in ("eps", "momentum", "affine", "track_running_stats")}
+        diffs = [f"{key}={got[name][key]!r} instead of {want[key]!r}" for key in want if got[name][key] != want[key]]
+        if diffs:
+            changed.append(f"{name} ({', '.join(diffs)})")
+    if changed:
+        feedback.fail(
+            f"convert_bn changed the settings of BatchNorm layers of the second test model, which has layers with "
+            f"their own eps and momentum: {'; '.join(changed[:4])}. A new nn.SyncBatchNorm(num_features) takes the "
+            "defaults (eps=1e-05, momentum=0.1, affine=True, track_running_stats=True). Give each new layer the old "
+            "one's settings, nn.SyncBatchNorm(bn.num_features, bn.eps, bn.momentum, bn.affine, "
+            "bn.track_running_stats), or let convert_sync_batchnorm copy them."
+        )
+
+
 def _fmt(values) -> str:
     return "[" + ", ".join(f"{v:.3g}" for v in values) + "]"
 
@@ -228,6 +249,15 @@ def _state_problem(got: dict, want: dict) -> str | None:
             f"after convert_bn these biases hold the trained layer's weight values, not its bias: {_keys(bad)}. "
             "Copy each entry from the entry of the same name (bias from bias), or let "
             "convert_sync_batchnorm reuse the old layer's parameters and buffers."
+        )
+    if len(fresh) == len(bad) and all(k.endswith(".num_batches_tracked") or k == "num_batches_tracked" for k in bad):
+        return (
+            f"after convert_bn the weights, biases and running statistics came over, but num_batches_tracked did "
+            f"not: {_keys(bad)} ({example}). It is a buffer in the state dict that counts the batches the running "
+            "statistics have seen, and a new nn.SyncBatchNorm starts it at 0. It matters: with momentum=None the "
+            "running statistics are a cumulative average weighted by that count, and a checkpoint saved after the "
+            "conversion would lose it. Copy it too (sync.num_batches_tracked = bn.num_batches_tracked), or let "
+            "convert_sync_batchnorm reuse every parameter and buffer."
         )
     if len(fresh) == len(bad):
         entries = sorted({k.rsplit(".", 1)[-1] for k in bad})
@@ -362,6 +392,21 @@ def _prepared(probe):
     _fail_raised(WHAT["prepare"], error["type"], error["message"], error["line"])
 
 
+def _check_bare_prepare(bare: dict) -> None:
+    """prepare(bn, wrap) for a bare BatchNorm1d: did wrap get what convert_bn returned, a new SyncBatchNorm?"""
+    if bare.get("error") or not bare.get("calls") or bare.get("wrapped_type") == "SyncBatchNorm":
+        return  # an error or a plain layer coming out of convert_bn itself: convert_bn's own tests say what is wrong
+    if bare["wrapped_given"] and not bare["wrapped_converted"] and "SyncBatchNorm" in bare["converted_types"]:
+        feedback.fail(
+            "for the grader's Net, wrap received a converted model, but for a model that is itself a BatchNorm "
+            "layer (prepare(bn, wrap), bn a bare BatchNorm1d) wrap received that very BatchNorm1d, while convert_bn "
+            "had returned a new SyncBatchNorm: prepare wraps the model it was given and drops convert_bn's return "
+            "value. That works for Net only because convert_sync_batchnorm replaces Net's layers in place and "
+            "returns Net itself; a bare BatchNorm layer cannot be replaced in place. Pass convert_bn's return value "
+            "to wrap: wrap(convert_bn(model))."
+        )
+
+
 def test_prepare_converts_before_wrapping(probe):
     seen = _prepared(probe)
     if seen["calls"] == 0:
@@ -372,7 +417,9 @@ def test_prepare_converts_before_wrapping(probe):
     at_wrap = seen["types_at_wrap"] or {}
     not_yet = {n: at_wrap.get(n) for n in BN_NAMES if at_wrap.get(n) != "SyncBatchNorm"}
     if not not_yet or (seen["convert_calls"] and seen["wrapped_converted"]):
-        return  # wrap got convert_bn's result: the order is right (what convert_bn misses, its own tests say)
+        # wrap got convert_bn's result: the order is right (what convert_bn misses, its own tests say)
+        _check_bare_prepare(seen.get("bare") or {})
+        return
     after = seen["types_after"] or {}
     converted_later = [n for n in not_yet if after.get(n) == "SyncBatchNorm"]
     if converted_later:
