@@ -157,15 +157,40 @@ def fit_once(submission, labels: str) -> dict:
     if labels == "onehot":
         y = np.eye(CLASSES, dtype="float32")[y]
     try:
+        before = [np.array(w.numpy()) for w in model.weights]
+    except Exception:
+        before = None
+    try:
         history = model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
     except Exception as exc:
         return {"ok": False, **_error(exc)}
-    copies_equal = []
+    copies_equal, copies = [], []
     for w in model.weights:
         value = getattr(w, "value", w)
         parts = getattr(value, "values", None)
+        copies.append(len(parts) if isinstance(parts, (tuple, list)) else 1)
         if isinstance(parts, (tuple, list)) and len(parts) > 1:
             first = parts[0].numpy()
             copies_equal.append(all(np.array_equal(first, p.numpy()) for p in parts[1:]))
+    changed = None
+    if before is not None:
+        try:
+            changed = sum(not np.array_equal(b, w.numpy()) for b, w in zip(before, model.weights, strict=False))
+        except Exception:
+            changed = None
     losses = history.history.get("loss", [])
-    return {"ok": True, "loss": [float(v) for v in losses], "copies_equal": copies_equal}
+    return {
+        "ok": True,
+        "loss": [float(v) for v in losses],
+        "copies_equal": copies_equal,  # one entry per weight with 2 or more copies
+        "copies": copies,  # how many copies each weight has after the step
+        "changed": changed,  # how many weights the step changed
+        "replicas": _replicas(getattr(submission, "strategy", None)),
+    }
+
+
+def _replicas(strategy):
+    try:
+        return int(strategy.num_replicas_in_sync)
+    except Exception:
+        return None

@@ -4,14 +4,17 @@
 devices this grader has), how many weights the model had when the learner's module finished, every model and
 optimizer variable (its type, its copies and their devices, whether the learner's strategy created it), whether the
 model is compiled, the loss, the model's input shape and its output on a fixed (64, 20) batch.
-`probe("fit_once", labels)` runs one 2-replica fit step and reports the loss or the exception.
+`probe("fit_once", labels)` runs one fit step and reports the loss or the exception, how many copies each weight has,
+whether the copies agree and how many weights the step changed (a strategy over one device passes nothing here).
 These tests decide, and say why: a message names a cause only where the observation shows it, else its candidates.
 """
 
 import math
+import re
 
 from probes import BATCH, CLASSES, FEATURES
 from runner import feedback
+from runner.client import SubmissionImportError
 
 SCOPE_FIX = (
     "Put everything that creates variables inside the scope:\n"
@@ -27,8 +30,39 @@ LEAVE_DEVICES_OUT = (
 )
 
 
+# TensorFlow's text when a device name cannot be parsed (tf.config.list_physical_devices() names, for example).
+DEVICE_SPEC = re.compile(
+    r"Unknown attribute '(?P<attr>[^']*)' is encountered while parsing the device spec: '(?P<spec>[^']*)'"
+)
+
+
+def _import_failed(exc: SubmissionImportError) -> None:
+    """Word an import failure whose TensorFlow text proves its cause; otherwise let the runner word it."""
+    if exc.raised is None:
+        return
+    type_name, message, line = exc.raised
+    found = DEVICE_SPEC.search(message)
+    if type_name != "ValueError" or not found:
+        return
+    where = f" (line {line})" if line is not None else ""
+    if found["attr"] == "physical_device":
+        said = (
+            f"TensorFlow could not parse the device name '{found['spec']}': that is the name of a physical device "
+            "(what tf.config.list_physical_devices() lists), and a strategy's devices are logical ones "
+            "('/device:CPU:0', 'GPU:1'; tf.config.list_logical_devices() lists them). This grader has one physical "
+            "CPU, split into 2 logical ones."
+        )
+    else:
+        said = f"TensorFlow could not parse the device name '{found['spec']}'."
+    feedback.fail(f"Your code failed while being imported{where}: {said} " + LEAVE_DEVICES_OUT, details=exc.details)
+
+
 def _observe(probe):
-    seen = probe("observe")
+    try:
+        seen = probe("observe")
+    except SubmissionImportError as exc:
+        _import_failed(exc)
+        raise
     if not seen["has_strategy"] or not seen["has_model"]:
         missing = [n for n in ("strategy", "model") if not seen[f"has_{n}"]]
         feedback.fail(
@@ -432,7 +466,23 @@ def test_fit_step_on_two_replicas(probe):
         f"one fit step on 2 replicas reported loss {loss}; expected a finite number. Check the loss and the "
         "output layer (softmax probabilities with a cross-entropy loss)."
     )
+    copies = result.get("copies") or []
+    single = [c for c in copies if c < 2]
+    if not result["copies_equal"] or single:
+        feedback.fail(
+            f"one fit step, model.fit(x, y, batch_size=8, epochs=1), ran, but not over 2 replicas: {len(single)} of "
+            f"{len(copies)} weights have a single copy "
+            f"after the step (your `strategy` has {result.get('replicas')} replica(s)), so the step trained one "
+            "copy and there is nothing to keep in sync. Under tf.distribute.MirroredStrategy() with 2 replicas each "
+            "weight has one copy per device, and fit splits the batch of 8 between them (see the strategy and "
+            "weights tests)."
+        )
     assert all(result["copies_equal"]), (
         "after one fit step the two copies of some weight differ; mirrored weights must stay identical. "
         "Build and compile the model inside strategy.scope() and train it with model.fit."
+    )
+    assert result.get("changed") != 0, (
+        "one fit step, model.fit(x, y, batch_size=8, epochs=1), ran, but changed none of the model's weights: the "
+        "step did not train. Compile with an optimizer "
+        "that has a positive learning rate, and train every layer (trainable=True)."
     )
