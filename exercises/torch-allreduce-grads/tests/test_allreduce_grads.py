@@ -11,6 +11,7 @@ none does.
 """
 
 from collections import Counter
+from itertools import pairwise
 
 import pytest
 import torch
@@ -73,6 +74,39 @@ def _grouped(found: list[tuple[int, str]]) -> list[str]:
     return [f"On {_ranks(ranks)}, {text}" for text, ranks in by_text.items()]
 
 
+def _collective_text(r, event, steps: int) -> str:
+    where = "inside average_gradients" if event.get("avg") else "outside average_gradients"
+    return (
+        f"rank {r['rank']}'s was {'an' if str(event.get('op'))[:1] in 'aeiou' else 'a'} {event.get('op')} of "
+        f"{_count(int(event.get('n') or 0), 'value')} {where}, after {_count(steps, 'optimizer step')}"
+    )
+
+
+def _mismatch_notes(runs) -> list[str]:
+    """The first collective where two ranks ran different ones (op, size or place): collectives pair up by order."""
+    seqs = []
+    for r in runs:
+        seq, steps = [], 0
+        for e in _events(r):
+            if e.get("e") == "step":
+                steps += 1
+            elif e.get("e") == "coll":
+                seq.append((e, steps))
+        seqs.append((r, seq))
+    for (a, sa), (b, sb) in pairwise(seqs):
+        for k, ((ea, na), (eb, nb)) in enumerate(zip(sa, sb, strict=False)):
+            if (ea.get("op"), ea.get("n"), bool(ea.get("avg"))) == (eb.get("op"), eb.get("n"), bool(eb.get("avg"))):
+                continue
+            return [
+                f"The ranks' collectives went out of step at collective number {k + 1}: "
+                f"{_collective_text(a, ea, na)}; {_collective_text(b, eb, nb)}. Collectives pair up by their order "
+                "in each rank, so every rank must run the same collectives in the same order: a collective that only "
+                "some ranks run (for example an all_reduce of the loss for logging on rank 0 alone) meets another "
+                "rank's gradient all_reduce. Run it on every rank and print on one, or log the local loss."
+            ]
+    return []
+
+
 def _failure_notes(runs) -> list[str]:
     """Observations that isolate why ranks failed: a group destroyed too early, ranks that skipped collectives."""
     found = []
@@ -93,6 +127,7 @@ def _failure_notes(runs) -> list[str]:
         elif "init_pg" not in kinds:
             found.append((r["rank"], "dist.init_process_group(...) had not been called before that."))
     notes = _grouped(found)
+    notes += _mismatch_notes(runs)
     finished = [r for r in runs if _finished(r)]
     calls = {r["rank"]: len(_events(r, "avg")) for r in runs}
     colls = {r["rank"]: len(_events(r, "coll")) for r in runs}
@@ -266,10 +301,17 @@ def _average_cause(r, i: int, got, want, own) -> str:
             else "this rank's own gradient divided by world_size"
         )
         if sent < AVG_VALUES:
+            state = _state(r)
+            left = []
+            for k, (name, shape) in enumerate(TRAINABLE):
+                mine = rank_grad(r["rank"], k, shape).double()
+                if name in state and (_close(state[name], mine, 1e-6) or _close(state[name], mine / WORLD, 1e-6)):
+                    left.append(name)
+            named = f" (on this rank: {', '.join(repr(n) for n in left)})" if left else ""
             return (
                 f"it is {what}: it was never communicated. The collectives in average_gradients carried {sent} of "
-                f"the {AVG_VALUES} gradient values ({_ops(colls)}), so some parameters were left out: average every "
-                "parameter whose .grad is not None, not only the first layer's."
+                f"the {AVG_VALUES} gradient values ({_ops(colls)}), so some parameters were left out{named}: average "
+                "every parameter whose .grad is not None, every layer's weight and bias."
             )
         return (
             f"it is {what}, although average_gradients ran collectives carrying {sent} values ({_ops(colls)}): the "
@@ -465,10 +507,19 @@ def _rows(r, rank: int) -> list[str]:
     outside = sorted({i for i in flat if not lo <= i <= hi})
     if outside:
         first = ", ".join(str(i) for i in fed[0][:8])
+        block = f"x.chunk(world_size)[rank] (rank {rank}: rows {lo}-{hi})"
+        if len(set(flat)) == len(x):
+            return [
+                f"Rank {rank} trained on all {len(x)} rows of x, in {_count(len(fed), 'batch')}: its first batch held "
+                f"rows {first}. The data is built the same on every rank, but each rank trains only on its own "
+                f"contiguous block, {block}."
+            ]
+        steps = {b - a for a, b in pairwise(fed[0])}
+        strided = " (every other row, as x[rank::world_size] gives)" if steps == {WORLD} else ""
         return [
-            f"Rank {rank} trained on rows outside its block: its first batch held rows {first} of x, and "
+            f"Rank {rank} trained on rows outside its block: its first batch held rows {first} of x{strided}, and "
             f"{len(outside)} different rows of its batches lie outside rows {lo}-{hi}. Take the contiguous block "
-            f"x.chunk(world_size)[rank] (rank {rank}: rows {lo}-{hi}), not every other row."
+            f"{block}."
         ]
     expected = [list(range(lo + s, lo + s + BATCH)) for _ in range(EPOCHS) for s in range(0, PER_RANK, BATCH)]
     if fed == expected:
