@@ -508,6 +508,14 @@ def _my_lr_hint(submission, got, steps, params, target):
             "process group) instead of your prompt's number, or the global batch left out. my_lr describes the "
             "run in your prompt."
         )
+    twice = target * world  # the target of a global batch counted with the GPUs twice
+    if world > 1 and _all_close(got, [_warm(s, twice, warmup) for s in steps]):
+        return (
+            f" The warm-up has the right shape but reaches {_num(twice, target)}, {world} times the target: the "
+            f"target of a global batch of {per_device * world * world}, as if the GPUs were counted twice (likely "
+            f"candidate: the global batch {per_device * world} passed as per_device_batch, which scaled_lr multiplies "
+            f"by world_size again). per_device_batch is one GPU's batch, {per_device} in your run."
+        )
     if _close(final, target) and target / 1e6 < got[0] <= target:
         length = round(target / got[0])
         if length >= 1 and length != warmup and _all_close(got, [_warm(s, target, length) for s in steps]):
