@@ -156,6 +156,12 @@ def test_ranks_name_the_rank_that_failed_first_and_the_others_as_consequences() 
     alone = feedback.ranks([runs[0], {"rank": 1, "error": None, "timed_out": True}], timeout_s=40)
     assert alone.message.startswith("On rank 0, a collective"), alone.message
     assert "Rank 1 did not finish within 40 s" in alone.message
+    same = {"type": "AttributeError", "message": "'Linear' object has no attribute 'module'"}
+    both = feedback.ranks([{"rank": r, "error": same, "timed_out": False} for r in (0, 1)])
+    assert both.message.startswith("train on every rank failed: your code read .module of a Linear object")
+    assert both.message.count(".module of a Linear") == 1 and both.details.count("rank 1: AttributeError") == 1
+    three = [{"rank": r, "error": same if r != 1 else None, "timed_out": False} for r in (0, 1, 2)]
+    assert feedback.ranks(three).message.startswith("train on ranks 0 and 2 failed: ")
     hang = feedback.ranks([{"rank": 0, "error": None, "timed_out": True}], timeout_s=40)
     assert "another rank never joined" in hang.message
 

@@ -660,12 +660,22 @@ def _error_of(run: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def _ranks_named(numbers: list[Any], of: int) -> str:
+    """``rank 0``, ``ranks 0 and 2``, ``every rank`` (all ``of`` ranks, more than one)."""
+    if len(numbers) == 1:
+        return f"rank {numbers[0]}"
+    if len(numbers) == of:
+        return "every rank"
+    return "ranks " + ", ".join(str(n) for n in numbers[:-1]) + f" and {numbers[-1]}"
+
+
 def ranks(runs: Iterable[Mapping[str, Any]], *, what: str = "train", timeout_s: float | None = None) -> Explained:
     """Explain why some ranks of a multi-rank run did not finish (``runner.vdev.ddp``'s plain results).
 
     The rank whose own failure started it is named first: a rank that raised something other than a broken
     collective, else one that exited without a result; ranks that failed in a collective because of it, and
-    ranks left waiting, are told as consequences.
+    ranks left waiting, are told as consequences. Ranks that raised the same error are told it once ("train on
+    every rank failed: ...").
     """
     runs = list(runs)
     own: list[tuple[Mapping[str, Any], tuple[str, str]]] = []
@@ -683,10 +693,12 @@ def ranks(runs: Iterable[Mapping[str, Any]], *, what: str = "train", timeout_s: 
             died.append(r)
     parts: list[str] = []
     details: list[str] = []
-    for r, (type_name, message) in own:
-        got = raised(f"{what} on rank {r['rank']}", type_name, message)
-        parts.append(got.message)
-        details.append(f"rank {r['rank']}: {clean_details(f'{type_name}: {message}')}")
+    alike: dict[tuple[str, str], list[Any]] = {}  # ranks that raised the same thing are told it once
+    for r, error in own:
+        alike.setdefault(error, []).append(r["rank"])
+        details.append(f"rank {r['rank']}: {clean_details(f'{error[0]}: {error[1]}')}")
+    for (type_name, message), numbers in alike.items():
+        parts.append(raised(f"{what} on {_ranks_named(numbers, len(runs))}", type_name, message).message)
     for r in died:
         parts.append(f"Rank {r['rank']} exited without returning a result (exit code {r.get('exit_code')}).")
     first = bool(parts)

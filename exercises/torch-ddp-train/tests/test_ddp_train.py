@@ -139,16 +139,14 @@ _NO_MODULE = re.compile(r"'(\w+)' object has no attribute 'module'")
 
 
 def _module_hint(runs) -> str:
-    """What to say when a rank read `.module` from something that is not a wrapper; "" otherwise."""
+    """What to return instead when a rank read `.module` from something that is not a wrapper; "" otherwise.
+
+    feedback's ``wrapper.module_elsewhere`` class already says why `.module` is not there: this adds only what
+    this exercise wants back."""
     for r in runs:
         e = r["error"] or {}
-        found = _NO_MODULE.search(str(e.get("message", ""))) if e.get("type") == "AttributeError" else None
-        if found:
-            return (
-                f"`.module` exists only on a wrapper (DistributedDataParallel, DataParallel), where it is the model "
-                f"you wrapped; a {found[1]} has none. Return the state_dict() of the model you wrapped, or "
-                "ddp_model.module.state_dict()."
-            )
+        if e.get("type") == "AttributeError" and _NO_MODULE.search(str(e.get("message", ""))):
+            return "Return the state_dict() of the model you wrapped, or ddp_model.module.state_dict()."
     return ""
 
 
