@@ -275,6 +275,13 @@ def test_each_rank_evaluates_its_share(probe, measure):
     if all(_observed(r, "built") == 0 for r in runs):
         pytest.fail("evaluate never called build_model(): evaluate the model build_model() returns.")
     for r, n in zip(runs, rows, strict=True):
+        if n > N_VAL:
+            pytest.fail(
+                f"rank {r['rank']} ran {n} samples through the model; its share of the {N_VAL} validation samples is "
+                f"at most {SHARE}, and {n} is more than the whole set: that rank ran samples through the model more "
+                "than once (for example a second pass over the whole set, to check or log a number, besides its "
+                "share). Every pass counts: evaluate only this rank's share, and log what the gathered counts give."
+            )
         assert n <= SHARE, (
             f"rank {r['rank']} ran {n} samples through the model; its share of the {N_VAL} validation samples is at "
             f"most {SHARE}. Evaluating the whole set on every rank gives exact numbers but no speed-up: let each rank "
@@ -320,6 +327,17 @@ def test_counts_each_sample_once(probe):
         pytest.fail(f"{said} No rank ran {_samples(missing)} through the model: {_why_missing(runs, shared)}.")
     # From here on every sample went through some rank's model.
     ran = " + ".join(map(str, rows))
+    if correct == right_correct:
+        padded = (
+            f": it equals the padded shards' length ({SHARE} per rank, {TOTAL_PADDED} in all), which includes "
+            f"DistributedSampler's duplicate of sample 0"
+            if total == TOTAL_PADDED
+            else ""
+        )
+        pytest.fail(
+            f"{said} The correct count is the whole set's, but the total is not{padded}. Count the total the way you "
+            f"count the correct predictions: each real sample once, summed over the ranks ({N_VAL} in all)."
+        )
     if total > N_VAL and total == sum(rows):
         padded = any(s["dataset"] == N_VAL and not s["drop_last"] for _, s in _samplers(runs))
         if padded:
@@ -487,6 +505,11 @@ def test_accuracy_is_exact(probe, measure):
         pytest.fail(
             f"{said} It is rank 0's correct / total ({correct:g} / {total:g}), and no rank ran "
             f"{_samples(cover[0])} through the model. {why[:1].upper()}{why[1:]}."
+        )
+    if correct == int(_hits().sum()) and total != N_VAL:
+        pytest.fail(
+            f"{said} It is rank 0's correct / total ({correct:g} / {total:g}): the correct count is the whole set's, "
+            f"but the total is not {N_VAL}. Divide by the number of real samples, each counted once over the ranks."
         )
     pytest.fail(
         f"{said} It is rank 0's correct / total ({correct:g} / {total:g}), and those counts are not the whole set's. "
