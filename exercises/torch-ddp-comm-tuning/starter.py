@@ -57,7 +57,7 @@ def bf16_hook(state: object, bucket: dist.GradBucket) -> torch.futures.Future[to
     averaged tensor (DDP writes it back into the gradients). Keep the parameter names state and bucket: DDP reads
     the hook's signature.
     """
-    # TODO: compress to bfloat16, all-reduce asynchronously, and decompress in a .then() callback.
+    # TODO: compress to bfloat16, all-reduce asynchronously, and hand back the average in a .then() callback.
     raise NotImplementedError("bf16_hook is not written yet")
 
 
