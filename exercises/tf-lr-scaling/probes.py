@@ -129,6 +129,10 @@ def schedule_round_trip(submission, target_lr, warmup_steps, steps):
             seen["rebuilt"] = [_number(again(tf.constant(s, dtype=tf.int64)))[0] for s in steps]
         except Exception as exc:
             seen["call_error"] = _error(exc)
+    try:  # the original's values at the same steps, so that the test can tell a faithful copy of a wrong ramp
+        seen["original"] = [_number(schedule(tf.constant(s, dtype=tf.int64)))[0] for s in steps]
+    except Exception:
+        seen["original"] = None
     try:
         keras.optimizers.SGD(learning_rate=schedule).get_config()
     except Exception as exc:
