@@ -265,6 +265,19 @@ def test_distribute_from_function_feeds_every_replica(probe):
             f"{what} passed a {given['type']} to distribute_datasets_from_function, which calls its argument with "
             "an InputContext: pass it dataset_fn = make_dataset_fn(x, y, global_batch_size).", details=details)
     _raised(seen, what)
+    if seen["type"] == "DistributedDataset" and not given:
+        sizes = [[len(r["rows"]) for r in step] for step in seen["steps"]]
+        again = ""
+        if sizes and all(step == [per_replica // REPLICAS] * REPLICAS for step in sizes):
+            again = (" experimental_distribute_dataset splits every batch of the dataset it is given among the "
+                     "replicas, so batches made per-replica (as dataset_fn makes them) were cut again: per step the "
+                     f"replicas got {sizes[:6]} examples, expected {per_replica} each.")
+        feedback.fail(
+            f"{what} returned a DistributedDataset, what strategy.experimental_distribute_dataset returns; "
+            f"distribute_datasets_from_function was never called.{again} Hand the function itself to the strategy: "
+            "strategy.distribute_datasets_from_function(make_dataset_fn(x, y, global_batch_size)); it calls "
+            "dataset_fn with each input pipeline's InputContext and gives each replica a whole batch of it."
+        )
     _expect(seen["type"] == "DistributedDatasetsFromFunction", (
         f"{what} returned a {'tf.data.Dataset, ' if seen['is_dataset'] else ''}{seen['type']}; return what "
         "strategy.distribute_datasets_from_function(dataset_fn) gives."
