@@ -13,7 +13,8 @@ far it got:
   the root, "" for the root), the parameters its group manages, whether FSDP made it a root, and whether its
   parameters are dropped again after its forward (``reshard_after_forward``);
 - ``grads``: how many steps stepped gradients other than those the last ``backward()`` left (compared bit for bit,
-  each parameter's local gradient right after ``torch.autograd.backward`` returned and again before the step);
+  each parameter's local gradient right after ``torch.autograd.backward`` returned and again before the step), and
+  in ``scales`` the one factor the stepped gradients were of backward()'s at such a step (None: no single factor);
 - ``own``: the collectives no FSDP, DTensor or state-dict code called (the learner's own: a logging all_reduce, a
   manual gradient average): calls and bytes by op, and how many came between a backward and the next step;
   ``fsdp_gathers``: FSDP's own all-gathers (count, largest payload a rank sent), so neither is mistaken for the
@@ -83,6 +84,27 @@ def _local(t):
     return t.to_local() if isinstance(t, DTensor) else t
 
 
+def _common_scale(params, after_backward) -> float | None:
+    """The one factor every stepped gradient is of the one backward() left (None when there is no single one)."""
+    found = None
+    for p in params:
+        if p.grad is None or id(p) not in after_backward:
+            continue
+        before, now = after_backward[id(p)], _local(p.grad).detach()
+        if before.shape != now.shape:
+            return None
+        nonzero = before != 0
+        if not bool(nonzero.any()):
+            continue
+        ratio = float((now[nonzero] / before[nonzero]).flatten()[0])
+        if not torch.allclose(now, before * ratio, rtol=1e-5, atol=1e-12):
+            return None
+        if found is not None and abs(ratio - found) > 1e-5 * abs(found):
+            return None
+        found = ratio
+    return None if found is None else round(found, 6)
+
+
 def _local_bytes(p: torch.Tensor) -> int:
     t = _local(p)
     return int(t.numel() * t.element_size())
@@ -139,7 +161,8 @@ def _observe(submission, folder: str):
         from torch.optim.optimizer import register_optimizer_step_pre_hook
 
         obs: dict = {
-            "params": [], "optimizer": [], "groups": None, "grads": {"compared": 0, "changed": 0, "first": None},
+            "params": [], "optimizer": [], "groups": None, "grads": {"compared": 0, "changed": 0, "first": None,
+                      "scales": []},
             "own": {"calls": 0, "bytes": 0, "ops": {}, "after_backward": 0, "after_backward_bytes": 0, "steps": []},
             "fsdp_gathers": {"calls": 0, "largest": 0}, "shard": None, "returned": None, "dtensors": [],
             "dtypes": {}, "non_tensors": [],
@@ -171,6 +194,7 @@ def _observe(submission, folder: str):
                     step = len(obs["params"])
                     if step not in own["steps"] and len(own["steps"]) < 64:
                         own["steps"].append(step)
+                save()  # before the collective runs: a rank left waiting in it still tells that it called it
 
         comm.note = note
 
@@ -225,6 +249,9 @@ def _observe(submission, folder: str):
                     grads["changed"] += 1
                     if grads["first"] is None:
                         grads["first"] = len(obs["params"])
+                    scale = _common_scale(mine, after_backward)
+                    if scale not in grads["scales"] and len(grads["scales"]) < 4:
+                        grads["scales"].append(scale)
             pending[0] = False
             after_backward.clear()
             save()

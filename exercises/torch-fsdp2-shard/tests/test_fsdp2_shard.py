@@ -90,6 +90,14 @@ def _own_failure(runs):
                 f"train on {where} raised AttributeError: it used .{none[1]} of a value that is None (a variable "
                 "that was never set, or a function that ended without `return`, which gives None)."
             )
+        if e["type"] == "ValueError" and "can't optimize a non-leaf Tensor" in e["message"]:
+            return (
+                f"train on {where} raised ValueError when the optimizer was built: it was given tensors computed "
+                "from the parameters (not leaves of autograd), such as p.to_local() of a sharded parameter, and "
+                "torch.optim accepts only leaf tensors. Give it the sharded model's parameters themselves, "
+                "torch.optim.AdamW(model.parameters(), lr=LR): each is a DTensor that holds this rank's shard, so "
+                "the optimizer already steps only the shards."
+            )
         module = re.search(r"'(FSDP\w+)' object has no attribute 'module'", e["message"])
         if module:
             return (
@@ -119,7 +127,7 @@ def _rank_failure(runs) -> feedback.Explained:
                 " Both had finished training: after the loop the ranks run only the full state dict's gather and "
                 "any collectives of your own. " + COLLECTIVE_HINT
             )
-        return feedback.Explained(text, _details(runs))
+        return feedback.Explained(text + _own_mismatch(runs), _details(runs))
     errors = {(r["error"]["type"], r["error"]["message"]) for r in runs if r["error"]}
     if len(errors) == 1 and all(r["error"] for r in runs):
         explained = feedback.raised("train on every rank", *errors.pop())
@@ -138,7 +146,26 @@ def _rank_failure(runs) -> feedback.Explained:
             )
         else:
             text += f" Optimizer steps made: {told} of {STEPS}."
+        text += _own_mismatch(runs)
     return feedback.Explained(text, explained.details or _details(runs))
+
+
+def _own_mismatch(runs) -> str:
+    """The collectives of the learner's own code (not FSDP's or the state dict's), where the ranks called them a
+    different number of times; else ""."""
+    calls = {r["rank"]: (_observed(r).get("own") or {}).get("ops") or {} for r in runs}
+    ops = sorted({op for c in calls.values() for op in c})
+    uneven = [op for op in ops if len({c.get(op, 0) for c in calls.values()}) > 1]
+    if not uneven:
+        return ""
+    op = uneven[0]
+    counts = ", ".join(f"rank {rank} {c.get(op, 0)}" for rank, c in sorted(calls.items()))
+    return (
+        f" Collectives of your own code (not FSDP's): {op} was called a different number of times by the ranks "
+        f"({counts}), so a rank waited in it for a partner that never came, or the ranks' collectives paired up "
+        "wrongly. A collective in a branch only some ranks take (`if rank == 0:` around a dist.all_reduce for "
+        "logging, for example) does this: call it on every rank and keep only the print under the rank check."
+    )
 
 
 def _ok_ranks(probe):
@@ -242,6 +269,19 @@ def test_optimizer_steps_the_shards(probe, measure):
                 "averaged over the ranks, so each rank's shard holds its slice's averaged gradient; rank 0 holds rows "
                 "0-63 of each weight and rank 1 rows 64-127, so an all-reduce of the local shards adds up different "
                 "rows. Leave the gradients as backward() leaves them."
+            )
+        elif grads.get("scales") and all(s is not None and abs(s - 1 / WORLD) < 1e-5 for s in grads["scales"]):
+            text += (
+                f" Every stepped gradient was the one backward() left times 1/{WORLD}: divided by the number of ranks "
+                "a second time. FSDP's reduce-scatter already averages the gradients over the ranks, so each rank's "
+                "shard holds the averaged gradient: leave the gradients as backward() leaves them."
+            )
+        elif grads.get("scales") and all(s is not None for s in grads["scales"]):
+            factors = ", ".join(f"{s:g}" for s in grads["scales"])
+            text += (
+                f" Every stepped gradient was the one backward() left times one factor ({factors}): something scaled "
+                "them (for example a division or multiplication of p.grad). FSDP's reduce-scatter already averages "
+                "the gradients over the ranks: leave them as backward() leaves them."
             )
         else:
             text += (

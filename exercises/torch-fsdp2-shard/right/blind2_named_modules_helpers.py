@@ -1,0 +1,82 @@
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+N_TRAIN, N_VAL, BATCH, EPOCHS, LR = 512, 256, 32, 6, 3e-3
+
+
+def make_dataset() -> tuple[torch.Tensor, torch.Tensor]:
+    """768 samples: 32 features and one of 4 classes, from a fixed random teacher. Do not change."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(N_TRAIN + N_VAL, 32, generator=g)
+    teacher = torch.randn(32, 4, generator=g)
+    return x, (x @ teacher).argmax(dim=1)
+
+
+def build_model() -> nn.Module:
+    """The model, from seed 0: four Linear layers. Do not change."""
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 4)
+    )
+
+
+def _linear_layers(model: nn.Module) -> list[nn.Module]:
+    # collect first, shard afterwards: do not change modules while iterating over them
+    return [module for name, module in model.named_modules() if name and isinstance(module, nn.Linear)]
+
+
+def shard(model: nn.Module) -> nn.Module:
+    """Shard model over the ranks with FSDP2: every Linear layer its own group, then the root; return model."""
+    layers = _linear_layers(model)
+    if len(layers) != 4:
+        raise RuntimeError(f"expected 4 Linear layers, found {len(layers)}")
+    for layer in layers:
+        fully_shard(layer, reshard_after_forward=True)
+    fully_shard(model, reshard_after_forward=True)
+    return model
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Return the whole unsharded state dict as plain CPU tensors on rank 0 and {} on every other rank.
+
+    Every rank must call it: gathering the shards is a collective.
+    """
+    gathered = get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )  # collective: all ranks are here
+    if dist.get_rank() == 0:
+        for name, tensor in gathered.items():
+            assert type(tensor) is torch.Tensor and tensor.device.type == "cpu", name
+        return dict(gathered)
+    return {}
+
+
+def _make_optimizer(sharded_model: nn.Module) -> torch.optim.Optimizer:
+    params = [p for p in sharded_model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=LR)
+
+
+def train(rank: int, world_size: int) -> dict[str, torch.Tensor]:
+    """Train the sharded build_model() with AdamW for EPOCHS epochs; return full_state_dict(model)."""
+    dist.init_process_group("gloo")
+    model: nn.Module = build_model()
+    shard(model)  # shards in place; the same module object is returned
+    optimizer: torch.optim.Optimizer = _make_optimizer(model)
+    x, y = make_dataset()
+    data = TensorDataset(x[:N_TRAIN], y[:N_TRAIN])
+    sampler = DistributedSampler(data, world_size, rank, shuffle=True, seed=0)
+    loader = DataLoader(data, batch_size=BATCH, sampler=sampler)
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        for xb, yb in loader:
+            loss = nn.functional.cross_entropy(model(xb), yb)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    state = full_state_dict(model)  # on every rank
+    dist.destroy_process_group()
+    return state
