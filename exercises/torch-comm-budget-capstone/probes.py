@@ -18,7 +18,9 @@ tells what it had registered (``observed`` in each rank's result; None when the 
   loss, a metric, a barrier): calls, bytes, ops and bytes by dtype; ``sync_dtypes``: the bytes of DDP's gradient
   sync (the learner's hook and its callbacks, or DDP's own reduction) by dtype;
 - ``no_sync_calls``; ``forwards``: the samples that went through DDP's forward inside ``no_sync()`` and outside
-  it; ``windows``: the same per optimizer step (the first MAX_WINDOWS), with the hook's calls;
+  it; ``windows``: the same per optimizer step (the first MAX_WINDOWS), with the hook's calls and whether the
+  window's last forward ran inside no_sync() (``last``); the last entry is the window still open when train ends
+  (micro-batches no step used);
 - ``discards``: the zero_grad calls that threw away gradients no optimizer step had used yet (a backward since the
   last step), and ``first_discard``: the step it happened in, after how many samples through DDP's forward.
 """
@@ -81,7 +83,7 @@ def _warm() -> None:
 
 
 def _new_window() -> dict:
-    return {"sync": 0, "no_sync": 0, "hook_calls": 0}
+    return {"sync": 0, "no_sync": 0, "hook_calls": 0, "last": None}
 
 
 def _observe(train, folder: str):
@@ -201,6 +203,7 @@ def _observe(train, folder: str):
                 key = "sync" if getattr(self, "require_backward_grad_sync", True) else "no_sync"
                 obs["forwards"][key] += int(first.shape[0])
                 window()[key] += int(first.shape[0])
+                window()["last"] = key
             return forward(self, *inputs, **kwargs)
 
         forward_seen._gpulab_comm = True  # still runner.vdev.comm's counted forward underneath

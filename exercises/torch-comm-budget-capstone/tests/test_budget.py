@@ -9,7 +9,10 @@ The messages name a cause where the probe observed it (probes.py, ``observed``):
 with no forward inside it; every forward inside it (no sync at all); steps right after no_sync-only windows; a hook
 that made no collective, sent float32, or handed DDP twice the ranks' average (their sum); PowerSGD still in its
 warm-up; zero_grad throwing away an unused backward; the learner's own collectives (counted, and shown apart);
-ranks that registered different hooks. Elsewhere they state what was measured and name the candidates as such.
+ranks that registered different hooks; a window whose micro-batch outside no_sync() was not its last; micro-batches
+left after the last step; a first window whose losses were not divided by its length (the bucket DDP handed the
+hook at the first sync, against the window's mean gradient computed here). Elsewhere they state what was measured
+and name the candidates as such.
 
 Figures (exercises/FACTS.md P46): build_model() has 136,193 parameters, 544,772 bytes of float32 gradients. A
 rank's 256 samples per epoch make 16 micro-batches of MICRO = 16; plain DDP all-reduces them all as float32 after
@@ -183,6 +186,19 @@ def _unsynced(r):
             "them, so each rank stepped on its own gradients. Step (and zero the gradients) only after a window's "
             "last micro-batch, which runs outside no_sync() and all-reduces the window's sum"
         )
+    late = [
+        i + 1
+        for i, w in enumerate(windows[: len(steps)])
+        if w.get("last") == "no_sync" and w["sync"] > 0 and w["no_sync"] > 0
+    ]
+    if late:
+        return (
+            f"in {len(late)} of rank {r['rank']}'s {len(steps)} optimizer steps (steps {_steps_list(late)}) the "
+            "micro-batch that ran outside model.no_sync() was not the window's last: micro-batches after it ran "
+            "inside no_sync() and only added the rank's own gradients to .grad, so each rank stepped on gradients "
+            "that were partly its own. Run every micro-batch of a window but its last inside no_sync(); the last, "
+            "outside, all-reduces the sum the window accumulated"
+        )
     if hooks and obs.get("hook_calls", 0) > 0 and not sync:
         return (
             f"your communication hook ({', '.join(hooks)}) ran {obs['hook_calls']:,} times on rank {r['rank']} and "
@@ -218,6 +234,45 @@ def _hook_average(runs):
     # approximation) gives 1 as well, so only a scale is told.
     seen["factor"] = out_out[0] / out_in
     return seen
+
+
+def _window_mean_norm(rank, k):
+    """Return the norm of the mean of the gradients of rank's first k micro-batches at build_model()'s weights: what
+    DDP hands the hook at the first sync when each micro-batch's loss is divided by its window's length k."""
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    x, y = make_dataset()
+    data = TensorDataset(x[:N_TRAIN], y[:N_TRAIN])
+    sampler = DistributedSampler(data, WORLD, rank, shuffle=True, seed=0)
+    sampler.set_epoch(0)
+    model = build_model()
+    for j, (xb, yb) in enumerate(DataLoader(data, batch_size=MICRO, sampler=sampler)):
+        if j == k:
+            break
+        (torch.nn.functional.mse_loss(model(xb) * W_PER_KW, yb) / k).backward()
+    return math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in model.parameters()))
+
+
+def _first_window_scale(r):
+    """Return (k, factor) for rank r: its first window's length in micro-batches and how many times the window's
+    mean gradient its hook was given at the window's sync; None where the probe cannot tell (no hook of the
+    learner's, a first window whose synced micro-batch was not its last, or buckets it did not record)."""
+    obs = _observed(r)
+    windows = obs.get("windows") or []
+    if not windows or obs.get("steps", 0) < 1:
+        return None
+    first = windows[0]
+    calls = first.get("hook_calls", 0)
+    if first.get("last") != "sync" or first["sync"] != MICRO or first["no_sync"] % MICRO or not 0 < calls <= 4:
+        return None
+    seen = {c["call"]: c for c in obs.get("hook_first", [])}
+    if any(c not in seen for c in range(calls)):
+        return None
+    got = sum(seen[c]["in_in"] for c in range(calls))
+    if not math.isfinite(got) or got <= 0:
+        return None
+    k = (first["sync"] + first["no_sync"]) // MICRO
+    return k, math.sqrt(got) / _window_mean_norm(r["rank"], k)
 
 
 def _total_bytes(comm):
@@ -351,6 +406,44 @@ def test_step_gradients(probe):
                 "were thrown away, so a step used only part of its window. Zero the gradients once per window: "
                 "after optimizer.step(), or before the window's first micro-batch."
             )
+    for r in runs:
+        obs = _observed(r)
+        tail = (obs.get("windows") or [{}])[-1]
+        left = (tail.get("sync", 0) + tail.get("no_sync", 0)) / MICRO
+        if left:
+            pytest.fail(
+                f"rank {r['rank']}'s last {left:g} micro-batch{'es' if left != 1 else ''} went through DDP's forward "
+                f"after its last optimizer step, so no step used {'their' if left != 1 else 'its'} gradients: the "
+                "training ended in the middle of a window. Close every window with a step, the last one of an epoch "
+                "too (a shorter window is fine: divide its losses by its own length)."
+            )
+    for r in runs:
+        scale = _first_window_scale(r)
+        if scale is None or 0.9 <= scale[1] <= 1.1:
+            continue
+        k, factor = scale
+        why = (
+            f"at rank {r['rank']}'s first sync, the gradients DDP handed your hook were {factor:.3g} times the mean "
+            f"of its first window's {k} micro-batch{'es' if k != 1 else ''} (computed here from build_model() and "
+            "the micro-batches micro_batches() gives that rank): "
+        )
+        if abs(factor - k) <= 0.1 * k and k > 1:
+            why += (
+                f"their sum. Divide each micro-batch's loss by its window's length ({k}) so the step uses the "
+                "window's mean"
+            )
+        elif abs(factor - 1 / WORLD) <= 0.05:
+            why += (
+                f"the loss was divided by the world size ({WORLD}) as well as by the window's length, but your hook "
+                "already divides the ranks' sum by it. Divide each micro-batch's loss by its window's length only"
+            )
+        else:
+            why += (
+                f"each micro-batch's loss was divided by about {k / factor:.3g}, not by {k}, the length of the "
+                "window it belongs to. Divide each loss by the length of its own window (a window cut short, at "
+                "the start or at an epoch's end, by its shorter length)"
+            )
+        pytest.fail(why + ".")
     seen = _hook_average(runs)
     if seen is None:
         return  # no hook of the learner's ran on both ranks (DDP's own reduction averages), or nothing to compare
@@ -467,6 +560,14 @@ def test_bytes_per_epoch(probe, measure):
             "split into calls. Send less often (accumulate micro-batches under model.no_sync(), one all-reduce per "
             "window) and send fewer bytes each time (a hook that all-reduces bfloat16, 2 bytes per gradient): "
             "windows of 2 with bfloat16 meet the budget"
+        )
+    elif hooks and windows <= 1.2 and set(sync_dtypes) == {"bfloat16"} and abs(syncs - 1) <= 0.25:
+        why = (
+            f"rank 0 sent {per_epoch:,.0f} bytes per epoch ({seen} over the run): your hook sends bfloat16, half of "
+            f"float32's bytes, but every micro-batch's backward still synced and stepped ({opt_steps} optimizer "
+            f"steps), so compression alone leaves you at {per_epoch / BUDGET:.2g} times the budget (bucket sizes "
+            "change how many calls carry the same bytes, not how many). Send less often too: accumulate windows of "
+            "2 micro-batches, every one but a window's last inside model.no_sync(), and step once per window"
         )
     else:
         why = (
