@@ -7,6 +7,8 @@ over gloo (runner.vdev.ddp, communication measured by runner.vdev.comm) and obse
 - every backward: the dtype of the tensor it starts from (the loss);
 - every optimizer step: the dtypes of the parameters and their gradients, and how many entries with a non-zero
   gradient kept exactly their value through the step (an update rounded away);
+- zero_grad() between a backward and the step that follows it (``wiped_steps``: steps that came after zero_grad()
+  had cleared what the backward before them computed, to None or to zeros);
 - a GradScaler's work: an optimizer step on gradients a scaler scaled (scaler.scale(loss).backward()) and never
   unscaled (optimizer.step() called directly instead of scaler.step(optimizer)), and optimizer steps that found no
   gradient at all (a step before backward);
@@ -76,6 +78,8 @@ def _reset() -> None:
         updates=0,
         unchanged=0,
         empty_steps=0,
+        wiped_steps=0,
+        phase=None,
         scaled_steps=0,
         scale=None,
         own={},
@@ -97,6 +101,7 @@ def _report() -> dict:
         "updates": _seen["updates"],
         "unchanged": _seen["unchanged"],
         "empty_steps": _seen["empty_steps"],
+        "wiped_steps": _seen["wiped_steps"],
         "scaled_steps": _seen["scaled_steps"],
         "scale": _seen["scale"],
         "own": {op: dict(v) for op, v in _seen["own"].items()},
@@ -134,6 +139,7 @@ def _install() -> None:
             on = torch.is_autocast_enabled("cpu")
             dtype = torch.get_autocast_dtype("cpu") if on else None
             _seen["linear"][f"{on}|{dtype}|{output.dtype}|{module.weight.dtype}"] += 1
+            _seen["phase"] = "forward"
 
     nn.modules.module.register_module_forward_hook(on_forward)
 
@@ -143,9 +149,21 @@ def _install() -> None:
         first = tensors[0] if isinstance(tensors, (list, tuple)) and tensors else tensors
         if isinstance(first, torch.Tensor):
             _seen["backward"][str(first.dtype)] += 1
+        _seen["phase"] = "backward"
         return backward(tensors, *args, **kwargs)
 
     torch.autograd.backward = observed_backward
+
+    def observed_zero_grad(original):
+        def zero_grad(self, *args, **kwargs):
+            if _seen["phase"] == "backward":  # gradients a backward just computed, cleared before any step used them
+                _seen["phase"] = "zeroed_after_backward"
+            return original(self, *args, **kwargs)
+
+        return zero_grad
+
+    torch.optim.Optimizer.zero_grad = observed_zero_grad(torch.optim.Optimizer.zero_grad)
+    nn.Module.zero_grad = observed_zero_grad(nn.Module.zero_grad)
 
     from torch.amp.grad_scaler import GradScaler, OptState
 
@@ -184,6 +202,9 @@ def _install() -> None:
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if not params:
             _seen["empty_steps"] += 1
+        if _seen["phase"] == "zeroed_after_backward":
+            _seen["wiped_steps"] += 1
+        _seen["phase"] = "step"
         for scaler in _seen["scalers"].values():
             state = scaler._per_optimizer_states.get(id(optimizer))
             if state is None or state["stage"] is OptState.READY:  # scaled, and not unscaled for this optimizer

@@ -42,6 +42,12 @@ def _own(seen) -> tuple[int, int, str]:
     return calls, nbytes, text
 
 
+def _broken_collective(error) -> bool:
+    """Whether a rank's error is a collective that broke (another rank stopped or sent something else)."""
+    known = feedback.classify(str(error.get("type", "")), str(error.get("message", "")))
+    return bool(known) and known[0].id.startswith("collective.")
+
+
 def _stopped_notes(runs) -> list[str]:
     """What the probes saw in ranks that did not finish, where it points at the cause."""
     notes = []
@@ -54,7 +60,9 @@ def _stopped_notes(runs) -> list[str]:
                 "instead of through scaler.step(optimizer). (bfloat16 needs no scaler: dropping it is right too.)"
             )
             break
-    if runs and all(r["timed_out"] or not r["error"] for r in runs) and any(r["timed_out"] for r in runs):
+    if runs and all(not r["error"] or _broken_collective(r["error"]) for r in runs) and any(
+        r["timed_out"] or r["error"] or r["destroyed"] is None for r in runs
+    ):
         own = {r["rank"]: _own(r.get("seen")) for r in runs}
         if len({calls for calls, _, _ in own.values()}) > 1:
             counts = "; ".join(
@@ -63,8 +71,10 @@ def _stopped_notes(runs) -> list[str]:
             )
             notes.append(
                 "Collectives of your own (outside DDP's gradient sync in backward) that each rank had called when it "
-                f"was stopped: {counts}. A collective waits until every rank calls it: call it on every rank (an "
-                "all_reduce of the loss for logging, say), the same number of times, and print on rank 0 only."
+                f"stopped: {counts}. A collective that only some ranks call has no partner: it waits forever, or is "
+                "paired with a different collective of the other ranks (DDP's gradient sync, say) and breaks the "
+                "run. Call it on every rank (an all_reduce of the loss for logging, say), the same number of times, "
+                "and print on rank 0 only."
             )
     return notes
 
@@ -269,6 +279,15 @@ def _diagnosis(runs, got, want) -> str | None:
             f"still multiplied by the scale{became}. Step through scaler.step(optimizer) (it unscales the gradients "
             "and skips a step whose gradients hold inf or NaN), then scaler.update(); or drop the scaler: bfloat16 "
             "needs no loss scaling."
+        )
+    if first["steps"] and first.get("wiped_steps"):
+        initial = {k: v.float() for k, v in build_model().state_dict().items()}
+        still = " are still build_model()'s initial weights:" if _finite(got) and _gap(got, initial) == 0 else ":"
+        return (
+            f"rank 0's final weights{still} at {first['wiped_steps']} of its {first['steps']} optimizer.step() calls, "
+            "zero_grad() had run after loss.backward() and before the step, clearing the gradients the backward had "
+            "just computed, so SGD had nothing to apply. zero_grad() belongs before the forward pass (or after the "
+            "step): zero_grad, forward and loss, loss.backward(), optimizer.step()."
         )
     if first["steps"] and first.get("empty_steps") == first["steps"]:
         initial = {k: v.float() for k, v in build_model().state_dict().items()}
