@@ -109,6 +109,28 @@ def _all_hung(run, stuck):
             "training that takes far longer than the script's (a loop that never ends).")
 
 
+def _unmatched(run, ranks):
+    """A sentence about a collective one rank was inside when the run broke and the other ranks had called fewer
+    times (so it had no partner there), or None."""
+    for r in ranks:
+        lines = _calls(run, r["rank"])
+        name = _stuck_in(lines)
+        if not name or name in ("init_process_group", "destroy_process_group"):
+            continue
+        n = _started(lines, name)
+        others = {o["rank"]: _started(_calls(run, o["rank"]), name) for o in ranks if o is not r}
+        if others and all(m < n for m in others.values()):
+            told = ", ".join(f"rank {k} {m} time{'s' if m != 1 else ''}" for k, m in others.items())
+            return (
+                f"When the run broke, rank {r['rank']} was inside dist.{name}(), its call number {n} to it, which the "
+                f"other ranks had called fewer times ({told}): that call had no partner on them, and the ranks' "
+                "communication broke down. A collective waits until every rank calls it: call it on every rank, the "
+                "same number of times, and print on rank 0 only (a collective inside `if rank == 0:` runs on rank 0 "
+                "alone)."
+            )
+    return None
+
+
 def _failed_ranks(run):
     """Fail the test, explaining the ranks that did not return (the first failure named first)."""
     ranks = run["ranks"]
@@ -123,7 +145,7 @@ def _failed_ranks(run):
         told = feedback.raised("train on every rank", *errors.pop())  # the same failure, told once
     else:
         told = feedback.ranks(ranks, what="train", timeout_s=TIMEOUT_S)
-    extra = []
+    extra = [note] if (note := _unmatched(run, ranks)) else []
     lines = {r["rank"]: _line(r) for r in ranks if r["error"]}
     known = {n for n in lines.values() if n}
     if len(known) == 1 and all(lines.values()):
@@ -414,7 +436,10 @@ def test_batch_and_lr_scaled(probe):
                 f"{BATCH} samples per step. With the global batch {BATCH * WORLD}, the linear scaling rule gives "
                 f"{LR} x {BATCH * WORLD} / {BATCH} = {SCALED_LR:g}"
                 + (": each epoch now has half as many steps, and with the old rate the model learns too little in "
-                   f"{EPOCHS} epochs." if math.isclose(last, LR) else ".")
+                   f"{EPOCHS} epochs." if math.isclose(last, LR) else
+                   f": your rate is the script's multiplied by the batch size itself ({last / LR:g}), not by the "
+                   f"factor the batch grew by ({BATCH * WORLD} / {BATCH} = {WORLD})."
+                   if any(math.isclose(last, LR * b, rel_tol=1e-6) for b in (BATCH, BATCH * WORLD)) else ".")
             )
 
 
