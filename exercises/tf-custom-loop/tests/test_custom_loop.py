@@ -234,16 +234,28 @@ def _alone_problem(seen, n, gbs):
     if got is None:
         return "no_loss", (f"it returned {seen['loss_type']}, not its loss: train_step must return the loss "
                            "(a scalar tensor), `return loss`")
+    diff = max(_max_diff(g, w) for g, w in zip(seen["weights"], want["weights"], strict=True))
     if not _close(got, want["loss"]):
         told = (f"it returned loss {_num(got, want['loss'])}; expected {_num(want['loss'], got)}: the sum of the "
                 f"{n} per-example sparse categorical cross-entropies of the logits model(x), "
                 f"{_num(want['sum'])}, divided by global_batch_size = {gbs}.")
+        if diff < WEIGHT_TOL:
+            mean = " (the mean over its examples)" if _close(got, want["sum"] / n) else ""
+            return "report", told + (
+                " Its update is right, though: the weights equal one SGD step on sum / global_batch_size, so the "
+                f"loss it differentiates is right and the value it returns{mean} is another one. Return the loss "
+                "you took the gradient of")
+        if _close(got, want["sum"]):
+            return "no_divide", told + (
+                " Yours is that sum, never divided: a loss object with reduction=\"sum\" (or tf.reduce_sum) adds "
+                "the per-example losses, and the sum must then be divided by global_batch_size")
         if n != gbs and _close(got, want["sum"] / n):
             return "own_batch", told + (
                 f" You returned their mean over the {n} examples the replica got, not sum / global_batch_size. "
-                "tf.reduce_mean, a Keras loss object with its default reduction, and tf.nn.compute_average_loss "
-                "without its global_batch_size argument all divide by the examples they see; on a replica that "
-                f"is {n}, not {gbs}. Divide by the GLOBAL batch size you are given: "
+                "tf.reduce_mean, a Keras loss object with its default reduction, tf.nn.compute_average_loss "
+                "without its global_batch_size argument, and a batch size computed from the shape of x or of the "
+                "losses (times num_replicas_in_sync, which is 1 with no strategy) all divide by the examples they "
+                f"see; on a replica that is {n}, not {gbs}. Divide by the GLOBAL batch size you are given: "
                 "tf.nn.compute_average_loss(per_example_losses, global_batch_size=global_batch_size)")
         if _close(got, want["probabilities"] / gbs, rel=1e-4) or _close(got, want["probabilities"] / n, rel=1e-4):
             return "from_logits", told + (
@@ -255,7 +267,6 @@ def _alone_problem(seen, n, gbs):
             return "twice", told + (" Yours is that divided once more by the batch size: divide the sum once, by "
                                     "global_batch_size")
         return "loss", told
-    diff = max(_max_diff(g, w) for g, w in zip(seen["weights"], want["weights"], strict=True))
     if diff < WEIGHT_TOL:
         return None
     if _unchanged(seen["weights"]):
@@ -294,6 +305,11 @@ _SHORT = {
     "from_logits": "its loss is the cross-entropy of model(x) read as probabilities; model(x) returns logits, so "
                    "compute the loss with from_logits=True",
     "no_update": f"its loss is right, but it never changes the weights; apply the gradients with {GRAD_HOW}",
+    "no_divide": "it returns the sum of its per-example losses, never divided by global_batch_size, so each "
+                 f"replica's loss, and its gradient, is {GLOBAL} times its share. Divide the sum by the "
+                 "global_batch_size you are given",
+    "report": "its update is right, but the loss it returns is not the one it differentiates (sum / "
+              "global_batch_size); return the loss you took the gradient of",
 }
 
 
@@ -350,8 +366,20 @@ def _weights_problem(seen, ref):
     return "other", told
 
 
-def _distribution_hint(kind):
-    """What a 2x or 1/2 update says when train_step alone is right."""
+def _distribution_hint(kind, first_loss_right=False):
+    """What a 2x or 1/2 update says when train_step alone is right. With the first step's reported loss right,
+    each replica's loss was scaled right, so the gradients were scaled after tape.gradient."""
+    if kind in ("double", "half") and first_loss_right:
+        much = "twice" if kind == "double" else "half"
+        how = ("summed once more (an all-reduce of the gradients by hand, before apply_gradients all-reduces them "
+               "again) or multiplied by num_replicas_in_sync" if kind == "double" else
+               "divided by num_replicas_in_sync (or averaged over the replicas by hand)")
+        return (f" The updates were {much} those of single-device training, yet the first step's loss is right, "
+                "so each replica's loss, sum / global_batch_size, is right: the gradients that reached "
+                f"apply_gradients were {much} the gradients of that loss. For example they were "
+                f"{how} between tape.gradient and apply_gradients. The strategy's all-reduce SUM of the replicas' "
+                "gradients of sum / global batch size is already the gradient of the global mean: pass them to "
+                f"{GRAD_HOW} unchanged.")
     if kind == "double":
         return (f" train_step alone divides by the global_batch_size it is given ({SHARE} examples with "
                 f"global_batch_size={GLOBAL} give sum / {GLOBAL}), so on the replicas it divided by less: "
@@ -412,7 +440,7 @@ def test_distributed_loss_is_global_mean(probe):
                     "per_replica_losses, axis=None).")
         feedback.fail(said + hint)
     kind, told = weights
-    hint = _distribution_hint(kind)
+    hint = _distribution_hint(kind, _close(got[0], want[0]))
     if not hint and _close(got[0], want[0]):
         hint = (" The first step's loss is right and later ones are not: after the first step " + told + ".")
         if all(_close(g, s) for g, s in zip(got, ref["at_start"], strict=True)):
@@ -439,4 +467,5 @@ def test_distributed_weights_match_single_device(probe):
     problem = _train_step_alone(probe)
     if problem is not None:
         feedback.fail(f"{said}{_ALREADY}{problem[1]}.")
-    feedback.fail(said + _distribution_hint(kind))
+    first = seen["losses"][0]
+    feedback.fail(said + _distribution_hint(kind, _close(first, ref["losses"][0])))
