@@ -104,6 +104,7 @@ def simulate(
     cross: bool = False,
     keep: str = "all",
     shapes: str = "same",
+    zero: str = "step",
 ) -> dict[str, torch.Tensor]:
     """Return the weights after the prompt's training in the learner's run, simulated in one process.
 
@@ -113,6 +114,7 @@ def simulate(
     computed) or "leak" (its gradients stay in .grad and join the next window's). cross: windows of ACCUM run on
     over the epoch boundary. keep: "all" (right) or "last" (only a window's last micro-batch's gradient reaches
     the step). shapes: "same" (right) or "broadcast" (predictions of shape (MICRO,) against targets (MICRO, 1)).
+    zero: "step" (right: zero_grad after each step) or "never" (every window's gradient adds to all earlier ones).
     """
     x, y = make_dataset()
     model = build_model()
@@ -146,7 +148,8 @@ def simulate(
         if short and last == "leak":
             continue
         optimizer.step()
-        optimizer.zero_grad()
+        if zero != "never":
+            optimizer.zero_grad()
     return {k: v.detach() for k, v in model.state_dict().items()}
 
 
@@ -395,6 +398,12 @@ def test_gradients_equal_large_batch(probe, plan):
             "each step used only its window's last micro-batch: the earlier micro-batches' "
             "gradients were gone when optimizer.step() ran (for example optimizer.zero_grad() inside the "
             "micro-batch loop). Zero the gradients only after each step",
+        ),
+        (
+            dict(zero="never"),
+            "the gradients were never zeroed between steps: each window's gradient was added to those of all "
+            "earlier windows, still in .grad, so every step after the first applied them all again. Call "
+            "optimizer.zero_grad() after each optimizer.step()",
         ),
         (
             dict(shapes="broadcast"),
