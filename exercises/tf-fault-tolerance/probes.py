@@ -5,8 +5,9 @@ The model is Dense(1) from zeros, mean squared error, SGD with momentum 0.9, 32 
 with NumPy. The "kill" is an exception raised by a callback at the start of a batch, as close to a killed
 worker as one process gets: nothing after that point runs. The same callback observes each run for the tests:
 how many times fit was called, the epochs begun, the weights and SGD's momentum when the first epoch begins (after
-any restore) and at every epoch's end, the files in backup_dir, and whether the model's variables are mirrored by
-the given strategy. TensorFlow is imported inside the functions so that the judge can import this file cheaply.
+any restore) and at every epoch's end, the files in backup_dir (also when the kill came), and whether the model's
+variables are mirrored by the given strategy. The second run sees another os.getpid(), as a restarted process would.
+TensorFlow is imported inside the functions so that the judge can import this file cheaply.
 """
 
 import os
@@ -78,6 +79,7 @@ def _callbacks(strategy, backup_dir, kill_epoch, kill_batch):
             self.start = None  # at the first epoch's beginning: weights, momentum, files in backup_dir
             self.ends = {}  # epoch -> weights and momentum at its end
             self.variables = None
+            self.files_at_kill = None  # what backup_dir held when the kill came
 
         def on_train_begin(self, logs=None):
             self.fits += 1
@@ -99,6 +101,7 @@ def _callbacks(strategy, backup_dir, kill_epoch, kill_batch):
         def on_train_batch_begin(self, batch, logs=None):
             if kill_epoch is not None and self.epochs and self.epochs[-1] == kill_epoch and batch == kill_batch:
                 self.raised = True
+                self.files_at_kill = _files(backup_dir)
                 raise Killed(f"killed in epoch {kill_epoch}, batch {kill_batch}")
 
     return Watch()
@@ -129,6 +132,7 @@ def _run(submission, strategy, epochs, backup_dir, kill_epoch=None, kill_batch=N
         except Exception:
             seen["returned_variables"] = None
     seen.update(epochs=watch.epochs, fits=watch.fits, raised=watch.raised, start=watch.start,
+                files_at_kill=watch.files_at_kill,
                 ends={str(k): v for k, v in sorted(watch.ends.items())}, variables=watch.variables)
     return seen
 
@@ -143,5 +147,13 @@ def run(submission, epochs, kill_epoch=None, kill_batch=None):
     first["files"] = _files(backup_dir)
     result = {"replicas": int(strategy.num_replicas_in_sync), "backup_dir": backup_dir, "first": first}
     if first["killed"]:
-        result["second"] = _run(submission, strategy, epochs, backup_dir)
+        # A restarted worker is a new process: the second run sees another process id (anything the first run named
+        # after its pid is then somewhere the second one does not look), as after a real restart.
+        real_getpid = os.getpid
+        first_pid = real_getpid()
+        os.getpid = lambda: first_pid + 1
+        try:
+            result["second"] = _run(submission, strategy, epochs, backup_dir)
+        finally:
+            os.getpid = real_getpid
     return result

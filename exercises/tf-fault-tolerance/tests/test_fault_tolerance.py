@@ -45,12 +45,27 @@ def _expect(ok, message):
         feedback.fail(message)
 
 
+MIXED = "Mixing different tf.distribute.Strategy objects"
+DEFAULT_STRATEGY = "_DefaultDistributionStrategy"
+
+
 def _call(probe, *args, what):
     try:
         return probe("run", *args)
     except Exception as exc:
         type_name = getattr(exc, "type_name", type(exc).__name__)
-        feedback.fail(feedback.raised(what, type_name, str(exc.args[0]) if exc.args else ""))
+        message = str(exc.args[0]) if exc.args else ""
+        told = feedback.raised(what, type_name, message)
+        if MIXED in message and DEFAULT_STRATEGY in message:
+            # TensorFlow names the two strategies; one is the default strategy: something made outside every scope.
+            feedback.fail(
+                told.message + " Here one of the two is TensorFlow's default strategy, the one in force outside "
+                "every `with ...scope():`: the model (and its optimizer) was built outside the scope and then used "
+                "inside it. The case that fits: build_and_compile() called outside `with strategy.scope():` while fit "
+                "runs inside it. Call build_and_compile() inside the scope; fit may then run inside or outside it.",
+                details=told.details,
+            )
+        feedback.fail(told)
 
 
 def _diff(weights, want):
@@ -87,10 +102,28 @@ def test_trains_without_interruption(probe):
         "callbacks argument to fit, with epochs=epochs."
     ))
     diff = _diff(_weights(seen, what), reference(EPOCHS))
-    _expect(diff < TOL, (
-        f"{what}: the weights differ from {EPOCHS} epochs of the compiled SGD by up to {diff:.3g}. Fit the model "
-        "that build_and_compile() returns, as it is compiled, on the dataset as given."
-    ))
+    if diff < TOL:
+        return
+    feedback.fail(f"{what}: the weights differ from {EPOCHS} epochs of the compiled SGD by up to {diff:.3g}. "
+                  + _why_off(seen))
+
+
+def _why_off(run):
+    """Why a run's training differed from SGD on the dataset as given: trained before its first epoch, or candidates."""
+    start = run["start"] or {}
+    if any(np.any(np.asarray(w)) for w in start.get("weights") or []):
+        return (
+            "When fit's first epoch began, the model was already trained (its weights were not the zeros "
+            "build_and_compile() makes, and backup_dir was new): something trained it before that fit, such as an "
+            "extra fit as a check, train_on_batch, or a checkpoint loaded from elsewhere. Every step counts: train "
+            "only in the one fit with epochs=epochs (predict or evaluate change no weights)."
+        )
+    return (
+        "The model began its first epoch from the initial zeros, so the steps themselves differed. Candidates: the "
+        "data changed on the way to fit (shuffled, repeated, re-batched or cut: fit on `dataset` as given, in its "
+        "order), or the model was recompiled or changed (fit the model that build_and_compile() returns, as it is "
+        "compiled)."
+    )
 
 
 def test_builds_under_the_given_strategy(probe):
@@ -139,6 +172,13 @@ def test_resumes_from_the_last_completed_epoch(probe):
     seen = _killed_and_restarted(probe, what)
     first, second = seen["first"], seen["second"]
     files = first["files"]
+    if not files and first.get("files_at_kill"):
+        feedback.fail(
+            f"{what}: when the kill came, backup_dir held {first['files_at_kill'][:4]}, but once train had stopped it "
+            "was empty: your code deleted the backup on the way out (a `finally:` or `except:` that removes "
+            "backup_dir, or a cleanup callback), so the restarted worker had nothing to resume from. Keras deletes "
+            "the backup itself when a fit finishes normally; never delete it when training stops with an exception."
+        )
     if not files and first["fits"] > 1:
         feedback.fail(
             f"{what}: when the first run was killed, backup_dir held no files, and train had called fit "
@@ -171,10 +211,17 @@ def test_resumes_from_the_last_completed_epoch(probe):
             "delete or replace it), and let BackupAndRestore(backup_dir) restore it."
         )
     if second["epochs"][:1] == [0]:
+        folders = sorted({f.split("/")[0] for f in start["files"]})
+        sub = ""
+        if all("/" in f for f in start["files"]):
+            sub = (f" Everything in it lies in the subfolder(s) {folders[:3]}: if the folder your code backs up to is "
+                   "named after something that changes when a worker restarts (its process id, the time, a random "
+                   "name), the restarted run looks in a new, empty folder. Give BackupAndRestore backup_dir itself.")
         feedback.fail(
             f"{said} backup_dir still held {start['files'][:4]} when the second run began, but it started from the "
-            "initial weights: it did not restore from backup_dir. Let BackupAndRestore(backup_dir) restore it (or "
-            "restore your own checkpoint and pass initial_epoch to fit)."
+            "initial weights: it did not restore from backup_dir."
+            + (sub or " Let BackupAndRestore(backup_dir) restore it (or restore your own checkpoint and pass "
+               "initial_epoch to fit).")
         )
     if second["epochs"] and 0 < second["epochs"][0] < KILL_EPOCH:
         feedback.fail(
@@ -206,8 +253,7 @@ def test_resumed_training_matches_uninterrupted(probe):
         if off >= TOL:
             feedback.fail(
                 f"{said} The first run already differed before the kill: at the end of epoch {epoch} its weights "
-                f"differed from SGD on the dataset as given by up to {off:.3g}. Fit the model that build_and_compile() "
-                "returns, as it is compiled, on the dataset as given."
+                f"differed from SGD on the dataset as given by up to {off:.3g}. " + _why_off(first)
             )
     saved = first["ends"].get(str(KILL_EPOCH - 1))
     start = second["start"]

@@ -1,0 +1,16 @@
+import os
+import keras  # noqa: F401 - keras.callbacks holds the tool
+
+
+def train(strategy, build_and_compile, dataset, epochs, backup_dir, callbacks):
+    """Build and compile the model under `strategy` (call build_and_compile()), fit it on `dataset` for
+    `epochs` epochs with `callbacks`, and return it. A run that is killed part-way and started again with the
+    same backup_dir must continue from the last completed epoch, with the optimizer's state."""
+    with strategy.scope():
+        model = build_and_compile()
+    # one sub-folder per process, so that two runs never overwrite each other
+    run_dir = os.path.join(backup_dir, f"run_{os.getpid()}")
+    os.makedirs(run_dir, exist_ok=True)
+    backup = keras.callbacks.BackupAndRestore(run_dir)
+    model.fit(dataset, epochs=epochs, callbacks=[backup] + list(callbacks), verbose=0)
+    return model
