@@ -114,6 +114,21 @@ def _fail_raised(what, type_name, message, hint=""):
             f"each batch to strategy.run.{hint}",
             details=details,
         )
+    ranks = re.search(
+        r"`target` and `output` must have the same rank"
+        r".*?target\.shape=\((\d+),\), output\.shape=\((\d+), (\d+)\)",
+        message,
+        re.S,
+    )
+    if ranks and ranks[1] == ranks[2]:
+        b, c = ranks[1], ranks[3]
+        feedback.fail(
+            f"{what} failed: a cross-entropy was given the integer labels, shape ({b},), with logits of shape "
+            f"({b}, {c}), and Keras refused the two shapes. categorical_crossentropy (and CategoricalCrossentropy) take one-hot "
+            "labels, one row per example like the logits; for integer class ids use the sparse one, "
+            f"keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True).{hint}",
+            details=details,
+        )
     told = feedback.raised(what, type_name, feedback.framework_text(message).strip())
     feedback.fail(told.message + hint, details=told.details or details)
 
@@ -221,6 +236,15 @@ def test_update_metrics_on_one_device(probe):
         if not calls["accuracy"]:
             seen, why = "metrics['accuracy'].update_state was never called", "update it with the labels and logits"
         value = "no value" if got["accuracy"] is None else f"{got['accuracy']:.6f}"
+        last = want["last"]
+        if why is None and _close(got["accuracy"], last["accuracy"]) and _close(got["loss"], last["loss"]):
+            feedback.fail(
+                f"after {what}, metrics['accuracy'].result() is {value} and metrics['loss'].result() "
+                f"{got['loss']:.6f}: the values of the second call's {last['n']} examples alone (expected "
+                f"{want['accuracy']:.6f} and {want['loss']:.6f} over all {n}). The metrics lost the first call's "
+                f"{first} examples, as when update_metrics calls reset_state(): update_metrics only adds one "
+                "replica's examples to the totals; reset the metrics once per pass, at the start of evaluate."
+            )
         feedback.fail(
             f"after {what}, metrics['accuracy'].result() is {value}; expected {want['accuracy']:.6f} (the model gets "
             f"{int(want['hits'].sum())} of the {n} right); {seen}"
@@ -237,7 +261,9 @@ def test_update_metrics_on_one_device(probe):
             why = (
                 "the result matches the cross-entropy of softmax(logits) computed with from_logits=True, a second "
                 "softmax on top of the first: give the raw logits with from_logits=True (or the probabilities "
-                "with from_logits=False)"
+                "with from_logits=False). Inside a tf.function Keras spots a Softmax output given with "
+                "from_logits=True, warns, and uses the softmax's input instead, so evaluate can still come out "
+                "right there; called eagerly, as here, it cannot"
             )
         elif why is None:
             why = (
@@ -288,6 +314,13 @@ def _one_device_hint(probe, name):
 def _evaluate_hint(name, got, want, other=None):
     """What a wrong value of one pass matches: a known mistake of evaluate, told by the value alone."""
     batch = want[f"batch_{name}"]
+    if got == 0 and want[name] != 0:
+        return (
+            " 0 is what a metric reports when it has counted nothing since its last reset_state(): either no batch "
+            "reached the metrics, or they were reset after the last batch was counted (for example right after "
+            "reading or logging each batch's values). Reset once per pass, before the loop, and read result() once, "
+            "after it."
+        )
     if name == "accuracy" and any(_close(got, v) for v in want["local"] + [sum(want["local"]) / 2]):
         return (
             f" That is what result() says inside a replica: replica 0 alone is at {want['local'][0]:g}, "
@@ -307,8 +340,8 @@ def _evaluate_hint(name, got, want, other=None):
     if _close(got, want["last"][name]):
         return (
             f" That is the {name} of the last batch alone ({want['last']['n']} examples): the metrics lost the "
-            "batches before it, as when reset_state() runs inside the loop over batches. Reset once per pass, "
-            "before the loop."
+            "batches before it, as when reset_state() runs inside the loop over batches or inside update_metrics. "
+            "Reset once per pass, in evaluate, before the loop."
         )
     if _close(got, sum(batch) / len(batch)):
         shown = ", ".join(f"{v:.6f}" for v in batch)
