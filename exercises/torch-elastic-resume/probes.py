@@ -14,7 +14,8 @@ log file of its own (rank, restart) as it happens, so a killed worker's log ends
   `model_load` (the first keys of every `Module.load_state_dict`), `set_epoch` (every `DistributedSampler`
   epoch, with the sampler's seed, shuffle, num_replicas, rank), `loader` (every `DataLoader`'s batch size and
   sampler), `optimizer` (each optimizer's class and settings, at its first step), `zero_grad` (the first
-  `zero_grad()` of an optimizer or a module), `collective` (each `torch.distributed` collective the script
+  `zero_grad()` of an optimizer or a module), `wrap` (the parameters of each module wrapped in
+  `DistributedDataParallel`, as they were just before the wrap), `collective` (each `torch.distributed` collective the script
   calls itself, before it runs: a worker whose log ends on one was waiting in it);
 - `error` (the exception that ended the script: type, message, the line in the learner's script), `end`.
 
@@ -201,6 +202,19 @@ def _worker(argv: list[str]) -> None:
     for name in COLLECTIVES:
         if callable(getattr(dist, name, None)):
             setattr(dist, name, observed_collective(name, getattr(dist, name)))
+
+    ddp_init = torch.nn.parallel.DistributedDataParallel.__init__
+
+    def observed_ddp_init(self, *args, **kwargs):
+        module = args[0] if args else kwargs.get("module")
+        try:
+            values = [float(v) for p in list(module.parameters())[:4] for v in p.detach().flatten()[:16].tolist()]
+        except Exception:  # not a module with float parameters: nothing to report
+            values = []
+        event("wrap", module=type(module).__name__, params=values[:32])
+        return ddp_init(self, *args, **kwargs)
+
+    torch.nn.parallel.DistributedDataParallel.__init__ = observed_ddp_init
 
     _teardown_safe()
     sys.argv = [script, *argv[1:]]

@@ -337,6 +337,13 @@ def _close(value, want: float) -> bool:
     return isinstance(value, (int, float)) and abs(float(value) - want) < 1e-9
 
 
+def _initial_weights() -> list[float]:
+    """nn.Linear(4, 1)'s weights and bias right after torch.manual_seed(0), flattened as the harness reports them."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    return [float(v) for p in model.parameters() for v in p.detach().flatten().tolist()]
+
+
 def _recipe_notes(first: dict[int, list[dict]]) -> list[str]:
     """Where the workers' first start departed from the prompt's recipe (optimizer, sampler, batches, zero_grad)."""
     notes = []
@@ -357,6 +364,17 @@ def _recipe_notes(first: dict[int, list[dict]]) -> list[str]:
                 break
         if notes:
             break
+    wraps = _of(first.get(0, []), "wrap")
+    if wraps and wraps[0]["params"]:
+        start = _initial_weights()
+        got = wraps[0]["params"]
+        if len(got) == len(start) and max(abs(a - b) for a, b in zip(got, start, strict=True)) > 1e-6:
+            notes.append(
+                f"at the first start, rank 0's model went into DistributedDataParallel with weights "
+                f"{[round(v, 4) for v in got]}, not those that torch.manual_seed(0) followed by nn.Linear(4, 1) gives "
+                f"({[round(v, 4) for v in start]}), so training began from other weights: call torch.manual_seed(0) "
+                "right before building the model (candidates: the seed set after the model was built, or not at all)"
+            )
     no_zero = [r for r, ev in sorted(first.items()) if _steps(ev) and not _of(ev, "zero_grad")]
     if no_zero:
         notes.append(
@@ -413,7 +431,15 @@ def _resume_notes(attempts: dict[int, dict[int, list[dict]]], *, totals: bool = 
             no_optimizer.append(rank)
         if _first_epoch(events) == 0:
             from_zero.append(rank)
-    if no_load:
+    if no_load and 0 not in no_load and not any(_of(restarted[r], "optimizer_load") for r in no_load):
+        notes.append(
+            f"{_ranks(no_load)} loaded no checkpoint while restarted rank 0 did. DistributedDataParallel copies rank "
+            "0's weights to every rank when it wraps the model, but nothing copies the optimizer's state: "
+            f"{_ranks(no_load, False)}'s SGD momentum started again from zero, so the ranks stepped differently. Every "
+            "rank must restore the optimizer too (each reads the file, or rank 0 reads it and broadcasts all of it, "
+            "for example with dist.broadcast_object_list)"
+        )
+    elif no_load:
         notes.append(f"{_ranks(no_load)} loaded no checkpoint")
     if no_optimizer:
         notes.append(
