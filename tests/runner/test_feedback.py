@@ -82,6 +82,9 @@ EXPECTED = {
     "tf.model_on_per_replica": "keras.per_replica_input",
     "tf.batch_size_zero": "tf.batch_size_not_positive",
     "tf.keras_save_folder": "keras.save_extension",
+    "tf.physical_device_name": "tf.physical_device_name",
+    "tf.int_of_symbolic_tensor": "tf.python_number_of_graph_tensor",
+    "tf.numpy_of_symbolic_tensor": "tf.numpy_of_graph_tensor",
     "torch.module_of_plain_model": "wrapper.module_elsewhere",
 }
 

@@ -485,6 +485,28 @@ CLASSES: tuple[FailureClass, ...] = (
         types=("TypeError",),
     ),
     FailureClass(
+        "tf.physical_device_name",
+        re.compile(r"Unknown attribute 'physical_device' is encountered while parsing the device spec"),
+        "a strategy was given a physical device's name (/physical_device:...): strategies take logical device "
+        "names, such as those tf.config.list_logical_devices() lists (/device:CPU:0)",
+    ),
+    FailureClass(
+        "tf.python_number_of_graph_tensor",
+        re.compile(r"(?P<call>int|float)\(\) argument must be .* not 'SymbolicTensor'"),
+        "{call}() was called on a tensor inside a tf.function (or a Keras step): while TensorFlow traces the "
+        "function into a graph a tensor has no value yet, so Python cannot make a number of it. Keep the "
+        "computation in TensorFlow operations (tf.cast, tf.minimum, tf.where, ...) and print with tf.print",
+        types=("TypeError",),
+    ),
+    FailureClass(
+        "tf.numpy_of_graph_tensor",
+        re.compile(r"'SymbolicTensor' object has no attribute 'numpy'"),
+        "code inside a tf.function (or a Keras step) asked a tensor for its value (.numpy(), or int() or float() "
+        "of a tf.Variable): while TensorFlow traces the function into a graph a tensor has no value yet. Keep the "
+        "computation in TensorFlow operations (tf.cast, tf.minimum, tf.where, ...) and print with tf.print",
+        types=("AttributeError",),
+    ),
+    FailureClass(
         "keras.mixed_strategies",
         re.compile(r"Mixing different tf\.distribute\.Strategy objects"),
         "two different tf.distribute strategies were mixed: something made under one strategy (a model, a "

@@ -280,6 +280,22 @@ TF: dict[str, str] = {
         with a.scope():
             with b.scope():
                 pass"""),
+    "tf.physical_device_name": textwrap.dedent("""\
+        import tensorflow as tf
+        tf.distribute.MirroredStrategy(devices=[tf.config.list_physical_devices("CPU")[0].name])"""),
+    "tf.int_of_symbolic_tensor": textwrap.dedent("""\
+        import tensorflow as tf
+        @tf.function
+        def f(x):
+            return int(x)
+        f(tf.constant(1.0))"""),
+    "tf.numpy_of_symbolic_tensor": textwrap.dedent("""\
+        import tensorflow as tf
+        v = tf.Variable(3)
+        @tf.function
+        def f():
+            return int(v) + 1
+        f()"""),
     "tf.optimizer_outside_scope": textwrap.dedent("""\
         import tensorflow as tf, keras
         tf.config.set_logical_device_configuration(tf.config.list_physical_devices("CPU")[0],
