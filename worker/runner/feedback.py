@@ -328,8 +328,9 @@ CLASSES: tuple[FailureClass, ...] = (
     FailureClass(
         "loss.batch_mismatch",
         re.compile(r"Expected input batch_size \((?P<a>\d+)\) to match target batch_size \((?P<b>\d+)\)"),
-        "the loss got {a} predictions but {b} targets: the predictions and the targets must come from the same "
-        "rows (the same batch, the same shard)",
+        "the loss got {a} predictions but {b} targets. One of: the predictions and the targets came from "
+        "different rows (another batch or shard), or the model's output has another shape than the loss expects "
+        "(outputs joined or flattened along the wrong dimension)",
     ),
     FailureClass(
         "shape.matmul",
@@ -474,8 +475,10 @@ CLASSES: tuple[FailureClass, ...] = (
     FailureClass(
         "optimizer.no_parameters",
         re.compile(r"optimizer got an empty parameter list"),
-        "an optimizer was made with no parameters: pass it model.parameters() of the model you train (a "
-        "parameters() generator that was already used up is empty)",
+        "an optimizer was made with no parameters. One of: it was not given model.parameters() of the model you "
+        "train; a parameters() generator that was already used up (it is empty the second time); a model that "
+        "registers no parameters (layers kept in a plain Python list or dict are not registered: use "
+        "nn.ModuleList or nn.ModuleDict)",
     ),
     FailureClass(
         "fsdp.child_after_parent",
