@@ -146,6 +146,23 @@ def test_tensorflows_graph_wrappers_never_reach_the_sentence() -> None:
     assert feedback.internals(feedback.explain("InvalidArgumentError", wrapped).message) == []
 
 
+def test_details_of_a_tf_function_keep_only_the_learners_frames() -> None:
+    report = (
+        "in user code:\n\n"
+        '    File "/job/probes/probes.py", line 6, in step  *\n        return submission.loss_of(x)\n'
+        '    File "/job/submission/submission.py", line 3, in loss_of  *\n'
+        "        return tf.reshape(x, (3, 5)) * undefined_name\n"
+        '    File "/usr/lib/python3/site-packages/keras/src/layers/layer.py", line 900, in __call__  **\n'
+        "        outputs = super().__call__(inputs)\n\n"
+        "    NameError: name 'undefined_name' is not defined\n"
+    )
+    got = feedback.clean_details(report)
+    assert "probes.py" not in got and "site-packages" not in got and "super().__call__" not in got
+    assert 'File "/job/submission/submission.py", line 3' in got and "* undefined_name" in got
+    assert got.endswith("NameError: name 'undefined_name' is not defined")
+    assert feedback.clean_details('File "/x/probes.py", line 1') == 'File "/x/probes.py", line 1'  # other texts kept
+
+
 def test_ranks_name_the_rank_that_failed_first_and_the_others_as_consequences() -> None:
     left = RECORDED["torch.peer_left"]
     runs = [

@@ -61,9 +61,38 @@ def fail(message: str | Explained, *, details: str = "") -> NoReturn:
     raise Failed(message, clean_details(details))
 
 
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+')
+
+
+def _user_code_only(text: str) -> str:
+    """Keep of a tf.function's "in user code:" report its frames in the learner's own file and its error lines.
+
+    TensorFlow lists every frame between the learner's call and the error: the grader's probes, Keras and
+    TensorFlow files, none of them the learner's to read or fix.
+    """
+    lines = text.splitlines()
+    kept: list[str] = []
+    skipping = False
+    for line in lines:
+        frame = _FRAME.match(line)
+        if frame:
+            skipping = "/submission/" not in frame["path"]
+            if not skipping:
+                kept.append(line)
+            continue
+        if skipping and line.startswith((" " * 8, "\t")):  # the frame's source line
+            continue
+        skipping = False
+        kept.append(line)
+    return "\n".join(kept)
+
+
 def clean_details(text: str) -> str:
-    """Return ``text`` without terminal codes, capped for the result file."""
+    """Return ``text`` without terminal codes or the grader's and libraries' frames of a tf.function's report,
+    capped for the result file."""
     text = _ANSI.sub("", text).strip()
+    if "in user code:" in text:
+        text = _user_code_only(text)
     return text if len(text) <= MAX_DETAILS else text[: MAX_DETAILS - 14].rstrip() + "\n... (trimmed)"
 
 
