@@ -18,7 +18,9 @@ Each worker notes, as it goes, into a file of its own (so a worker that hangs an
   it updated and whether they
   were distributed (made under strategy.scope()); every replica-context all-reduce outside the optimizer (the
   shapes of what it summed); the shape of every per-example loss given to tf.nn.compute_average_loss and its
-  global_batch_size; every Dataset.shuffle and Dataset.shard. These are noted when they run, so once per trace
+  global_batch_size; every strategy.reduce that the learner's own code called eagerly (outside every tf.function:
+  inside one, autograph's frames make the call, and TensorFlow's own eager calls are left out too); every
+  Dataset.shuffle and Dataset.shard. These are noted when they run, so once per trace
   inside a tf.function (at most MAX_STEP_NOTES of each kind).
 The worker returns its final weights. After both are done, one more forked process loads model_dir/model.keras.
 Observations can be forged by a learner who patches this file, like every probe's; the weights cannot be without
@@ -215,6 +217,15 @@ def _install(note, model_dir):
     base_optimizer.BaseOptimizer.__init__ = opt_init
     base_optimizer.BaseOptimizer.apply = apply
     distribute_lib.ReplicaContextBase.all_reduce = all_reduce
+    original_reduce = distribute_lib.StrategyBase.reduce
+
+    def strategy_reduce(self, *args, **kwargs):
+        caller = sys._getframe(1).f_code.co_filename
+        if tf.executing_eagerly() and "site-packages" not in caller and "dist-packages" not in caller:
+            note.capped("reduce", eager=True)  # the learner's own eager call, not TensorFlow's
+        return original_reduce(self, *args, **kwargs)
+
+    distribute_lib.StrategyBase.reduce = strategy_reduce
     tf.nn.compute_average_loss = average
 
     original_shuffle, original_shard = tf.data.Dataset.shuffle, tf.data.Dataset.shard

@@ -216,6 +216,27 @@ def _describe(w, errors):
     return f"Worker {i} died without a result (exit code {w['exit_code']})."
 
 
+def _unequal_reduces(seen, bad):
+    """When a worker failed or waited in a collective and the workers ran strategy.reduce eagerly a different number of
+    times, say so (None otherwise): each such reduce is a collective of every worker."""
+    collective = any(
+        w["timed_out"] or w["stopped"] or (w["error"] and "ollective" in str(w["error"]["message"])) for w in bad
+    )
+    counts = [sum(1 for e in _events(seen, i, "reduce") if e.get("eager")) for i in range(WORKERS)]
+    if not collective or len(set(counts)) == 1:
+        return None
+    many, few = sorted(range(WORKERS), key=lambda i: -counts[i])[:2]
+    times = {0: "never", 1: "once", 2: "twice"}
+    said = [times.get(counts[i], f"{counts[i]} times") for i in (many, few)]
+    return (
+        f"Worker {many} called strategy.reduce {said[0]} outside a tf.function, worker {few} {said[1]}. Under "
+        "MultiWorkerMirroredStrategy, strategy.reduce combines the replicas of every worker with a collective "
+        "operation that every worker must join, in the same order: run on one worker only (the chief, to log a loss, "
+        "say), it meets the other worker's next collective, and the workers' collectives "
+        "break. Reduce on every worker (inside the step function, say) and print on the chief only."
+    )
+
+
 def _finished(seen):
     """Both workers' results; fail, saying why, when a worker gave none."""
     bad = [w for w in seen["workers"] if w["value"] is None]
@@ -239,6 +260,16 @@ def _finished(seen):
         f"Worker {i} deleted {_shown(seen, e['path'])} ({e['api']}), where the chief saves model_dir/{MODEL_FILE}."
         for i, e in _removals(seen, range(WORKERS))[:1]
     ]
+    unequal = _unequal_reduces(seen, bad)
+    if unequal:
+        said = [
+            "Worker 0 and worker 1 stopped in a collective operation: TensorFlow aborted the workers' collectives "
+            "(its own text is in the details)."
+            if raised
+            else " ".join(said),
+            unequal,
+        ]
+        hints = {}
     text = " ".join([*said, *[h for h in hints if h], *problems[:1], *([plain] if plain else []), *gone])
     head = text.split(" ", 1)[0]
     feedback.fail(
@@ -861,14 +892,14 @@ def _no_model_file(seen):
         ]
         if removed:
             return (
-                head + said + f", outside model_dir, and deleted it again ({removed[0]['api']}), as a worker that "
+                head + said + f" and deleted it again ({removed[0]['api']}), as a worker that "
                 "is not the chief does: the check that picks the chief was false on worker 0. "
                 + CHIEF_RULE[:1].upper()
                 + CHIEF_RULE[1:]
                 + "."
             )
         return (
-            head + said + ", outside model_dir. Candidates: the check that picks the chief was false on worker 0 "
+            head + said + ". Candidates: the check that picks the chief was false on worker 0 "
             f"({CHIEF_RULE}), or the path was built wrong: the chief's file is os.path.join(model_dir, "
             f'"{MODEL_FILE}").'
         )
