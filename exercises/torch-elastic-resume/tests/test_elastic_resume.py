@@ -266,7 +266,9 @@ def _finished(probe) -> dict:
         errors = _errors(first)
         if errors:
             told, details = _told(errors)
-            feedback.fail(f"your script failed before any rank was killed. {told}", details=details)
+            feedback.fail(
+                f"your script failed before any rank was killed. {_shared_rename(run, errors) or told}", details=details
+            )
         ran = _steps(first.get(KILL_RANK, []))
         feedback.fail(
             f"rank {KILL_RANK} was to be killed after its optimizer step {KILL_STEP}, but it made only {ran} steps "
@@ -288,6 +290,9 @@ def _finished(probe) -> dict:
                 "(sys.exit(1), os._exit, killed for using too much memory) fails the run."
             )
         told, details = _told(errors)
+        shared = _shared_rename(run, errors)
+        if shared:
+            feedback.fail(f"the run failed after the restart. {shared}", details=details)
         disagree = _restart_disagrees(attempts[last])
         feedback.fail(f"the run failed after the restart. {told}{disagree}", details=details)
     if not run["final_exists"]:
@@ -307,6 +312,28 @@ def _finished(probe) -> dict:
             details=error,
         )
     return run
+
+
+def _shared_rename(run, errors) -> str:
+    """A rank's os.replace found no file, after two ranks saved that same path (one rank's rename moved it away from
+    under the other's); else ""."""
+    failed = [rank for rank, type_name, message, _ in errors if type_name == "FileNotFoundError" and " -> " in message]
+    if not failed:
+        return ""
+    writers: dict[str, set[int]] = {}
+    for worker in run["runs"]:
+        for e in _of(worker["events"], "save"):
+            writers.setdefault(e["path"], set()).add(worker["rank"])
+    shared = sorted(path for path, ranks in writers.items() if len(ranks) > 1)
+    if not shared:
+        return ""
+    name = _name(shared[0], run.get("ckpt_dir", ""))
+    return (
+        f"On rank {failed[0]}, a rename (os.replace or os.rename) raised FileNotFoundError: the file to be renamed "
+        f"was gone. {_ranks(writers[shared[0]], False).capitalize()} each saved {name} and renamed it, so the first "
+        "rank's rename moved the file away from under the other's. Let rank 0 alone write it (`if rank == 0:`; the "
+        "ranks' models are identical), then dist.barrier() so no rank moves on before it is on disk."
+    )
 
 
 def _restart_disagrees(restarted: dict[int, list[dict]]) -> str:
