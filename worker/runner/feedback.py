@@ -771,8 +771,9 @@ def ranks(runs: Iterable[Mapping[str, Any]], *, what: str = "train", timeout_s: 
             )
         else:
             parts.append(
-                f"Rank {r['rank']} did not finish{limit}: it waited in a collective (an all-reduce, broadcast or "
-                f"DDP gradient sync) that another rank never joined; {_COLLECTIVE_RULE}."
+                f"Rank {r['rank']} did not finish{limit}: it waited in a collective (an all-reduce, broadcast, "
+                "all-gather, DDP's gradient sync or FSDP's all-gathers and reduce-scatters) that another rank never "
+                f"joined; {_COLLECTIVE_RULE}."
             )
     if not parts:
         parts.append("Every rank finished.")
