@@ -386,7 +386,8 @@ async def _api_load(
     return samples, errors
 
 
-# One submission at a time on the deployment path comes every few seconds: a worker's warm pairs of a shape
+# One submission at a time on a docker path (the deployment's, and `serve` on the docker backend) comes every few
+# seconds, as one learner's do: a worker's warm pairs of a shape
 # (GPULAB_GRADING_WORKERS of them) refill in ~2-4 s after each job, and back-to-back submissions of the same
 # exercise faster than that run in fresh containers (measured: torch p95 5.8 s without the pause).
 DEPLOY_PAUSE_S = 5.0
@@ -548,7 +549,7 @@ def main(argv: list[str]) -> int:
                 results[mode] = {}
                 if "latency" in phases:
                     print(f"[{mode}] latency", flush=True)
-                    pause_s = DEPLOY_PAUSE_S if mode in ("deploy", "deploy-cold") else 0.0
+                    pause_s = DEPLOY_PAUSE_S if mode in ("deploy", "deploy-cold", "docker-warm") else 0.0
                     results[mode]["latency"] = latency(server, runs, pause_s)
                 for kind in kinds if "throughput" in phases else ():
                     print(f"[{mode}] throughput {kind}", flush=True)

@@ -262,10 +262,8 @@ class WarmContainers:
                     have = len(self._pairs.setdefault(shape, [])) + self._filling.get(shape, 0)
                     if have > turn:
                         continue
-                    if not self._reserve(shape):
-                        if not have:
-                            self._stats.setdefault(shape, KindStats()).cold = "budget"
-                        continue
+                    # Memory is reserved when a pair's turn comes, not now: by then the pairs before it are
+                    # charged what they measure, usually far less than the estimate a reservation holds.
                     self._filling[shape] = self._filling.get(shape, 0) + 1
                     self._queued.append(shape)
             runners = max(0, min(PREWARM_PARALLEL, len(self._queued)) - self._prewarm_runners)
@@ -281,9 +279,10 @@ class WarmContainers:
                     self._prewarm_runners -= 1
                     return
                 shape = self._queued.popleft()
-                if self._closed:  # closing: what was reserved for the queued pairs goes back unmade
+                if self._closed or not self._reserve(shape):  # closing, or no memory left for this one
                     self._filling[shape] -= 1
-                    self._release(shape)
+                    if not self._closed and not self._pairs.get(shape) and not self._filling[shape]:
+                        self._stats.setdefault(shape, KindStats()).cold = "budget"
                     continue
             self._fill(shape)
 
