@@ -273,18 +273,25 @@ class WarmContainers:
 
     def _run_prewarm(self) -> None:
         """Make the pairs a prewarm queued, one after another (``PREWARM_PARALLEL`` of these run at once)."""
-        while True:
-            with self._lock:
-                if not self._queued:
+        counted = True  # this runner is in ``_prewarm_runners`` until it leaves
+        try:
+            while True:
+                with self._lock:
+                    if not self._queued:  # checked and uncounted under one lock: a new prewarm starts a runner
+                        self._prewarm_runners -= 1
+                        counted = False
+                        return
+                    shape = self._queued.popleft()
+                    if self._closed or not self._reserve(shape):  # closing, or no memory left for this one
+                        self._filling[shape] -= 1
+                        if not self._closed and not self._pairs.get(shape) and not self._filling[shape]:
+                            self._stats.setdefault(shape, KindStats()).cold = "budget"
+                        continue
+                self._fill(shape)
+        finally:
+            if counted:  # an unexpected error: never leave ``prewarming()`` true for a runner that is gone
+                with self._lock:
                     self._prewarm_runners -= 1
-                    return
-                shape = self._queued.popleft()
-                if self._closed or not self._reserve(shape):  # closing, or no memory left for this one
-                    self._filling[shape] -= 1
-                    if not self._closed and not self._pairs.get(shape) and not self._filling[shape]:
-                        self._stats.setdefault(shape, KindStats()).cold = "budget"
-                    continue
-            self._fill(shape)
 
     def prewarming(self) -> bool:
         """Say whether pairs a prewarm asked for are still queued or warming up."""
