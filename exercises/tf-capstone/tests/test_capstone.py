@@ -114,27 +114,15 @@ def _unbatched(seen):
             and d["shapes"] and d["shapes"][0] == [FEATURES]]
 
 
-def _details(err):
-    """The framework's text for the details, without a tf.function's trace ("in user code:" and its File lines,
-    which name the grader's and the libraries' files): the error it ends with."""
-    message = str(err["message"])
-    lines = message.splitlines()
-    if lines and lines[0].strip().startswith("in user code"):
-        for i in range(len(lines) - 1, -1, -1):
-            if re.match(r"^\s*\w+(Error|Exception):?( |$)", lines[i]):
-                return feedback.clean_details("\n".join(line.strip() for line in lines[i:]).strip())
-    return feedback.clean_details(f"{err['type']}: {message}")
-
-
 def _told_error(err, what="train(strategy)"):
     """The learner's exception as a sentence (its known failure class's, else its type and first line), and the
     framework's text for the details."""
     told = feedback.raised(what, err["type"], err["message"])
-    if told.cause:
-        return told.message, _details(err)
+    if told.cause:  # the details: feedback.clean_details keeps only the learner's frames of a tf.function's trace
+        return told.message, told.details
     text = _first_line(err["message"]).rstrip(".")
     said = f"{what} raised {err['type']}" + (f": {text}." if text else " (with no message).")
-    return said, _details(err)
+    return said, feedback.clean_details(f"{err['type']}: {err['message']}")
 
 
 def _returned(seen):
