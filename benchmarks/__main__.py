@@ -28,7 +28,9 @@ queue with every code exercise's solution in turn (the bank's proportions of fra
 deadline phase sends a mixed burst besides the torch-only one, and each burst reports the share of template (or
 pair) requests that found a warm one (``warm_hit_share``, from the workers' beats). Every run also times a cold
 ``import torch`` and ``import tensorflow`` on this machine (``cold_import``), so latencies can be read as a
-fraction of the import they save. ``docker-warm`` is ``gpulab serve`` on the docker backend with warm pairs.
+fraction of the import they save; the latency phase also times one cold ``import torch`` before each torch sample
+and reports that p50 and the share beside the torch latencies (``share_of_cold_import``). ``docker-warm`` is
+``gpulab serve`` on the docker backend with warm pairs.
 Other load on the machine distorts every number: run it when the machine is quiet.
 """
 
@@ -70,18 +72,22 @@ LATENCY_EXTRA = {"torch-dp": "torch-dataparallel"}
 THROUGHPUT_KINDS = (*exercises(), "mixed")
 
 
+def import_once(module: str) -> float:
+    """Return the seconds a fresh interpreter here takes to ``import module`` (a cold import)."""
+    python = REPO / ".venv" / "bin" / "python"
+    started = time.monotonic()
+    subprocess.run([str(python), "-c", f"import {module}"], check=True, capture_output=True)
+    return time.monotonic() - started
+
+
 def cold_import(runs: int) -> dict[str, float]:
     """Return the p50 seconds of a cold ``import torch`` and ``import tensorflow`` in a fresh interpreter here."""
-    python = REPO / ".venv" / "bin" / "python"
-    found = {}
-    for module in ("torch", "tensorflow"):
-        times = []
-        for _ in range(runs):
-            started = time.monotonic()
-            subprocess.run([str(python), "-c", f"import {module}"], check=True, capture_output=True)
-            times.append(time.monotonic() - started)
-        found[f"{module}_p50_s"] = pct(times, 50)
-    return found
+    return {f"{m}_p50_s": pct([import_once(m) for _ in range(runs)], 50) for m in ("torch", "tensorflow")}
+
+
+# The torch latencies are read as a share of a cold ``import torch``: one is timed before each of their samples,
+# so a machine whose speed drifts during the run (a shared VM's does) moves both sides of the ratio alike.
+INTERLEAVED_IMPORT = {"torch": "torch", "torch-dp": "torch"}
 
 
 def machine() -> dict[str, Any]:
@@ -272,8 +278,11 @@ def latency(server: Any, runs: int, pause_s: float = 0.0) -> dict[str, Any]:
         for runtime, slug in {**exercises(), **LATENCY_EXTRA}.items():
             code = solution(slug)
             wait_streamed(client, submit(client, slug, code))  # first use: a warm pool starts its templates here
-            times, verdicts = [], []
+            times, verdicts, imports = [], [], []
+            module = INTERLEAVED_IMPORT.get(runtime)
             for _ in range(runs):
+                if module:
+                    imports.append(import_once(module))
                 time.sleep(pause_s)  # the deployment path: let the worker's pairs refill between submissions
                 started = time.monotonic()
                 sid = submit(client, slug, code)
@@ -282,6 +291,9 @@ def latency(server: Any, runs: int, pause_s: float = 0.0) -> dict[str, Any]:
                 verdicts.append(body["verdict"])
             out[runtime] = {"slug": slug, "runs": runs, "p50_s": pct(times, 50), "p95_s": pct(times, 95),
                             "pause_s": pause_s, "verdicts": sorted(set(verdicts))}  # fmt: skip
+            if imports:
+                out[runtime][f"cold_import_{module}_p50_s"] = pct(imports, 50)
+                out[runtime]["share_of_cold_import"] = pct(times, 50) / pct(imports, 50)
     peaks = sorted(sampler.peaks.values())
     out["peak_memory_mb_per_job"] = {"median": pct(peaks, 50) / 2**20 if peaks else None,
                                      "max": max(peaks) / 2**20 if peaks else None, "jobs": len(peaks)}  # fmt: skip

@@ -344,6 +344,56 @@ def test_per_file_learner_process_is_shared_within_a_file_and_replaced_when_it_d
         seen["test_one"][0], seen["test_after_death"][0])  # fmt: skip
 
 
+SIBLING_CODE = """
+import os, time
+
+IMPORTED_AT = time.monotonic()
+
+
+def imported_at():
+    return IMPORTED_AT
+
+
+def kill_siblings():
+    # The learner's process is forked from the subject; the next test's process (forked ahead) is its sibling.
+    killed = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getppid():
+            os.kill(int(entry), 9)
+            killed += 1
+    return killed
+"""
+
+SIBLING_TESTS = {
+    "test_s.py": """
+        import time
+
+        def test_kills_the_next_tests_process(submission):
+            assert submission.kill_siblings() >= 1
+
+        def test_still_runs(submission):
+            started = time.monotonic()
+            time.sleep(0.3)
+            # Forked ahead, the process imported the learner's module only once this test asked for it.
+            assert submission.imported_at() > started + 0.25
+    """
+}
+
+
+def test_a_learner_process_that_kills_the_next_tests_process_costs_that_test_nothing(tmp_path: Path) -> None:
+    proc, result = run_runner(make_job(tmp_path, SIBLING_CODE, SIBLING_TESTS))
+    assert proc.returncode == 0 and result is not None, proc.stderr
+    tests = by_id(result)
+    assert tests["test_s.py::test_kills_the_next_tests_process"]["outcome"] == "passed", tests
+    assert tests["test_s.py::test_still_runs"]["outcome"] == "passed", tests
+
+
 def test_unknown_learner_process_mode_is_a_bad_job(tmp_path: Path) -> None:
     proc, result = run_runner(make_job(tmp_path, COUNTING_CODE, COUNTING_TESTS, learner_process="per-run"))
     assert proc.returncode != 0 and result is None

@@ -355,16 +355,20 @@ class _Timer:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+# pytest's plugins a judge never uses: output, caches, debuggers, and collectors of other kinds of file (hidden tests
+# are test_*.py). Left out, they cost nothing to register or scan for fixtures; ``runner.warm`` skips importing them.
+BLOCKED_PLUGINS = ("cacheprovider", "terminal", "stepwise", "pastebin", "debugging", "doctest", "junitxml",
+                   "setuponly", "setupplan")  # fmt: skip
+
+
 def pytest_args(job: Job) -> list[str]:
     """Return pytest's arguments: no config files, cache, terminal output or plugins outside the tests."""
     tests_dir = str(job.tests_dir)
+    blocked = [arg for name in BLOCKED_PLUGINS for arg in ("-p", f"no:{name}")]
     return [
         tests_dir,
         "-s",
-        "-p", "no:cacheprovider",
-        "-p", "no:terminal",
-        "-p", "no:stepwise",
-        "-p", "no:pastebin",
+        *blocked,
         "-c", os.devnull,
         "--rootdir", tests_dir,
         "--confcutdir", tests_dir,

@@ -10,13 +10,16 @@ Contract:
   connects to ``JOB_DIR/ipc/judge.sock`` and sends ``{"status": "hello", "version": 1}``. It never imports
   the learner's module itself: nothing the learner does can outlive one test inside this process.
 - Then it serves the judge, one request and one reply at a time (frames of ``wire.py``):
-  ``{"op": "begin"}`` forks a fresh child (its own process group) that imports
+  ``{"op": "begin"}`` hands the test a fresh child (its own process group, forked from this process ahead of
+  time: it waits for the word ``GO`` and has run nothing of the learner's before) that imports
   ``JOB_DIR/submission/<module>.py`` and answers ``{"status": "ready"}`` or
   ``{"status": "import_error", "message": teaching text}``; ``{"op": "call", "path": ["f"], "args": [...],
   "kwargs": {...}}`` calls ``module.f(*args, **kwargs)``; ``{"op": "probe", "name": "p", ...}`` calls
   ``probes.p(module, *args, **kwargs)``. Both answer ``{"status": "returned", "value": encoded}`` or
   ``{"status": "raised", "type": "ValueError", "builtin": true, "message": str, "line": int|null}``.
-  ``{"op": "end"}`` kills the child's process group and answers ``{"status": "ended"}``.
+  ``{"op": "end"}`` kills the child's process group and answers ``{"status": "ended"}`` at once (SIGKILL leaves
+  it nothing to run; its exit is collected later). When the judge goes, every learner process is killed and
+  collected (``Subject.close``).
 - If the child dies while a request is open (``sys.exit``, ``os._exit``, a signal, the OOM killer), the
   answer is ``{"status": "exited", "code": int}`` or ``{"status": "killed", "signal": int}``.
 - Learner output goes to this process's stdout/stderr; the wire carries only frames.
@@ -47,6 +50,7 @@ REQUEST_MAX_BYTES = 64 * 1024 * 1024
 REAP_WAIT_S = 0.5
 MAX_MESSAGE = 2000
 PR_SET_PDEATHSIG = 1
+GO = b"g"  # the subject's word to a spare learner process: this test is yours, import and serve
 
 
 def _trim(text: str) -> str:
@@ -206,9 +210,27 @@ class Subject:
         self.probes = probes
         self.child_pid: int | None = None
         self.child_sock: socket.socket | None = None
+        self.spare: tuple[int, socket.socket] | None = None  # the next test's process, waiting for GO
+        self.dying: set[int] = set()  # killed, not collected yet
 
     def begin(self) -> dict[str, Any]:
         self.end()
+        spare, self.spare = self.spare, None
+        pid, sock = spare if spare is not None else self._fork()
+        if not _started(sock):  # the spare died or hangs (something killed or stopped it): a fresh one instead
+            self._forget(pid, sock)
+            pid, sock = self._fork()
+            _started(sock)  # if this one is gone too, relay() reports how it died
+        self.child_pid, self.child_sock = pid, sock
+        self.spare = self._fork()  # the next test's process, forked while this one works
+        return self.relay()
+
+    def _fork(self) -> tuple[int, socket.socket]:
+        """Fork a learner process that waits for ``GO`` before it imports anything; return its pid and socket.
+
+        Forking ahead takes the fork and the process's set-up off the next test's path; until ``GO`` the child
+        runs nothing of the learner's, so a test still starts in a process no learner code has touched.
+        """
         mine, theirs = socket.socketpair()
         pid = os.fork()
         if pid == 0:
@@ -216,9 +238,12 @@ class Subject:
             try:
                 os.setpgid(0, 0)
                 _die_with_parent()
-                mine.close()
-                self.judge.close()
-                Child(theirs, self.job, self.module, self.probes, self.max_reply).serve()
+                for sock in (mine, self.judge, self.child_sock, self.spare[1] if self.spare else None):
+                    if sock is not None:
+                        sock.close()
+                if theirs.recv(len(GO)) == GO:
+                    theirs.send(GO)  # alive and listening: before any of the learner's code runs
+                    Child(theirs, self.job, self.module, self.probes, self.max_reply).serve()
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else 1
             except BaseException:
@@ -228,8 +253,13 @@ class Subject:
                 sys.stderr.flush()
                 os._exit(code)  # no atexit hooks of the learner's after a normal end
         theirs.close()
-        self.child_pid, self.child_sock = pid, mine
-        return self.relay()
+        return pid, mine
+
+    def _forget(self, pid: int, sock: socket.socket) -> None:
+        """Kill a learner process without waiting for it: ``_reap_strays`` collects it later."""
+        sock.close()
+        _kill_group(pid)
+        self.dying.add(pid)
 
     def relay(self, request: dict[str, Any] | None = None) -> dict[str, Any]:
         """Forward ``request`` (if any) to the child and return its reply, or how it died."""
@@ -273,20 +303,36 @@ class Subject:
         return {"status": "killed", "signal": -code} if code < 0 else {"status": "exited", "code": code}
 
     def end(self) -> dict[str, Any]:
-        pid = self.child_pid
-        if pid is not None:
-            _kill_group(pid)
-            self.died()
-        _reap_strays()
+        """Kill the test's process group; its exit is collected later, off the next test's path.
+
+        Nothing of it runs again once SIGKILL is sent, so the next test need not wait while the kernel frees its
+        memory (a few milliseconds for a framework's process).
+        """
+        if self.child_pid is not None and self.child_sock is not None:
+            self._forget(self.child_pid, self.child_sock)
+        self.child_pid, self.child_sock = None, None
+        self.dying -= _reap_strays()
         return {"status": "ended"}
+
+    def close(self) -> None:
+        """End the test's process and the spare, and wait (briefly) until every learner process is collected."""
+        self.end()
+        if self.spare is not None:
+            self._forget(*self.spare)
+            self.spare = None
+        deadline = time.monotonic() + REAP_WAIT_S
+        while self.dying and time.monotonic() < deadline:
+            self.dying -= _reap_strays()
+            time.sleep(0.001)
 
     def serve(self) -> None:
         wire.send_frame(self.judge, {"status": "hello", "version": PROTOCOL_VERSION})
+        self.spare = self._fork()  # the first test's process, forked while the judge's pytest starts
         while True:
             try:
                 request = wire.recv_frame(self.judge, max_bytes=REQUEST_MAX_BYTES)
             except wire.WireError:
-                self.end()
+                self.close()
                 return
             while True:
                 reply = self.handle(request)
@@ -296,7 +342,7 @@ class Subject:
             try:
                 wire.send_frame(self.judge, reply)
             except wire.WireError:
-                self.end()
+                self.close()
                 return
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -308,6 +354,19 @@ class Subject:
         if op == "end":
             return self.end()
         return {"status": "bad_request", "message": f"unknown op {op!r}"}
+
+
+def _started(sock: socket.socket) -> bool:
+    """Tell a waiting learner process ``GO``; return whether it answered that it heard (within ``REAP_WAIT_S``)."""
+    try:
+        sock.settimeout(REAP_WAIT_S)
+        sock.send(GO)
+        return sock.recv(len(GO)) == GO
+    except OSError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            sock.settimeout(None)
 
 
 def _kill_group(pid: int) -> None:
@@ -326,15 +385,17 @@ def _die_with_parent() -> None:
         pass
 
 
-def _reap_strays() -> None:
-    """Collect children the learner orphaned onto us (we may be the sandbox's pid 1's only child)."""
+def _reap_strays() -> set[int]:
+    """Collect children that exited (killed tests, orphans the learner left to us); return their pids."""
+    reaped: set[int] = set()
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return reaped
         if pid == 0:
-            return
+            return reaped
+        reaped.add(pid)
 
 
 def _connect(path: Path) -> socket.socket:

@@ -38,12 +38,16 @@ def warm_judge(preload: list[str]) -> None:
     """
     import _pytest.config
     from runner import judge, subject  # noqa: F401 - judge brings runner.plugin, runner.client and pytest
+    from runner.plugin import BLOCKED_PLUGINS
 
-    skipped = {"cacheprovider", "terminal", "stepwise", "pastebin"}  # disabled by ``runner.plugin.pytest_args``
     for name in getattr(_pytest.config, "default_plugins", ()):
-        if name not in skipped:
+        if name not in BLOCKED_PLUGINS:
             with contextlib.suppress(ImportError):
                 importlib.import_module(f"_pytest.{name}")
+    # What pytest imports only once it runs (its argument completion; the faulthandler plugin's module).
+    for name in ("_pytest._argcomplete", "faulthandler"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
     subject.warm(preload, {"framework": "none", "replicas": 1})
     if "torch" in preload:
         from runner import vdev
