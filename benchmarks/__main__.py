@@ -88,6 +88,9 @@ def cold_import(runs: int) -> dict[str, float]:
 # The torch latencies are read as a share of a cold ``import torch``: one is timed before each of their samples,
 # so a machine whose speed drifts during the run (a shared VM's does) moves both sides of the ratio alike.
 INTERLEAVED_IMPORT = {"torch": "torch", "torch-dp": "torch"}
+# Before each of those imports: the previous grading's tail (processes exiting, cgroups removed, the worker's beat)
+# would otherwise slow the import and flatter the ratio.
+SETTLE_S = 1.0
 
 
 def machine() -> dict[str, Any]:
@@ -281,9 +284,10 @@ def latency(server: Any, runs: int, pause_s: float = 0.0) -> dict[str, Any]:
             times, verdicts, imports = [], [], []
             module = INTERLEAVED_IMPORT.get(runtime)
             for _ in range(runs):
-                if module:
-                    imports.append(import_once(module))
                 time.sleep(pause_s)  # the deployment path: let the worker's pairs refill between submissions
+                if module:
+                    time.sleep(SETTLE_S)
+                    imports.append(import_once(module))
                 started = time.monotonic()
                 sid = submit(client, slug, code)
                 body = wait_streamed(client, sid)

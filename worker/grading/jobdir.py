@@ -5,7 +5,8 @@ Contract (the runner side is ``worker/runner/README.md``):
   ``root/tests/...`` (read-only) and ``root/out/`` (the only place it writes); for the subject:
   ``root/subject.json`` (its ``devices`` say the framework, the replicas and how many real GPUs, ``gpus``, the
   subject may use) and ``root/submission/<module>.py`` (read-only); for both: ``root/probes/probes.py``
-  (read-only, may be absent) and ``root/ipc/`` (the judge creates ``judge.sock`` there). ``out/`` and
+  (read-only, may be absent) and ``root/ipc/`` (the judge creates ``judge.sock`` there). The tests and probes
+  come with their bytecode (``bytecode.cached_files``), so the sandbox need not compile them. ``out/`` and
   ``ipc/`` are owned by ``owner`` (the judge's uid) when given and we are root. Everything else is
   readable by any uid, nothing is writable by it; which part each sandbox sees is the backend's job.
 - ``read_result(out_dir)`` returns the parsed ``result.json`` or ``None`` when it is missing, not a plain
@@ -24,6 +25,7 @@ from typing import Any
 
 from worker.bank.specdata import ExerciseData
 from worker.core.files import read_capped
+from worker.grading import bytecode
 
 JOB_VERSION = 1
 RESULT_VERSION = 1
@@ -66,6 +68,17 @@ def _write_file(path: Path, text: str) -> None:
     path.chmod(0o644)
 
 
+def _write_trusted(root: Path, folder: str, name: str, text: str) -> None:
+    """Write one of the exercise's own files and its bytecode (``bytecode.cached_files``) under ``root/folder``."""
+    rel = _safe_relative(name)
+    _write_file(root / folder / rel, text)
+    for cached, data in bytecode.cached_files(folder, str(rel), text).items():
+        path = root / folder / cached
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(0o644)
+
+
 def write_job_dir(
     root: Path,
     *,
@@ -100,13 +113,13 @@ def write_job_dir(
     _write_file(root / "subject.json", json.dumps(subject, indent=2))
     (root / "probes").mkdir(mode=0o755, exist_ok=True)
     for name, text in sorted(spec.probe_files.items()):
-        _write_file(root / "probes" / _safe_relative(name), text)
+        _write_trusted(root, "probes", name, text)
     (root / "submission").mkdir(mode=0o755, exist_ok=True)
     _write_file(root / "submission" / f"{MODULE}.py", code)
     tests_dir = root / "tests"
     tests_dir.mkdir(mode=0o755, exist_ok=True)
     for name, text in sorted(files.items()):
-        _write_file(tests_dir / _safe_relative(name), text)
+        _write_trusted(root, "tests", name, text)
     for name in ("out", "ipc"):
         path = root / name
         path.mkdir(mode=0o755, exist_ok=True)

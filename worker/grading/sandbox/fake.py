@@ -92,7 +92,7 @@ def _read_job(job_dir: Path, limits: Limits) -> FakeJob:
         files = {
             path.relative_to(tests_dir).as_posix(): path.read_text(encoding="utf-8")
             for path in sorted(tests_dir.rglob("*"))
-            if path.is_file()
+            if path.is_file() and "__pycache__" not in path.relative_to(tests_dir).parts  # the host's bytecode
         }
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PlatformError(f"fake sandbox: cannot read the job directory: {type(exc).__name__}: {exc}") from exc
