@@ -73,3 +73,23 @@ def test_a_file_that_does_not_compile_or_is_not_python_gets_no_cache() -> None:
     assert bytecode.cached_files("tests", "test_broken.py", "def test(:\n") == {}
     assert bytecode.cached_files("tests", "data.json", "{}") == {}
     assert bytecode.cached_files("submission", "submission.py", "X = 1\n") == {}
+
+
+def test_compiling_holds_one_lock_and_any_failure_only_costs_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CPython 3.11's AST validation is not thread-safe: two grading threads compiling at once failed with a
+    # SystemError ("AST constructor recursion depth mismatch"), which cost a learner a platform error.
+    held = []
+    real_parse = bytecode.ast.parse
+
+    def parse(*args: object, **kwargs: object) -> object:
+        held.append(bytecode._COMPILING.locked())
+        return real_parse(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(bytecode.ast, "parse", parse)
+    assert bytecode.cached_files("tests", "test_lock.py", TEST) and held == [True]
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise SystemError("AST constructor recursion depth mismatch (before=39, after=33)")
+
+    monkeypatch.setattr(bytecode.ast, "parse", broken)
+    assert bytecode.cached_files("tests", "test_broken_host.py", TEST) == {}

@@ -23,6 +23,7 @@ import functools
 import importlib.util
 import marshal
 import sys
+import threading
 import types
 from pathlib import PurePosixPath
 
@@ -30,6 +31,9 @@ from worker.grading.sandbox.policy import JOB_MOUNT
 
 # A checked-hash pyc's flags (PEP 552): bit 0, hash-based; bit 1, check the source's hash when loading.
 CHECKED_HASH = (0b11).to_bytes(4, "little")
+# CPython 3.11 counts the AST's recursion depth per interpreter, not per thread: two grading threads compiling at
+# once can fail with "AST constructor recursion depth mismatch". One compiles at a time (once per content anyway).
+_COMPILING = threading.Lock()
 
 
 def _pyc(source: bytes, code: types.CodeType) -> bytes:
@@ -46,16 +50,21 @@ def cached_files(folder: str, name: str, text: str) -> dict[str, bytes]:
     where = f"{JOB_MOUNT}/{folder}/{name}"  # the file's path as the judge and the subject see it
     cache = path.parent / "__pycache__"
     try:
-        # pytest rewrites the modules it collects (``runner.plugin``: ``python_files=test_*.py``) and conftest files;
-        # every other module (a probe, a helper the tests import) is imported by CPython.
-        if folder == "probes" or not (path.name.startswith("test_") or path.name == "conftest.py"):
-            code = compile(source, where, "exec", dont_inherit=True)
-            return {str(cache / f"{path.stem}.{sys.implementation.cache_tag}.pyc"): _pyc(source, code)}
-        from _pytest.assertion.rewrite import PYC_TAIL, rewrite_asserts
-
-        tree = ast.parse(source, filename=where)
-        rewrite_asserts(tree, source, where, None)
-        code = compile(tree, where, "exec", dont_inherit=True)
-        return {str(cache / f"{path.stem}{PYC_TAIL}"): _pyc(source, code)}
-    except (SyntaxError, ValueError):
+        with _COMPILING:
+            return _compiled(folder, path, source, where, cache)
+    except Exception:  # a cache only saves time: whatever fails here, the sandbox compiles the file as before
         return {}
+
+
+def _compiled(folder: str, path: PurePosixPath, source: bytes, where: str, cache: PurePosixPath) -> dict[str, bytes]:
+    # pytest rewrites the modules it collects (``runner.plugin``: ``python_files=test_*.py``) and conftest files;
+    # every other module (a probe, a helper the tests import) is imported by CPython.
+    if folder == "probes" or not (path.name.startswith("test_") or path.name == "conftest.py"):
+        code = compile(source, where, "exec", dont_inherit=True)
+        return {str(cache / f"{path.stem}.{sys.implementation.cache_tag}.pyc"): _pyc(source, code)}
+    from _pytest.assertion.rewrite import PYC_TAIL, rewrite_asserts
+
+    tree = ast.parse(source, filename=where)
+    rewrite_asserts(tree, source, where, None)
+    code = compile(tree, where, "exec", dont_inherit=True)
+    return {str(cache / f"{path.stem}{PYC_TAIL}"): _pyc(source, code)}
