@@ -93,3 +93,5 @@ def test_compiling_holds_one_lock_and_any_failure_only_costs_the_cache(monkeypat
 
     monkeypatch.setattr(bytecode.ast, "parse", broken)
     assert bytecode.cached_files("tests", "test_broken_host.py", TEST) == {}
+    monkeypatch.setattr(bytecode.ast, "parse", real_parse)  # the failure was of the moment: not remembered
+    assert bytecode.cached_files("tests", "test_broken_host.py", TEST)

@@ -40,23 +40,28 @@ def _pyc(source: bytes, code: types.CodeType) -> bytes:
     return importlib.util.MAGIC_NUMBER + CHECKED_HASH + importlib.util.source_hash(source) + marshal.dumps(code)
 
 
-@functools.lru_cache(maxsize=256)
 def cached_files(folder: str, name: str, text: str) -> dict[str, bytes]:
     """Return the bytecode cache files for ``folder/name`` holding ``text`` (paths relative to ``folder``)."""
     path = PurePosixPath(name)
     if path.suffix != ".py" or folder not in ("tests", "probes"):
         return {}
+    try:
+        return _compiled(folder, name, text)
+    except Exception:  # a cache only saves time: whatever fails here, the sandbox compiles the file as before
+        return {}  # not remembered: a failure of the moment (the race below) must not cost this file its cache
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(folder: str, name: str, text: str) -> dict[str, bytes]:
+    path = PurePosixPath(name)
     source = text.encode("utf-8")
     where = f"{JOB_MOUNT}/{folder}/{name}"  # the file's path as the judge and the subject see it
     cache = path.parent / "__pycache__"
-    try:
-        with _COMPILING:
-            return _compiled(folder, path, source, where, cache)
-    except Exception:  # a cache only saves time: whatever fails here, the sandbox compiles the file as before
-        return {}
+    with _COMPILING:
+        return _compile(folder, path, source, where, cache)
 
 
-def _compiled(folder: str, path: PurePosixPath, source: bytes, where: str, cache: PurePosixPath) -> dict[str, bytes]:
+def _compile(folder: str, path: PurePosixPath, source: bytes, where: str, cache: PurePosixPath) -> dict[str, bytes]:
     # pytest rewrites the modules it collects (``runner.plugin``: ``python_files=test_*.py``) and conftest files;
     # every other module (a probe, a helper the tests import) is imported by CPython.
     if folder == "probes" or not (path.name.startswith("test_") or path.name == "conftest.py"):

@@ -62,9 +62,9 @@ def _safe_relative(path: str) -> PurePosixPath:
     return rel
 
 
-def _write_file(path: Path, text: str) -> None:
+def _write_file(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
     path.chmod(0o644)
 
 
@@ -73,10 +73,7 @@ def _write_trusted(root: Path, folder: str, name: str, text: str) -> None:
     rel = _safe_relative(name)
     _write_file(root / folder / rel, text)
     for cached, data in bytecode.cached_files(folder, str(rel), text).items():
-        path = root / folder / cached
-        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        path.write_bytes(data)
-        path.chmod(0o644)
+        _write_file(root / folder / cached, data)
 
 
 def write_job_dir(
